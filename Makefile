@@ -1,0 +1,30 @@
+# Two entry points for a fresh machine (each creates the virtual environment if missing):
+#   make walkthrough   set up, then run the main job
+#   make test          set up, then run every test (notebooks included)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup walkthrough test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# torch first and exactly: the pinned CPU build installs in seconds
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,executorch,browser]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+walkthrough: $(STAMP)
+	$(PY) -m workbench propagate --example residual --place cuda:0=aten.linear --place cuda:1=aten.gelu
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) benchmarks/propagate_scale.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

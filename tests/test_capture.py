@@ -1,0 +1,88 @@
+"""Capture: torch.export wrapped, shape-only capture allocates no weights."""
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench.examples import example
+
+
+def test_capture_records_signature():
+    """User inputs, outputs and constants are read from the export signature."""
+    model, inputs = example("fanout")
+    prog = wb.capture(model, inputs)
+    assert prog.user_inputs == ("x", "y")
+    assert len(prog.user_outputs) == 2
+    assert set(prog.constants.values()) == {"a.weight", "a.bias", "b.weight", "b.bias"}
+    assert set(prog.constant_kinds.values()) == {"parameter"}
+    assert not prog.shape_only
+
+
+def test_capture_does_not_modify_model():
+    """Capturing (also shape-only) leaves the model's weights real and unchanged."""
+    model, inputs = example("mlp")
+    before = model.layers[0].weight.detach().clone()
+    wb.capture(model, inputs, shape_only=True)
+    assert not model.layers[0].weight.is_meta
+    assert torch.equal(model.layers[0].weight, before)
+
+
+def test_shape_only_has_meta_constants_and_values():
+    """Shape-only capture keeps shapes and dtypes but every constant is a meta tensor."""
+    model, inputs = example("residual")
+    prog = wb.capture(model, inputs, shape_only=True)
+    assert prog.shape_only
+    for name in prog.constants:
+        assert prog.constant_tensor(name).is_meta
+    real = wb.capture(model, inputs)
+    shapes = lambda p: [tuple(n.meta["val"].shape) for n in p.graph.nodes if n.op == "call_function"]
+    assert shapes(prog) == shapes(real)
+
+
+def test_shape_only_of_a_large_meta_model_allocates_nothing():
+    """A 4-billion-parameter model built on meta captures without allocating its weights."""
+    with torch.device("meta"):
+        big = torch.nn.Sequential(*[torch.nn.Linear(16384, 16384, bias=False) for _ in range(16)])
+    prog = wb.capture(big, (torch.zeros(2, 16384),), shape_only=True)
+    total = sum(prog.constant_tensor(n).numel() for n in prog.constants)
+    assert total == 16 * 16384 * 16384
+
+
+def test_single_tensor_input_is_accepted():
+    """A bare tensor is accepted as a one-element input tuple."""
+    model, (x,) = example("mlp")
+    assert wb.capture(model, x).user_inputs == ("x",)
+
+
+def test_decompose_gives_core_aten():
+    """decompose=True lowers aten.linear to addmm/permute as ExecuTorch's to_edge does."""
+    model, inputs = example("mlp")
+    targets = {str(n.target) for n in wb.capture(model, inputs, decompose=True).graph.nodes}
+    assert "aten.addmm.default" in targets and "aten.linear.default" not in targets
+
+
+@pytest.mark.parametrize("bad", [lambda x: x, "model", None])
+def test_non_module_is_rejected(bad):
+    """Anything but an nn.Module is a clear error."""
+    with pytest.raises(wb.CaptureError, match="nn.Module"):
+        wb.capture(bad, (torch.zeros(1),))
+
+
+def test_bad_inputs_type_is_rejected():
+    """example_inputs must be a tuple (or one tensor)."""
+    model, _ = example("mlp")
+    with pytest.raises(wb.CaptureError, match="tuple"):
+        wb.capture(model, {"x": torch.zeros(4, 32)})
+
+
+def test_export_failure_is_wrapped():
+    """A model torch.export cannot trace gives a CaptureError naming the model."""
+
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow
+                return x + 1
+            return x - 1
+
+    with pytest.raises(wb.CaptureError, match="DataDependent"):
+        wb.capture(DataDependent(), (torch.ones(3),))

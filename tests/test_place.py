@@ -1,0 +1,261 @@
+"""Placement: rules → a device per op, fused into acyclic delegates."""
+
+import random
+import warnings
+
+import pytest
+import torch
+import torch.fx
+
+import workbench as wb
+from workbench import Device
+from workbench.examples import example
+from workbench.place import _fuse
+
+from conftest import captured
+
+CUDA0, CUDA1 = Device("cuda", 0), Device("cuda", 1)
+
+
+def _prog(name="fanout"):
+    return captured(name)[2]
+
+
+def test_unmatched_ops_run_on_cpu():
+    """Rule 1: ops that no pattern claims are placed on cpu and are in no delegate."""
+    placed = wb.place(_prog(), {"cuda:0": ["aten.linear"]})
+    for node, dev in placed.node_device.items():
+        op = str(next(n for n in placed.program.graph.nodes if n.name == node).target)
+        assert dev == (CUDA0 if "linear" in op else wb.CPU)
+        assert (node in placed.node_delegate) == (dev != wb.CPU)
+
+
+def test_packet_name_full_name_and_glob_match():
+    """'aten.mul' matches aten.mul.Tensor; full names and globs match too."""
+    prog = _prog()
+    for pattern in ["aten.mul", "aten.mul.Tensor", "aten.mu*", "torch.ops.aten.mul.Tensor"]:
+        placed = wb.place(prog, {"cuda:0": [pattern]})
+        assert placed.ops_on("cuda:0") == ("mul",), pattern
+
+
+def test_module_and_node_patterns():
+    """'module:' matches the module an op was traced in; 'node:' matches node names."""
+    prog = _prog("residual")
+    placed = wb.place(prog, {"cuda:0": ["module:ups.*"]})
+    assert set(placed.ops_on("cuda:0")) == {"linear", "linear_2"}
+    placed = wb.place(prog, {"cuda:0": ["node:gelu*"]})
+    assert set(placed.ops_on("cuda:0")) == {"gelu", "gelu_1"}
+
+
+def test_getitem_follows_its_producer():
+    """Rule 2 of placement: getitem nodes run where their tuple was produced."""
+    placed = wb.place(_prog("attention"), {"cuda:0": ["aten.topk", "aten.chunk"]})
+    graph = placed.program.graph
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target.__name__ == "getitem":
+            assert placed.node_device[node.name] == placed.node_device[node.args[0].name]
+            assert placed.node_delegate[node.name] == placed.node_delegate[node.args[0].name]
+
+
+def test_callable_rules():
+    """A callable node -> device | None places exactly the nodes it names."""
+    prog = _prog()
+    placed = wb.place(prog, lambda n: "CUDA:1" if n.name.startswith("linear") else None)
+    assert set(placed.ops_on("cuda:1")) == {"linear", "linear_1"}
+    assert all(d in (wb.CPU, CUDA1) for d in placed.node_device.values())
+
+
+def test_adjacent_same_device_ops_fuse():
+    """Connected ops on one device form one delegate; a host op in between splits them."""
+    prog = _prog("mlp")
+    placed = wb.place(prog, {"cuda:0": ["aten.linear", "aten.relu"]})
+    assert len(placed.delegates) == 1 and len(placed.delegates[0].nodes) == 5
+    placed = wb.place(prog, {"cuda:0": ["aten.linear"]})
+    assert [d.nodes for d in placed.delegates] == [("linear",), ("linear_1",), ("linear_2",)]
+
+
+def test_delegates_do_not_fuse_across_devices():
+    """Every delegate holds ops of one device only."""
+    placed = wb.place(_prog("residual"), {"cuda:0": ["aten.linear"], "cuda:1": ["aten.gelu", "aten.add"]})
+    for d in placed.delegates:
+        assert {placed.node_device[n] for n in d.nodes} == {d.device}
+
+
+def test_unmatched_pattern_warns_and_strict_raises():
+    """Rule 3: a pattern that claims nothing is reported; strict makes it an error."""
+    prog = _prog()
+    with pytest.warns(wb.PlacementWarning, match="aten.conv2d"):
+        wb.place(prog, {"cuda:0": ["aten.mul", "aten.conv2d"]})
+    with pytest.raises(wb.PlacementError, match="aten.conv2d"):
+        wb.place(prog, {"cuda:0": ["aten.conv2d"]}, strict=True)
+
+
+def test_conflicting_patterns_are_an_error():
+    """Rule 3: an op claimed for two devices names both patterns."""
+    with pytest.raises(wb.PlacementError, match="aten.mul.*aten.\\*|aten.\\*.*aten.mul"):
+        wb.place(_prog(), {"cuda:0": ["aten.mul"], "cuda:1": ["aten.*"]})
+
+
+@pytest.mark.parametrize(
+    "rules, message",
+    [
+        ({"tpu:0": ["aten.mul"]}, "unknown device type"),
+        ({"cuda:x": ["aten.mul"]}, "bad device index"),
+        ({"cuda:0": [3]}, "non-empty string"),
+        ({"cuda:0": [""]}, "non-empty string"),
+        ({"cuda:0": 5}, "list of op patterns"),
+        ({"cuda:0": ["bogus:thing"]}, "unknown prefix"),
+        (["aten.mul"], "mapping"),
+        ("cuda:0", "mapping"),
+    ],
+)
+def test_malformed_rules(rules, message):
+    """Malformed rules are errors that say what is valid."""
+    with pytest.raises(wb.PlacementError, match=message):
+        wb.place(_prog(), rules)
+
+
+@pytest.mark.parametrize("answer, message", [(42, "must return a device string"), ("tpu", "unknown device type"), (["cuda"], "must return")])
+def test_callable_returning_garbage(answer, message):
+    """A callable that returns something that is not a device is a clear error naming the node."""
+    with pytest.raises(wb.PlacementError, match=message):
+        wb.place(_prog(), lambda n: answer)
+
+
+def test_callable_that_raises_is_reported():
+    """An exception inside the callable is wrapped with the node it failed on."""
+
+    def rule(node):
+        raise RuntimeError("boom")
+
+    with pytest.raises(wb.PlacementError, match="boom"):
+        wb.place(_prog(), rule)
+
+
+def test_not_a_program_is_rejected():
+    """place needs a Program; an nn.Module is a clear error."""
+    model, _ = example("mlp")
+    with pytest.raises(wb.PlacementError, match="Program"):
+        wb.place(model, {"cuda:0": ["aten.mul"]})
+
+
+def test_empty_graph():
+    """A graph with no ops places to nothing: a warning for the rule, an error if strict."""
+
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    prog = wb.capture(Identity(), (torch.zeros(3),))
+    with pytest.warns(wb.PlacementWarning):
+        placed = wb.place(prog, {"cuda:0": ["aten.mul"]})
+    assert placed.delegates == () and placed.node_device == {}
+    with pytest.raises(wb.PlacementError):
+        wb.place(prog, {"cuda:0": ["aten.mul"]}, strict=True)
+    dg = wb.propagate(placed)
+    assert dg.copies == ()
+    assert torch.equal(dg.module()(torch.arange(3.0)), torch.arange(3.0))
+
+
+def _random_graph(n, seed, devices=("cpu", "cuda:0", "cuda:1")):
+    rng = random.Random(seed)
+    g = torch.fx.Graph()
+    vals = [g.placeholder("x")]
+    place = {}
+    for i in range(n):
+        a, b = rng.choice(vals[-6:]), rng.choice(vals[-6:])
+        node = g.call_function(torch.ops.aten.add.Tensor, (a, b))
+        vals.append(node)
+        place[node.name] = Device.parse(rng.choice(devices))
+    g.output(vals[-1])
+    return g, place
+
+
+def _quotient_is_acyclic(graph, groups):
+    owner = {n: i for i, (_, names) in enumerate(groups) for n in names}
+    key = lambda node: ("g", owner[node.name]) if node.name in owner else ("n", node.name)
+    edges = {}
+    for node in graph.nodes:
+        for user in node.users:
+            a, b = key(node), key(user)
+            if a != b:
+                edges.setdefault(a, set()).add(b)
+    state = {}
+
+    def visit(v):  # iterative DFS cycle check
+        stack = [(v, iter(edges.get(v, ())))]
+        state[v] = 1
+        while stack:
+            u, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[u] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return False
+            elif nxt not in state:
+                state[nxt] = 1
+                stack.append((nxt, iter(edges.get(nxt, ()))))
+        return True
+
+    return all(visit(v) for v in list(edges) if v not in state)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fusion_is_acyclic_and_complete(seed):
+    """Rule 4: every device op is in exactly one delegate of its device, and contracting
+    each delegate to one node leaves the graph acyclic (so delegates can run in order)."""
+    graph, place = _random_graph(60, seed)
+    groups = _fuse(graph, place)
+    names = [n for _, ns in groups for n in ns]
+    assert sorted(names) == sorted(n for n, d in place.items() if not d.is_host)
+    for device, ns in groups:
+        assert all(place[n] == device for n in ns)
+    assert _quotient_is_acyclic(graph, groups)
+
+
+def test_fusion_refuses_a_cycle():
+    """a(dev) → b(cpu) → c(dev) with a → c directly: a and c must not fuse."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    a = g.call_function(torch.ops.aten.relu.default, (x,))
+    b = g.call_function(torch.ops.aten.neg.default, (a,))
+    c = g.call_function(torch.ops.aten.add.Tensor, (a, b))
+    g.output(c)
+    groups = _fuse(g, {a.name: CUDA0, b.name: wb.CPU, c.name: CUDA0})
+    assert [ns for _, ns in groups] == [[a.name], [c.name]]
+
+
+def test_fx_partitioner_agrees_on_chains():
+    """torch.fx's CapabilityBasedPartitioner and ours give the same delegates on models
+    whose device ops form chains, and both are valid."""
+    for name, rules in [("mlp", {"cuda:0": ["aten.linear", "aten.relu"]}), ("residual", {"cuda:0": ["aten.linear", "aten.gelu"]})]:
+        prog = _prog(name)
+        ours = wb.place(prog, rules)
+        theirs = wb.place(prog, rules, partitioner="fx")
+        assert sorted(d.nodes for d in ours.delegates) == sorted(d.nodes for d in theirs.delegates)
+
+
+def test_unknown_partitioner():
+    """An unknown partitioner name lists the valid ones."""
+    with pytest.raises(wb.PlacementError, match="workbench, fx"):
+        wb.place(_prog(), {"cuda:0": ["aten.mul"]}, partitioner="magic")
+
+
+def test_placement_dataframe():
+    """to_dataframe has one row per op with its device and delegate."""
+    placed = wb.place(_prog(), {"cuda:0": ["aten.linear"]})
+    df = placed.to_dataframe()
+    assert len(df) == placed.program.num_ops()
+    assert set(df[df.device == "cuda:0"].node) == {"linear", "linear_1"}
+
+
+def test_acyclicity_check_can_fail():
+    """The quotient check used above reports a grouping that really is cyclic."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    a = g.call_function(torch.ops.aten.relu.default, (x,))
+    b = g.call_function(torch.ops.aten.neg.default, (a,))
+    c = g.call_function(torch.ops.aten.add.Tensor, (a, b))
+    g.output(c)
+    assert not _quotient_is_acyclic(g, [(CUDA0, [a.name, c.name])])

@@ -1,0 +1,35 @@
+"""workbench: device placement of ML inference graphs, made visible.
+
+capture → place → propagate → plan → run, with views for notebooks::
+
+    import workbench as wb
+    prog = wb.capture(model, example_inputs)
+    placed = wb.place(prog, {"cuda:0": ["aten.mm", "aten.add"]})
+    dg = wb.propagate(placed)
+    dg.copies
+"""
+
+from . import copy_ops  # registers the workbench:: copy ops with torch.library
+from .capture import CaptureError, Program, capture
+from .devices import CPU, Device, DeviceError
+from .place import Delegate, Placement, PlacementError, PlacementWarning, place
+from .propagate import CopyRecord, DeviceGraph, PropagationError, propagate
+
+__all__ = [
+    "CPU",
+    "CaptureError",
+    "CopyRecord",
+    "Delegate",
+    "Device",
+    "DeviceError",
+    "DeviceGraph",
+    "Placement",
+    "PlacementError",
+    "PlacementWarning",
+    "Program",
+    "PropagationError",
+    "capture",
+    "copy_ops",
+    "place",
+    "propagate",
+]

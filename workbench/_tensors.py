@@ -1,0 +1,157 @@
+"""Facts about the values of an exported graph: tensors, sizes, views.
+
+These helpers read ``node.meta["val"]`` (the fake tensor torch.export records for every
+value) and never touch real data, so they work the same on shape-only programs.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+#: Sizes at or above this are treated as unbounded (torch.export's int_oo is huge).
+_UNBOUNDED = 2**62
+
+
+class UnboundedShapeError(ValueError):
+    """A tensor size has no finite upper bound, so it cannot be given memory."""
+
+
+def value_of(node: torch.fx.Node) -> Any:
+    """The example value torch.export recorded for ``node`` (a fake tensor, tuple, SymInt…)."""
+    return node.meta.get("val")
+
+
+def is_tensor_value(node: torch.fx.Node) -> bool:
+    """True when ``node`` produces a single tensor."""
+    return isinstance(value_of(node), torch.Tensor)
+
+
+def produces_tensors(node: torch.fx.Node) -> bool:
+    """True when ``node`` produces a tensor or a tuple/list holding tensors."""
+    val = value_of(node)
+    if isinstance(val, torch.Tensor):
+        return True
+    if isinstance(val, (tuple, list)):
+        return any(isinstance(v, torch.Tensor) for v in val)
+    return False
+
+
+def _dim_upper_bound(dim: Any, what: str) -> int:
+    if isinstance(dim, int):
+        return dim
+    expr = dim.node.expr
+    shape_env = dim.node.shape_env
+    upper = shape_env.bound_sympy(expr).upper
+    try:
+        bound = int(upper)
+    except (TypeError, ValueError, OverflowError):
+        bound = _UNBOUNDED
+    if bound >= _UNBOUNDED:
+        raise UnboundedShapeError(
+            f"{what}: size {expr} has no upper bound, so its memory cannot be planned; "
+            f"export with a bounded dimension, e.g. dynamic_shapes with "
+            f"torch.export.Dim('{expr}', max=4096)"
+        )
+    return bound
+
+
+def shape_upper_bound(val: torch.Tensor, what: str = "tensor") -> tuple[int, ...]:
+    """The shape of ``val`` with every symbolic size replaced by its export upper bound."""
+    return tuple(_dim_upper_bound(d, what) for d in val.shape)
+
+
+def tensor_nbytes(val: torch.Tensor, what: str = "tensor") -> int:
+    """Bytes of a contiguous tensor of ``val``'s shape and dtype, at the shape's upper bound."""
+    numel = val.numel()
+    if isinstance(numel, int):  # static shape: the common, fast case
+        return numel * val.element_size()
+    numel = 1
+    for d in shape_upper_bound(val, what):
+        numel *= d
+    return numel * val.element_size()
+
+
+def node_nbytes(node: torch.fx.Node) -> int:
+    """Bytes of the tensor(s) ``node`` produces (0 for non-tensor values)."""
+    val = value_of(node)
+    if isinstance(val, torch.Tensor):
+        return tensor_nbytes(val, f"value {node.name!r}")
+    if isinstance(val, (tuple, list)):
+        return sum(tensor_nbytes(v, f"value {node.name!r}") for v in val if isinstance(v, torch.Tensor))
+    return 0
+
+
+def op_name(node: torch.fx.Node) -> str:
+    """A readable op name: ``aten.mm.default``, ``getitem``, ``placeholder``."""
+    if node.op != "call_function":
+        return node.op
+    return _target_name(node.target)
+
+
+@functools.lru_cache(maxsize=4096)
+def _target_name(target: Any) -> str:
+    if target is operator.getitem:
+        return "getitem"
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return getattr(target, "__name__", str(target))
+
+
+def packet_name(node: torch.fx.Node) -> str:
+    """The op name without its overload: ``aten.mm``."""
+    name = op_name(node)
+    if isinstance(node.target, torch._ops.OpOverload):
+        return name.rsplit(".", 1)[0]
+    return name
+
+
+def is_view_op(target: Any) -> bool:
+    """True when ``target`` returns an alias of an input without writing it (a view op).
+
+    Decided from the op's schema (an alias annotation on a return that is not a write),
+    so every aten view op torch.export produces is covered without a hand-kept list.
+    """
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return False
+    for ret in schema.returns:
+        info = ret.alias_info
+        if info is not None and not info.is_write:
+            return True
+    return False
+
+
+def is_inplace_op(target: Any) -> bool:
+    """True when ``target`` writes one of its inputs and returns it (``add_``, ``copy_``, ``out=``)."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return False
+    return any(r.alias_info is not None and r.alias_info.is_write for r in schema.returns)
+
+
+def aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
+    """For a view or in-place node, the input whose storage its result shares; else None.
+
+    The aliased input is the argument whose schema alias set matches the return's.
+    """
+    if node.op != "call_function":
+        return None
+    if node.target is operator.getitem:
+        return None
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+        return None
+    ret_sets = schema.returns[0].alias_info.before_set
+    for i, arg in enumerate(schema.arguments):
+        info = arg.alias_info
+        if info is None or not (info.before_set & ret_sets):
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        if isinstance(value, torch.fx.Node):
+            return value
+    return None

@@ -1,0 +1,23 @@
+"""GPU kernels written with CuPy. Importable without a GPU; each GPU call checks first."""
+
+from .copies import (
+    DEFAULT_CHUNK_BYTES,
+    CopyEngine,
+    MappedHost,
+    StagingChunk,
+    gather_launch_config,
+    gather_row_offsets,
+    gather_variant,
+    staging_schedule,
+)
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "CopyEngine",
+    "MappedHost",
+    "StagingChunk",
+    "gather_launch_config",
+    "gather_row_offsets",
+    "gather_variant",
+    "staging_schedule",
+]

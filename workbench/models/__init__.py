@@ -1,0 +1,21 @@
+"""The Qwen-3.5-MoE-shaped decoder used by the MoE walkthrough.
+
+``MoEConfig.tiny()`` runs fast on a laptop CPU; ``MoEConfig.full()`` is the
+published 35B-A3B configuration (build it under ``torch.device("meta")`` for
+shape-only analysis). ``QwenMoEDecoder`` is one decode step with explicit
+caches; ``param_count`` and ``cache_bytes`` size a config without building it.
+"""
+
+from .config import ConfigError, MoEConfig
+from .counting import cache_bytes, param_count
+from .qwen_moe import CacheSpec, QwenMoEDecoder, cache_specs
+
+__all__ = [
+    "MoEConfig",
+    "QwenMoEDecoder",
+    "param_count",
+    "cache_bytes",
+    "cache_specs",
+    "CacheSpec",
+    "ConfigError",
+]

@@ -1,0 +1,192 @@
+"""A decoder with the structure of Qwen 3.5 MoE (35B-A3B), as a single-token decode step.
+
+``QwenMoEDecoder(config)(tokens, position, *caches) -> (logits, *new_caches)``
+
+Rules:
+  1. One decode step: ``tokens`` ``(B, 1)`` int64, ``position`` ``(1,)`` int64
+     (the KV-cache slot written, the same for the whole batch).
+  2. Caches are explicit graph inputs and outputs, two per layer, in layer
+     order (``cache_specs``): a full-attention layer has a K and a V cache
+     ``(B, kv_heads, max_seq_len, head_dim)``; a linear-attention layer has a
+     conv state ``(B, conv_dim, kernel-1)`` and a recurrent state
+     ``(B, value_heads, key_head_dim, value_head_dim)``. Inputs are never
+     written in place; updated caches are returned as new tensors.
+  3. Block ``i``: ``h = x + mixer(norm1(x))``; ``x = h + moe(norm2(h))`` where
+     the mixer is full attention or Gated DeltaNet by ``config.layer_types``.
+     Then final norm and an untied LM head: logits ``(B, vocab)``.
+  4. Weights are a pure function of ``(config, seed)``; construction under
+     ``torch.device("meta")`` allocates no storage.
+  5. ``position`` must be in ``[0, max_seq_len)``; the decode step cannot
+     check a tensor's value without breaking export, so an out-of-range
+     position fails inside ``index_copy`` in eager mode.
+
+What is simplified against the published model is listed in ``layers``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .config import MoEConfig
+from .layers import Embedding, FullAttention, GatedDeltaNet, Linear, RMSNorm, SparseMoE, rotary_cos_sin
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """One cache tensor of the decode step: its name, shape and dtype."""
+
+    name: str  # e.g. "layers.3.key_cache", "layers.0.conv_state"
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def cache_specs(config: MoEConfig, batch: int = 1) -> tuple[CacheSpec, ...]:
+    """Rule 2: every cache tensor, in the order ``forward`` takes and returns them."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    c, dt = config, config.torch_dtype
+    specs: list[CacheSpec] = []
+    for i, kind in enumerate(c.layer_types):
+        if kind == "full_attention":
+            kv = (batch, c.num_key_value_heads, c.max_seq_len, c.head_dim)
+            specs += [CacheSpec(f"layers.{i}.key_cache", kv, dt), CacheSpec(f"layers.{i}.value_cache", kv, dt)]
+        else:
+            conv = (batch, c.linear_conv_dim, c.linear_conv_kernel_dim - 1)
+            rec = (batch, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim)
+            specs += [CacheSpec(f"layers.{i}.conv_state", conv, dt), CacheSpec(f"layers.{i}.recurrent_state", rec, dt)]
+    return tuple(specs)
+
+
+class DecoderLayer(nn.Module):
+    """Rule 3: pre-norm mixer and pre-norm sparse MoE, each with a residual."""
+
+    def __init__(self, config: MoEConfig, layer_type: str) -> None:
+        super().__init__()
+        dt = config.torch_dtype
+        self.layer_type = layer_type
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dt)
+        if layer_type == "full_attention":
+            self.self_attn = FullAttention(config)
+        else:
+            self.linear_attn = GatedDeltaNet(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dt)
+        self.mlp = SparseMoE(config)
+
+    @property
+    def mixer(self) -> nn.Module:
+        return self.self_attn if self.layer_type == "full_attention" else self.linear_attn
+
+    def reset_parameters(self, gen: torch.Generator, residual_gain: float) -> None:
+        self.input_layernorm.reset_parameters(gen)
+        self.mixer.reset_parameters(gen, residual_gain)
+        self.post_attention_layernorm.reset_parameters(gen)
+        self.mlp.reset_parameters(gen, residual_gain)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, H)
+        position: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        cache_a: torch.Tensor,
+        cache_b: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        normed = self.input_layernorm(x)
+        if self.layer_type == "full_attention":
+            mixed, cache_a, cache_b = self.self_attn(normed, position, rope, cache_a, cache_b)
+        else:
+            mixed, cache_a, cache_b = self.linear_attn(normed, cache_a, cache_b)
+        h = x + mixed
+        return h + self.mlp(self.post_attention_layernorm(h)), cache_a, cache_b
+
+
+class QwenMoEDecoder(nn.Module):
+    """Qwen-3.5-MoE-shaped decoder; ``forward`` is one decode step (see module rules)."""
+
+    def __init__(self, config: MoEConfig, seed: int = 0) -> None:
+        super().__init__()
+        if not isinstance(config, MoEConfig):
+            raise TypeError(f"config must be a MoEConfig, got {type(config).__name__}")
+        self.config = config
+        dt = config.torch_dtype
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size, dt)
+        self.layers = nn.ModuleList(DecoderLayer(config, t) for t in config.layer_types)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dt)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, dt)  # untied
+        self.reset_parameters(seed)
+
+    def reset_parameters(self, seed: int = 0) -> None:
+        """Rule 4: seeded from a private generator, so the global RNG is untouched."""
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        # Scale what each block writes into the residual stream by 1/sqrt(2L)
+        # (GPT-2 style) so the stream stays O(1) however deep the model.
+        residual_gain = 1.0 / math.sqrt(2 * self.config.num_hidden_layers)
+        self.embed_tokens.reset_parameters(gen)
+        for layer in self.layers:
+            layer.reset_parameters(gen, residual_gain)
+        self.norm.reset_parameters(gen)
+        self.lm_head.reset_parameters(gen)  # 1/sqrt(H) on a unit-RMS input: logits ~ N(0, 1)
+
+    # -- inputs --------------------------------------------------------------
+
+    def cache_specs(self, batch: int = 1) -> tuple[CacheSpec, ...]:
+        return cache_specs(self.config, batch)
+
+    def init_caches(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
+        """Zero caches on the model's device and dtype, in ``forward`` order."""
+        ref = self.embed_tokens.weight
+        return tuple(torch.zeros(s.shape, dtype=ref.dtype, device=ref.device) for s in self.cache_specs(batch))
+
+    def example_inputs(self, batch: int = 1, position: int = 0) -> tuple[torch.Tensor, ...]:
+        """``(tokens, position, *caches)`` for one decode step; tokens are seeded random."""
+        c = self.config
+        if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < c.max_seq_len:
+            raise ValueError(f"position must be an integer in [0, max_seq_len={c.max_seq_len}), got {position!r}")
+        caches = self.init_caches(batch)  # validates batch
+        device = self.embed_tokens.weight.device
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        tokens = torch.randint(c.vocab_size, (batch, 1), generator=gen, dtype=torch.int64).to(device)
+        pos = torch.tensor([position], dtype=torch.int64).to(device)
+        return (tokens, pos, *caches)
+
+    # -- decode step ---------------------------------------------------------
+
+    def forward(
+        self, tokens: torch.Tensor, position: torch.Tensor, *caches: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        self._check_inputs(tokens, position, caches)
+        x = self.embed_tokens(tokens[:, 0])  # (B, H)
+        rope = rotary_cos_sin(position, self.config.rotary_dim, self.config.rope_theta, x.dtype)
+        new_caches: list[torch.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            x, a, b = layer(x, position, rope, caches[2 * i], caches[2 * i + 1])
+            new_caches += [a, b]
+        logits = self.lm_head(self.norm(x))  # (B, V)
+        return (logits, *new_caches)
+
+    def _check_inputs(self, tokens: torch.Tensor, position: torch.Tensor, caches: tuple[torch.Tensor, ...]) -> None:
+        # Shape checks only: they are static under export, value checks are not.
+        if tokens.dim() != 2 or tokens.shape[1] != 1 or tokens.dtype != torch.int64:
+            raise ValueError(
+                f"tokens must be (B, 1) int64 (one decode token per sequence), got "
+                f"{tuple(tokens.shape)} {tokens.dtype}"
+            )
+        if tuple(position.shape) != (1,) or position.dtype != torch.int64:
+            raise ValueError(f"position must be a (1,) int64 tensor, got {tuple(position.shape)} {position.dtype}")
+        specs = self.cache_specs(int(tokens.shape[0]))
+        if len(caches) != len(specs):
+            raise ValueError(
+                f"expected {len(specs)} cache tensors (two per layer: "
+                f"{', '.join(s.name for s in specs[:4])}, ...), got {len(caches)}; "
+                "use model.init_caches(batch)"
+            )
+        for spec, t in zip(specs, caches):
+            if tuple(t.shape) != spec.shape:
+                raise ValueError(f"cache {spec.name} must have shape {spec.shape}, got {tuple(t.shape)}")

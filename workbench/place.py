@@ -1,0 +1,365 @@
+"""Placement: which op runs on which device, and which ops fuse into delegates.
+
+``place(program, rules)`` decides a device for every op, then groups each device's ops
+into *delegates* — the units a backend compiles and launches.
+
+Rules:
+1. An op no rule claims runs on ``cpu``.
+2. ``getitem`` nodes run where the op that produced their tuple runs; ops that produce
+   no tensor (symbolic sizes) run on ``cpu`` and are never matched.
+3. A node claimed for two different devices is an error; patterns that claim nothing are
+   reported (a warning, or an error with ``strict=True``).
+4. Ops placed on the same device that are connected by data fuse into one delegate,
+   unless fusing would make the delegates depend on each other in a cycle. Host ops are
+   not delegated.
+
+Rules are either a mapping ``{device: [pattern, ...]}`` or a callable ``node -> device | None``.
+A pattern is one of:
+
+- an op name, matched against the full name or the name without overload:
+  ``"aten.mm"`` matches ``aten.mm.default``; globs work: ``"aten.*"``, ``"*.addmm*"``;
+- ``"module:<glob>"``, matched against the module path the op was traced in
+  (``"module:layers.*.mlp.experts"``), including enclosing modules;
+- ``"node:<glob>"``, matched against the node name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence, Union
+
+import pandas as pd
+import torch
+import torch.fx
+
+from ._tensors import op_name, packet_name, produces_tensors
+from .capture import Program
+from .devices import CPU, Device, DeviceError
+
+__all__ = ["Delegate", "Placement", "PlacementError", "PlacementWarning", "place"]
+
+Rules = Union[Mapping[str, Union[str, Sequence[str]]], Callable[[torch.fx.Node], object]]
+
+PARTITIONERS = ("workbench", "fx")
+
+
+class PlacementError(ValueError):
+    """The placement rules are malformed or contradict each other."""
+
+
+class PlacementWarning(UserWarning):
+    """A placement rule that claimed no op."""
+
+
+@dataclass(frozen=True)
+class Delegate:
+    """A group of ops fused for one device, launched as one unit."""
+
+    name: str  # "delegate_0", numbered in order of their first op
+    device: Device  # where every op of the group runs
+    nodes: tuple[str, ...]  # node names, in execution order
+
+
+@dataclass(frozen=True, eq=False)
+class Placement:
+    """The result of ``place``: a device for every op and the delegates they form."""
+
+    program: Program
+    node_device: Mapping[str, Device]  # every call_function node → its device
+    delegates: tuple[Delegate, ...]  # device groups, in order of their first op
+    node_delegate: Mapping[str, str]  # node in a delegate → delegate name
+    unmatched: tuple[str, ...]  # rule patterns that claimed no op
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        """Devices that run at least one op, host first."""
+        return tuple(sorted(set(self.node_device.values()), key=lambda d: (not d.is_host, d)))
+
+    def ops_on(self, device: Union[str, Device]) -> tuple[str, ...]:
+        dev = Device.parse(device)
+        return tuple(n for n, d in self.node_device.items() if d == dev)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per op: name, op, device, delegate."""
+        rows = []
+        for node in self.program.graph.nodes:
+            if node.name in self.node_device:
+                rows.append(
+                    {
+                        "node": node.name,
+                        "op": op_name(node),
+                        "device": str(self.node_device[node.name]),
+                        "delegate": self.node_delegate.get(node.name),
+                    }
+                )
+        return pd.DataFrame(rows, columns=["node", "op", "device", "delegate"])
+
+
+def place(
+    program: Program,
+    rules: Rules,
+    *,
+    strict: bool = False,
+    partitioner: str = "workbench",
+) -> Placement:
+    """Assign every op of ``program`` a device and fuse same-device ops into delegates.
+
+    Args:
+        program: from ``capture``.
+        rules: ``{device: [pattern, ...]}`` or a callable ``node -> device | None``
+            (see the module docstring for patterns).
+        strict: raise instead of warning when a pattern claims no op.
+        partitioner: ``"workbench"`` (default; near-linear time) or ``"fx"``
+            (``torch.fx``'s ``CapabilityBasedPartitioner``, which also fuses independent
+            siblings but grows quadratically: fine for a few hundred ops).
+    """
+    if not isinstance(program, Program):
+        raise PlacementError(
+            f"place expects a Program from workbench.capture, got {type(program).__name__}"
+        )
+    if partitioner not in PARTITIONERS:
+        raise PlacementError(
+            f"unknown partitioner {partitioner!r}; valid ones are {', '.join(PARTITIONERS)}"
+        )
+    graph = program.graph
+    if callable(rules) and not isinstance(rules, Mapping):
+        node_device, unmatched = _apply_callable(graph, rules), ()
+    elif isinstance(rules, Mapping):
+        node_device, unmatched = _apply_patterns(graph, _parse_rules(rules))
+    else:
+        raise PlacementError(
+            "rules must be a mapping {device: [op patterns]} such as "
+            "{'cuda:0': ['aten.mm', 'aten.add']}, or a callable node -> device | None; "
+            f"got {type(rules).__name__}"
+        )
+    if unmatched:
+        message = (
+            f"placement rule pattern(s) {', '.join(repr(p) for p in unmatched)} matched no op "
+            f"in a graph of {program.num_ops()} ops"
+        )
+        if strict:
+            raise PlacementError(message)
+        warnings.warn(message, PlacementWarning, stacklevel=2)
+    _follow_producers(graph, node_device)
+    if partitioner == "fx":
+        groups = _fx_partition(program.graph_module, node_device)
+    else:
+        groups = _fuse(graph, node_device)
+    delegates = tuple(
+        Delegate(f"delegate_{i}", device, tuple(nodes)) for i, (device, nodes) in enumerate(groups)
+    )
+    node_delegate = {n: d.name for d in delegates for n in d.nodes}
+    return Placement(program, node_device, delegates, node_delegate, tuple(unmatched))
+
+
+# --- rules -------------------------------------------------------------------------
+
+
+def _parse_rules(rules: Mapping) -> list[tuple[Device, str, str, str]]:
+    """Validate a rule mapping into (device, kind, glob, original pattern) tuples."""
+    parsed = []
+    for key, patterns in rules.items():
+        try:
+            device = Device.parse(key)
+        except DeviceError as exc:
+            raise PlacementError(f"bad device in placement rules: {exc}") from None
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        if not isinstance(patterns, Iterable) or isinstance(patterns, (bytes, Mapping)):
+            raise PlacementError(
+                f"rules[{key!r}] must be a list of op patterns (strings), got "
+                f"{type(patterns).__name__}"
+            )
+        for pattern in patterns:
+            if not isinstance(pattern, str) or not pattern.strip():
+                raise PlacementError(
+                    f"rules[{key!r}] holds {pattern!r}; a pattern is a non-empty string such as "
+                    "'aten.mm', 'aten.*', 'module:layers.*.mlp' or 'node:linear_3'"
+                )
+            kind, _, text = pattern.partition(":")
+            if kind in ("module", "node") and text:
+                parsed.append((device, kind, text.strip(), pattern))
+            elif ":" in pattern:
+                raise PlacementError(
+                    f"pattern {pattern!r} has an unknown prefix {kind!r}; valid prefixes are "
+                    "'module:' and 'node:' (plain patterns match op names)"
+                )
+            else:
+                parsed.append((device, "op", pattern.strip().removeprefix("torch.ops."), pattern))
+    return parsed
+
+
+def _module_paths(node: torch.fx.Node) -> list[str]:
+    stack = node.meta.get("nn_module_stack") or {}
+    return [path for path, _type in stack.values() if path]
+
+
+@functools.lru_cache(maxsize=16384)
+def _op_matches(full: str, packet: str, glob: str) -> bool:
+    return fnmatch.fnmatchcase(full, glob) or fnmatch.fnmatchcase(packet, glob)
+
+
+def _matches(node: torch.fx.Node, kind: str, glob: str) -> bool:
+    if kind == "op":
+        return _op_matches(op_name(node), packet_name(node), glob)
+    if kind == "node":
+        return fnmatch.fnmatchcase(node.name, glob)
+    return any(fnmatch.fnmatchcase(path, glob) for path in _module_paths(node))
+
+
+def _placeable(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and op_name(node) != "getitem" and produces_tensors(node)
+
+
+def _apply_patterns(graph: torch.fx.Graph, parsed) -> tuple[dict[str, Device], list[str]]:
+    node_device: dict[str, Device] = {}
+    claimed_by: dict[str, str] = {}
+    used: set[str] = set()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        node_device[node.name] = CPU
+        if not _placeable(node):
+            continue
+        for device, kind, glob, original in parsed:
+            if not _matches(node, kind, glob):
+                continue
+            used.add(original)
+            previous = claimed_by.get(node.name)
+            if previous is not None and node_device[node.name] != device:
+                raise PlacementError(
+                    f"op {node.name!r} ({op_name(node)}) is claimed by pattern {previous!r} for "
+                    f"{node_device[node.name]} and by pattern {original!r} for {device}; "
+                    "make the patterns disjoint"
+                )
+            node_device[node.name] = device
+            claimed_by[node.name] = original
+    unmatched = []
+    for _device, _kind, _glob, original in parsed:
+        if original not in used and original not in unmatched:
+            unmatched.append(original)
+    return node_device, unmatched
+
+
+def _apply_callable(graph: torch.fx.Graph, rule: Callable) -> dict[str, Device]:
+    node_device: dict[str, Device] = {}
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        node_device[node.name] = CPU
+        if not _placeable(node):
+            continue
+        try:
+            answer = rule(node)
+        except Exception as exc:
+            raise PlacementError(
+                f"the placement callable raised on node {node.name!r} ({op_name(node)}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if answer is None:
+            continue
+        if not isinstance(answer, (str, Device)):
+            raise PlacementError(
+                f"the placement callable returned {answer!r} ({type(answer).__name__}) for node "
+                f"{node.name!r}; it must return a device string such as 'cuda:0', a Device, or None"
+            )
+        try:
+            node_device[node.name] = Device.parse(answer)
+        except DeviceError as exc:
+            raise PlacementError(
+                f"the placement callable returned {answer!r} for node {node.name!r}: {exc}"
+            ) from None
+    return node_device
+
+
+def _follow_producers(graph: torch.fx.Graph, node_device: dict[str, Device]) -> None:
+    for node in graph.nodes:
+        if node.op == "call_function" and op_name(node) == "getitem":
+            source = node.args[0]
+            if isinstance(source, torch.fx.Node) and source.name in node_device:
+                node_device[node.name] = node_device[source.name]
+
+
+# --- fusion ------------------------------------------------------------------------
+
+
+def _fuse(graph: torch.fx.Graph, node_device: Mapping[str, Device]) -> list[tuple[Device, list[str]]]:
+    """Group device ops into acyclic delegates in one pass over the graph, O(nodes + edges).
+
+    Each node gets a *stage*; delegates are the connected groups of same-device ops on
+    the same stage, joined by direct edges.
+
+    Invariants:
+    1. Stages never decrease along an edge. Graph inputs are stage 0; an edge into a node
+       adds 1 when it leaves a device for the host or for another device, else 0.
+    2. An edge from a delegate to any node outside it strictly increases the stage: a
+       same-device successor on the same stage would have joined the delegate.
+    3. Hence no path can leave a delegate and come back to it: the delegates, contracted
+       to single nodes, form a DAG and can run in order.
+    4. Ops connected on one device with nothing host- or other-device-computed in between
+       share a stage, so chains and diamonds on one device fuse into one delegate.
+    """
+    stage: dict[torch.fx.Node, int] = {}
+    parent: dict[torch.fx.Node, torch.fx.Node] = {}
+
+    def find(x: torch.fx.Node) -> torch.fx.Node:
+        root = x
+        while parent[root] is not root:
+            root = parent[root]
+        while parent[x] is not root:
+            parent[x], x = root, parent[x]
+        return root
+
+    for node in graph.nodes:
+        if node.op != "call_function":
+            stage[node] = 0
+            continue
+        device = node_device.get(node.name, CPU)
+        s = 0
+        for a in node.all_input_nodes:
+            source = node_device.get(a.name) if a.op == "call_function" else None
+            leaves_device = source is not None and not source.is_host and source != device
+            s = max(s, stage[a] + leaves_device)
+        stage[node] = s
+        if device.is_host:
+            continue
+        parent[node] = node
+        for a in node.all_input_nodes:
+            if a in parent and node_device.get(a.name) == device and stage[a] == s:
+                ra, rn = find(a), find(node)
+                if ra is not rn:
+                    parent[rn] = ra
+    groups: dict[torch.fx.Node, list[str]] = {}
+    for node in parent:  # insertion order is graph order
+        groups.setdefault(find(node), []).append(node.name)
+    return [(node_device[names[0]], names) for names in groups.values()]
+
+
+def _fx_partition(
+    gm: torch.fx.GraphModule, node_device: Mapping[str, Device]
+) -> list[tuple[Device, list[str]]]:
+    """Delegates from ``torch.fx``'s ``CapabilityBasedPartitioner``, one device at a time."""
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    class _OnDevice(OperatorSupportBase):
+        def __init__(self, device: Device) -> None:
+            self.device = device
+
+        def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:  # noqa: ANN001
+            return node_device.get(node.name) == self.device
+
+    order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
+    groups = []
+    for device in sorted({d for d in node_device.values() if not d.is_host}):
+        partitions = CapabilityBasedPartitioner(
+            gm, _OnDevice(device), allows_single_node_partition=True
+        ).propose_partitions()
+        for partition in partitions:
+            names = sorted((n.name for n in partition.nodes), key=order.__getitem__)
+            groups.append((device, names))
+    groups.sort(key=lambda g: order[g[1][0]])
+    return groups

@@ -1,0 +1,502 @@
+"""Device propagation and copy insertion: every value gets a device; crossings get copies.
+
+``propagate(placement)`` turns a placed program into a ``DeviceGraph``: a copy of the
+exported graph in which every value has a device and every host↔device or
+device↔device crossing is an explicit copy node (``workbench::h2d_copy`` …).
+
+Rules (DESIGN.md §3):
+1. Ops not placed on a device run on ``cpu`` (``place``'s job).
+2. Every value lives on the device of the op that produced it.
+3. A consumer on device D of a value on device S ≠ D reads it through a copy:
+   ``h2d`` (cpu → D), ``d2h`` (D → cpu) or ``d2d`` (D1 → D2, direct, not via the host).
+4. One copy per (value, target device), shared by all consumers there, inserted just
+   before the first of them. No value goes to a device and back.
+5. Graph inputs are on ``cpu``; with ``skip_h2d_for_method_inputs`` an input whose device
+   consumers run on device D is supplied on D, whatever its number of users (when its
+   consumers span several devices, the one with most consumers wins and the others read
+   it through ``d2d``); its host consumers read it through one ``d2h``.
+6. Graph outputs on a device get one ``d2h`` unless ``skip_d2h_for_method_outputs``:
+   then they are returned where they were computed.
+7. Parameters, buffers and constants are resident on every device that uses them:
+   placed once at load, never copied per call; ``constant_bytes`` counts one copy per
+   device. A chain of view ops over a constant (``permute(weight)``) is recomputed on each
+   device that reads it, so it never causes a copy either.
+8. Copies are real nodes calling ``torch.library`` ops, so the graph still runs as plain
+   PyTorch (``DeviceGraph.module()``) and exports (``DeviceGraph.exported_program()``).
+9. Every copy records why it exists: which consumers needed which value on which device.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Mapping
+
+import pandas as pd
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
+
+from ._tensors import is_view_op, node_nbytes, op_name, value_of
+from .copy_ops import OP_FOR_KIND, is_copy_node
+from .devices import CPU, Device
+from .place import Placement
+
+__all__ = ["CopyRecord", "DeviceGraph", "PropagationError", "propagate"]
+
+
+class PropagationError(ValueError):
+    """The placement cannot be propagated as asked."""
+
+
+@dataclass(frozen=True)
+class CopyRecord:
+    """One copy node: what it moves, from where to where, and why."""
+
+    name: str  # the copy node's name in DeviceGraph.graph
+    kind: str  # "h2d" | "d2h" | "d2d"
+    value: str  # name of the node whose value is copied
+    src: Device  # where the value lives
+    dst: Device  # where the consumers need it
+    nbytes: int  # bytes moved per call (upper bound for dynamic sizes)
+    consumers: tuple[str, ...]  # nodes reading the copy ("output" for a returned value)
+    reason: str  # one sentence: who needs it where, and where it lives
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceGraph:
+    """A program whose every value has a device, with copies as graph nodes."""
+
+    placement: Placement
+    graph: torch.fx.Graph  # the propagated graph (placeholders as in the exported program)
+    node_device: Mapping[str, Device]  # every placeholder and call_function node → its device
+    copies: tuple[CopyRecord, ...]  # in graph order
+    residency: Mapping[str, tuple[Device, ...]]  # constant placeholder → devices holding it
+    input_devices: Mapping[str, Device]  # user input → the device the caller supplies it on
+    user_outputs: tuple[str, ...]  # nodes returned to the caller, in order
+    output_specs: tuple[OutputSpec, ...]  # the exported signature's outputs, renamed
+    skip_h2d_for_method_inputs: bool
+    skip_d2h_for_method_outputs: bool
+    _order: Mapping[str, int] = field(repr=False, default_factory=dict)
+
+    @property
+    def program(self):
+        return self.placement.program
+
+    @property
+    def output_devices(self) -> tuple[Device, ...]:
+        """The device of each user output as returned."""
+        return tuple(self.node_device[n] for n in self.user_outputs)
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        """Every device that holds a value or a constant, host first."""
+        devs = set(self.node_device.values())
+        for held in self.residency.values():
+            devs.update(held)
+        return tuple(sorted(devs, key=lambda d: (not d.is_host, d)))
+
+    @cached_property
+    def constant_bytes(self) -> dict[str, int]:
+        """Bytes of parameters, buffers and constants resident on each device."""
+        out: dict[str, int] = {str(d): 0 for d in self.devices}
+        nodes = {n.name: n for n in self.graph.nodes if n.op == "placeholder"}
+        for name, held in self.residency.items():
+            nbytes = node_nbytes(nodes[name])
+            for device in held:
+                out[str(device)] += nbytes
+        return out
+
+    def copy_counts(self) -> dict[str, int]:
+        """Number of copies per kind."""
+        counts = {"h2d": 0, "d2h": 0, "d2d": 0}
+        for c in self.copies:
+            counts[c.kind] += 1
+        return counts
+
+    def copy_bytes(self) -> dict[str, int]:
+        """Bytes moved per call, per copy kind."""
+        moved = {"h2d": 0, "d2h": 0, "d2d": 0}
+        for c in self.copies:
+            moved[c.kind] += c.nbytes
+        return moved
+
+    def copies_dataframe(self) -> pd.DataFrame:
+        """One row per copy."""
+        columns = ["name", "kind", "value", "src", "dst", "nbytes", "consumers", "reason"]
+        rows = [
+            {
+                "name": c.name,
+                "kind": c.kind,
+                "value": c.value,
+                "src": str(c.src),
+                "dst": str(c.dst),
+                "nbytes": c.nbytes,
+                "consumers": ", ".join(c.consumers),
+                "reason": c.reason,
+            }
+            for c in self.copies
+        ]
+        return pd.DataFrame(rows, columns=columns)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per node: name, op, role, device, delegate, shape, dtype, nbytes."""
+        rows = []
+        delegates = self.placement.node_delegate
+        for node in self.graph.nodes:
+            if node.op == "output":
+                continue
+            val = value_of(node)
+            rows.append(
+                {
+                    "node": node.name,
+                    "op": op_name(node),
+                    "role": _role(self, node),
+                    "device": str(self.node_device[node.name]),
+                    "delegate": delegates.get(node.name),
+                    "shape": tuple(val.shape) if isinstance(val, torch.Tensor) else None,
+                    "dtype": str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else None,
+                    "nbytes": node_nbytes(node),
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def order_of(self, name: str) -> int:
+        """Execution index of a node."""
+        return self._order[name]
+
+    @cached_property
+    def graph_module(self) -> torch.fx.GraphModule:
+        """The propagated graph as a GraphModule (same calling convention as the
+        exported program's ``graph_module``: constants first, then user inputs)."""
+        return torch.fx.GraphModule(self.program.graph_module, self.graph)
+
+    def module(self) -> torch.nn.Module:
+        """The propagated graph as a plain module: ``dg.module()(*inputs)`` returns what the
+        original model returns, with every copy executed as a real (host) copy."""
+        return _PropagatedModule(self)
+
+    def exported_program(self) -> ExportedProgram:
+        """The propagated graph as a ``torch.export.ExportedProgram`` (copies included)."""
+        ep = self.program.exported
+        signature = ExportGraphSignature(
+            input_specs=list(ep.graph_signature.input_specs),
+            output_specs=list(self.output_specs),
+        )
+        return ExportedProgram(
+            root=self.graph_module,
+            graph=self.graph_module.graph,
+            graph_signature=signature,
+            state_dict=ep.state_dict,
+            range_constraints=ep.range_constraints,
+            module_call_graph=copy.deepcopy(ep.module_call_graph),
+            example_inputs=ep.example_inputs,
+            constants=ep.constants,
+        )
+
+
+class _PropagatedModule(torch.nn.Module):
+    """Runs a DeviceGraph's graph with the program's constants bound."""
+
+    def __init__(self, dg: DeviceGraph) -> None:
+        super().__init__()
+        self.gm = dg.graph_module
+        ep = dg.program.exported
+        self._in_spec = ep.call_spec.in_spec
+        self._out_spec = ep.call_spec.out_spec
+        self._slots = [
+            (spec.kind.name, dg.program.constants.get(spec.arg.name))
+            for spec in ep.graph_signature.input_specs
+        ]
+        self._constants = {
+            name: dg.program.constant_tensor(name) for name in dg.program.constants
+        }
+        self._names = [spec.arg.name for spec in ep.graph_signature.input_specs]
+        self._user_positions = [
+            i for i, spec in enumerate(dg.output_specs) if spec.kind == OutputKind.USER_OUTPUT
+        ]
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if self._in_spec is not None and spec != self._in_spec:
+            raise TypeError(
+                f"inputs do not match the captured signature: expected {self._in_spec}, got {spec}"
+            )
+        flat_iter = iter(flat)
+        call_args = [
+            self._constants[name] if name in self._constants else next(flat_iter)
+            for name in self._names
+        ]
+        out = self.gm(*call_args)
+        if not isinstance(out, (tuple, list)):
+            out = (out,)
+        user = [out[i] for i in self._user_positions]
+        return pytree.tree_unflatten(user, self._out_spec)
+
+
+def _role(dg: DeviceGraph, node: torch.fx.Node) -> str:
+    if node.op == "placeholder":
+        return dg.program.constant_kinds.get(node.name, "input")
+    if is_copy_node(node):
+        return "copy"
+    if node.name in dg.user_outputs:
+        return "output"
+    return "op"
+
+
+# --- the pass ----------------------------------------------------------------------
+
+
+def propagate(
+    placement: Placement,
+    skip_h2d_for_method_inputs: bool = False,
+    skip_d2h_for_method_outputs: bool = False,
+) -> DeviceGraph:
+    """Give every value a device and insert the copies the placement requires.
+
+    Args:
+        placement: from ``place``.
+        skip_h2d_for_method_inputs: the caller supplies graph inputs already on the
+            device that consumes them (no h2d copy; the caller owns that memory).
+        skip_d2h_for_method_outputs: device outputs are returned on their device (no d2h
+            copy; the caller owns that memory).
+    """
+    if not isinstance(placement, Placement):
+        raise PropagationError(
+            f"propagate expects a Placement from workbench.place, got {type(placement).__name__}"
+        )
+    return _Propagator(placement, bool(skip_h2d_for_method_inputs), bool(skip_d2h_for_method_outputs)).run()
+
+
+class _Propagator:
+    """One pass over the captured graph, building the propagated graph node by node.
+
+    Copies and constant views are emitted right before their first consumer, so the
+    new graph is built in order with no later rewiring.
+    """
+
+    def __init__(self, placement: Placement, skip_h2d: bool, skip_d2h: bool) -> None:
+        self.placement = placement
+        self.program = placement.program
+        self.skip_h2d = skip_h2d
+        self.skip_d2h = skip_d2h
+        self.graph = torch.fx.Graph()
+        self.env: dict[torch.fx.Node, torch.fx.Node] = {}  # captured node → new node
+        self.device: dict[torch.fx.Node, Device] = {}  # new node → device
+        self.copy_for: dict[tuple[torch.fx.Node, Device], torch.fx.Node] = {}
+        self.copy_info: dict[torch.fx.Node, tuple[str, Device, Device, list[str]]] = {}
+        self.view_for: dict[tuple[torch.fx.Node, Device], torch.fx.Node] = {}
+        self.reserved = {n.name for n in self.program.graph.nodes}
+        self.used_names: set[str] = set()
+        self.constants: dict[torch.fx.Node, None] = {}  # new constant placeholders, in order
+        self.constant_views = _constant_views(self.program)  # captured view nodes over constants
+
+    def run(self) -> DeviceGraph:
+        placed = self.placement.node_device
+        input_devices = self._input_devices(placed)
+        for old in self.program.graph.nodes:
+            if old.op == "placeholder":
+                new = self.graph.node_copy(old)
+                self.env[old] = new
+                if old.name in self.program.constants:
+                    self.constants[new] = None
+                    self.device[new] = CPU
+                else:
+                    self.device[new] = input_devices[old.name]
+            elif old.op == "call_function":
+                if old in self.constant_views:
+                    continue  # emitted on demand, on each device that reads it
+                target = placed[old.name]
+                new = self.graph.node_copy(old, lambda a: self._read(a, target, old.name))
+                self.env[old] = new
+                self.device[new] = target
+            elif old.op == "output":
+                self._outputs(old)
+            else:
+                raise PropagationError(
+                    f"node {old.name!r} has op {old.op!r}; exported programs hold only "
+                    "placeholders, call_function nodes and one output"
+                )
+        return self._result(input_devices)
+
+    # rule 5
+    def _input_devices(self, placed: Mapping[str, Device]) -> dict[str, Device]:
+        devices = {}
+        for node in self.program.graph.nodes:
+            if node.op != "placeholder" or node.name in self.program.constants:
+                continue
+            device = CPU
+            if self.skip_h2d:
+                counts = Counter(
+                    placed[u.name] for u in node.users if u.op == "call_function" and not placed[u.name].is_host
+                )
+                if counts:
+                    device = min(counts, key=lambda d: (-counts[d], d))
+            devices[node.name] = device
+        return devices
+
+    # rules 3, 4, 7: what a consumer on ``target`` reads for the captured value ``old``
+    def _read(self, old: torch.fx.Node, target: Device, consumer: str) -> torch.fx.Node:
+        if old in self.constant_views:
+            return self._view_on(old, target)
+        value = self.env[old]
+        if value in self.constants or self.device[value] == target:
+            return value
+        if not isinstance(value_of(value), torch.Tensor):
+            return value
+        return self._copy(value, target, consumer)
+
+    # rule 6 (and buffer mutations, which go back where their buffer lives)
+    def _outputs(self, old: torch.fx.Node) -> None:
+        specs = self.program.exported.graph_signature.output_specs
+        placed = self.placement.node_device
+        outs = []
+        for arg, spec in zip(old.args[0], specs):
+            if not isinstance(arg, torch.fx.Node):
+                outs.append(arg)
+                continue
+            if arg in self.constant_views:
+                outs.append(self._view_on(arg, placed[arg.name]))
+                continue
+            value = self.env[arg]
+            if value in self.constants or not isinstance(value_of(value), torch.Tensor):
+                outs.append(value)
+                continue
+            here = self.device[value]
+            if spec.kind == OutputKind.USER_OUTPUT:
+                want = here if self.skip_d2h else CPU
+            elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+                want = self.device[self._placeholder(spec.target)]
+            else:
+                want = CPU
+            outs.append(value if want == here else self._copy(value, want, "output"))
+        new = self.graph.output(tuple(outs))
+        new.meta = copy.copy(old.meta)
+
+    def _placeholder(self, name: str) -> torch.fx.Node:
+        for old, new in self.env.items():
+            if old.op == "placeholder" and old.name == name:
+                return new
+        raise PropagationError(f"no input named {name!r}")
+
+    def _fresh_name(self, base: str) -> str:
+        """A node name that no captured node has, so captured names never change."""
+        name, i = base, 1
+        while name in self.reserved or name in self.used_names:
+            name, i = f"{base}_{i}", i + 1
+        self.used_names.add(name)
+        return name
+
+    def _copy(self, value: torch.fx.Node, target: Device, consumer: str) -> torch.fx.Node:
+        key = (value, target)
+        found = self.copy_for.get(key)
+        if found is None:
+            src = self.device[value]
+            kind = "h2d" if src.is_host else ("d2h" if target.is_host else "d2d")
+            tag = "cpu" if target.is_host else f"{target.type}{target.index}"
+            found = self.graph.create_node(
+                "call_function",
+                OP_FOR_KIND[kind],
+                (value, str(src), str(target)),
+                {},
+                name=self._fresh_name(f"{value.name}_to_{tag}"),
+            )
+            found.meta["val"] = value.meta.get("val")
+            if "tensor_meta" in value.meta:
+                found.meta["tensor_meta"] = value.meta["tensor_meta"]
+            self.device[found] = target
+            self.copy_for[key] = found
+            self.copy_info[found] = (kind, src, target, [])
+        self.copy_info[found][3].append(consumer)
+        return found
+
+    def _view_on(self, old: torch.fx.Node, target: Device) -> torch.fx.Node:
+        """The view ``old`` of a constant, emitted on ``target`` (once per device)."""
+        key = (old, target)
+        found = self.view_for.get(key)
+        if found is not None:
+            return found
+        placed = self.placement.node_device.get(old.name)
+        if placed == target:
+            name = old.name
+            self.used_names.add(name)
+        else:
+            tag = "cpu" if target.is_host else f"{target.type}{target.index}"
+            name = self._fresh_name(f"{old.name}_on_{tag}")
+        args = torch.fx.node.map_arg(old.args, lambda a: self._view_input(a, target))
+        kwargs = torch.fx.node.map_arg(old.kwargs, lambda a: self._view_input(a, target))
+        found = self.graph.create_node("call_function", old.target, args, kwargs, name=name)
+        found.meta = copy.copy(old.meta)
+        self.device[found] = target
+        self.view_for[key] = found
+        return found
+
+    def _view_input(self, old: torch.fx.Node, target: Device) -> torch.fx.Node:
+        return self._view_on(old, target) if old in self.constant_views else self.env[old]
+
+    def _result(self, input_devices: dict[str, Device]) -> DeviceGraph:
+        graph = self.graph
+        order = {node.name: i for i, node in enumerate(graph.nodes)}
+        residency = {}
+        for const in self.constants:
+            held = {self.device[u] if u.op == "call_function" else CPU for u in const.users}
+            residency[const.name] = tuple(sorted(held, key=lambda d: (not d.is_host, d)))
+            if held:
+                self.device[const] = min(held, key=lambda d: (d.is_host, d))
+        by_name = {node.name: node for node in graph.nodes}
+        copies = [self._record(node, by_name) for node in graph.nodes if node in self.copy_info]
+        output = graph.output_node()
+        specs = []
+        for spec, arg in zip(self.program.exported.graph_signature.output_specs, output.args[0]):
+            if isinstance(arg, torch.fx.Node) and isinstance(spec.arg, TensorArgument):
+                spec = OutputSpec(kind=spec.kind, arg=TensorArgument(name=arg.name), target=spec.target)
+            specs.append(spec)
+        user_outputs = tuple(
+            s.arg.name for s in specs if s.kind == OutputKind.USER_OUTPUT and hasattr(s.arg, "name")
+        )
+        node_device = {n.name: d for n, d in self.device.items()}
+        return DeviceGraph(
+            placement=self.placement,
+            graph=graph,
+            node_device=node_device,
+            copies=tuple(copies),
+            residency=residency,
+            input_devices=input_devices,
+            user_outputs=user_outputs,
+            output_specs=tuple(specs),
+            skip_h2d_for_method_inputs=self.skip_h2d,
+            skip_d2h_for_method_outputs=self.skip_d2h,
+            _order=order,
+        )
+
+    def _record(self, node: torch.fx.Node, by_name: Mapping[str, torch.fx.Node]) -> CopyRecord:
+        kind, src, dst, consumers = self.copy_info[node]
+        value = node.args[0]
+        where = "a graph input" if value.op == "placeholder" else f"computed by {op_name(value)}"
+        needers = [
+            "the graph output" if name == "output" else f"{name} ({op_name(by_name[name])})"
+            for name in consumers
+        ]
+        reason = (
+            f"{', '.join(needers)} on {dst} read{'s' if len(needers) == 1 else ''} "
+            f"{value.name!r}, {where} on {src}"
+        )
+        return CopyRecord(node.name, kind, value.name, src, dst, node_nbytes(value), tuple(consumers), reason)
+
+
+def _constant_views(program) -> set[torch.fx.Node]:
+    """Captured view nodes whose tensor inputs are all constants or such views (rule 7)."""
+    derived = {n for n in program.graph.nodes if n.op == "placeholder" and n.name in program.constants}
+    views = set()
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not is_view_op(node.target):
+            continue
+        inputs = [a for a in node.all_input_nodes if isinstance(value_of(a), torch.Tensor)]
+        if inputs and all(a in derived for a in inputs):
+            derived.add(node)
+            views.add(node)
+    return views

@@ -1,0 +1,84 @@
+"""The runtime: device memory, copies, the cost model and timelines.
+
+- ``allocators``: ``DeviceAllocator`` (host, simulated cuda, CuPy cuda) and the registry.
+- ``buffers``: ``DeviceBuffer``, one allocation freed exactly once; live-byte counters.
+- ``tensors``: which device a tensor is on; ``to_device``/``clone_to``/``to_host``.
+- ``cost_model``: link, device and host figures; copy and roofline times; ``op_cost``.
+- ``timeline``: ``Event``, ``Timeline`` and the ``StreamScheduler`` for modeled time.
+- ``cuda``: whether CUDA can run here, and the CuPy allocator.
+"""
+
+from .allocators import (
+    BACKENDS,
+    Allocation,
+    AllocatorError,
+    AllocatorRegistry,
+    DeviceAllocator,
+    DoubleFreeError,
+    HostAllocator,
+    SimDeviceAllocator,
+    UnknownBackendError,
+    UnregisteredDeviceTypeError,
+    UseAfterFreeError,
+    check_backend,
+    find_allocation,
+    live_allocations,
+    live_bytes,
+    live_bytes_by_device,
+    registry_for_backend,
+    shared_registry,
+)
+from .buffers import DeviceBuffer
+from .cost_model import COPY_KINDS, CostModel, CostModelWarning, OpCost, dtype_class, op_cost
+from .cuda import (
+    CudaUnavailableError,
+    CupyDeviceAllocator,
+    cuda_available,
+    cuda_unavailable_reason,
+    default_backend,
+)
+from .tensors import buffer_of, clone_to, device_of, to_device, to_host, typed_view
+from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
+
+__all__ = [
+    "BACKENDS",
+    "COPY_KINDS",
+    "EVENT_KINDS",
+    "Allocation",
+    "AllocatorError",
+    "AllocatorRegistry",
+    "CostModel",
+    "CostModelWarning",
+    "CudaUnavailableError",
+    "CupyDeviceAllocator",
+    "DeviceAllocator",
+    "DeviceBuffer",
+    "DoubleFreeError",
+    "Event",
+    "HostAllocator",
+    "OpCost",
+    "SimDeviceAllocator",
+    "StreamScheduler",
+    "Timeline",
+    "UnknownBackendError",
+    "UnregisteredDeviceTypeError",
+    "UseAfterFreeError",
+    "buffer_of",
+    "check_backend",
+    "clone_to",
+    "cuda_available",
+    "cuda_unavailable_reason",
+    "default_backend",
+    "device_of",
+    "dtype_class",
+    "find_allocation",
+    "live_allocations",
+    "live_bytes",
+    "live_bytes_by_device",
+    "op_cost",
+    "registry_for_backend",
+    "shared_registry",
+    "to_device",
+    "to_host",
+    "typed_view",
+]

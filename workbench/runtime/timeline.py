@@ -1,0 +1,224 @@
+"""Timelines: what ran where and when, and a stream scheduler for modeled time.
+
+An ``Event`` is one copy or compute step on one (device, stream) lane, with start and
+end in microseconds. A ``Timeline`` summarises a run's events. ``StreamScheduler`` places
+events in modeled time the way CUDA streams order work:
+
+1. Work on one (device, stream) runs in issue order, one item at a time.
+2. An item starts at the later of: its stream being free, and the end of each event it
+   depends on (``deps``).
+3. Streams are otherwise independent, so a copy on a copy stream overlaps compute on the
+   compute stream whenever rule 2 allows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Iterable, Sequence, Union
+
+import pandas as pd
+
+from ..devices import Device
+
+EVENT_KINDS: tuple[str, ...] = ("h2d", "d2h", "d2d", "compute", "host")
+COPY_EVENT_KINDS: tuple[str, ...] = ("h2d", "d2h", "d2d")
+COMPUTE_EVENT_KINDS: tuple[str, ...] = ("compute", "host")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One step on one lane: ``kind`` in EVENT_KINDS, times in µs, ``device`` canonical."""
+
+    kind: str
+    node: str  # the graph node (or label) this step belongs to
+    device: str  # "cpu", "cuda:0", ...
+    stream: str  # lane within the device, e.g. "compute", "copy"
+    start_us: float
+    end_us: float
+    nbytes: int = 0  # bytes moved (copies) or touched (compute)
+    flops: int = 0
+    id: int = -1  # set by StreamScheduler; -1 for hand-made events
+
+    def __post_init__(self) -> None:
+        if self.kind not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {self.kind!r}; valid: {', '.join(EVENT_KINDS)}")
+        object.__setattr__(self, "device", str(Device.parse(self.device)))
+        object.__setattr__(self, "stream", str(self.stream))
+        if not self.end_us >= self.start_us:
+            raise ValueError(f"event {self.node!r} ends ({self.end_us} µs) before it starts ({self.start_us} µs)")
+        if self.nbytes < 0 or self.flops < 0:
+            raise ValueError(f"event {self.node!r}: nbytes and flops must be >= 0")
+
+    @property
+    def duration_us(self) -> float:
+        return self.end_us - self.start_us
+
+    @property
+    def gb_per_s(self) -> float:
+        """Bytes per nanosecond, i.e. GB/s (0 for an instantaneous event)."""
+        return self.nbytes / (self.duration_us * 1e3) if self.duration_us > 0 else 0.0
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def _length(intervals: Sequence[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _intersection_length(xs: Sequence[tuple[float, float]], ys: Sequence[tuple[float, float]]) -> float:
+    """Total length of the intersection of two sorted, disjoint interval lists."""
+    total, i, j = 0.0, 0, 0
+    while i < len(xs) and j < len(ys):
+        lo, hi = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if hi > lo:
+            total += hi - lo
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+class Timeline:
+    """The events of one run, sorted by start time (then end, then id)."""
+
+    def __init__(self, events: Iterable[Event] = ()) -> None:
+        events = tuple(events)
+        for e in events:
+            if not isinstance(e, Event):
+                raise TypeError(f"a Timeline holds Events, got {type(e).__name__}")
+        self.events: tuple[Event, ...] = tuple(sorted(events, key=lambda e: (e.start_us, e.end_us, e.id)))
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __iter__(self):
+        return iter(self.events)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per event: kind, node, device, stream, start_us, end_us, duration_us, nbytes, flops, id."""
+        columns = ["kind", "node", "device", "stream", "start_us", "end_us", "duration_us", "nbytes", "flops", "id"]
+        rows = [
+            (e.kind, e.node, e.device, e.stream, e.start_us, e.end_us, e.duration_us, e.nbytes, e.flops, e.id)
+            for e in self.events
+        ]
+        return pd.DataFrame(rows, columns=columns)
+
+    def totals_by_kind(self) -> dict[str, float]:
+        """Summed durations (µs) per kind, every kind present (0.0 when none)."""
+        totals = dict.fromkeys(EVENT_KINDS, 0.0)
+        for e in self.events:
+            totals[e.kind] += e.duration_us
+        return totals
+
+    def bytes_moved(self) -> dict[str, int]:
+        """Bytes copied per copy kind (h2d, d2h, d2d), every kind present."""
+        moved = dict.fromkeys(COPY_EVENT_KINDS, 0)
+        for e in self.events:
+            if e.kind in moved:
+                moved[e.kind] += e.nbytes
+        return moved
+
+    @property
+    def span_us(self) -> float:
+        """From the first start to the last end (0.0 when empty)."""
+        if not self.events:
+            return 0.0
+        return max(e.end_us for e in self.events) - min(e.start_us for e in self.events)
+
+    def streams(self) -> list[tuple[str, str]]:
+        """The (device, stream) lanes, sorted by device (cpu, cuda:0, cuda:1, ...) then stream."""
+        lanes = {(e.device, e.stream) for e in self.events}
+        return sorted(lanes, key=lambda lane: (Device.parse(lane[0]), lane[1]))
+
+    def overlap_fraction(self, compute_kinds: Sequence[str] = COMPUTE_EVENT_KINDS) -> float:
+        """The share of copy time during which some compute runs concurrently.
+
+        Let C be the union of the intervals of all copy events (h2d, d2h, d2d) and K the
+        union of the intervals of all events whose kind is in ``compute_kinds`` (default:
+        device compute and host work), on any lane. The result is |C ∩ K| / |C|, where |·|
+        is total length; 0.0 when there is no copy time. Copies that run at the same time
+        as each other count once; zero-length events count for nothing.
+        """
+        bad = [k for k in compute_kinds if k not in EVENT_KINDS]
+        if bad:
+            raise ValueError(f"unknown event kinds {bad}; valid: {', '.join(EVENT_KINDS)}")
+        copies = _union((e.start_us, e.end_us) for e in self.events if e.kind in COPY_EVENT_KINDS)
+        total = _length(copies)
+        if total == 0:
+            return 0.0
+        compute = _union((e.start_us, e.end_us) for e in self.events if e.kind in compute_kinds)
+        return _intersection_length(copies, compute) / total
+
+    def __repr__(self) -> str:
+        return f"Timeline({len(self.events)} events, span {self.span_us:.3f} µs)"
+
+
+EventRef = Union[Event, int]
+
+
+class StreamScheduler:
+    """Places work in modeled time on (device, stream) lanes (see module rules)."""
+
+    def __init__(self, start_us: float = 0.0) -> None:
+        self._start_us = float(start_us)
+        self._free: dict[tuple[str, str], float] = {}
+        self._events: list[Event] = []
+        self._by_id: dict[int, Event] = {}
+        self._ids = itertools.count()
+
+    def schedule(
+        self,
+        kind: str,
+        node: str,
+        device: str,
+        stream: str,
+        duration_us: float,
+        deps: Iterable[EventRef] = (),
+        nbytes: int = 0,
+        flops: int = 0,
+    ) -> Event:
+        """Add an item; it starts at max(its lane free, end of every dep) and lasts ``duration_us``."""
+        if not duration_us >= 0:
+            raise ValueError(f"duration_us must be >= 0, got {duration_us!r}")
+        lane = (str(Device.parse(device)), str(stream))
+        start = self._free.get(lane, self._start_us)
+        for dep in deps:
+            start = max(start, self._resolve(dep).end_us)
+        event = Event(kind, node, lane[0], lane[1], start, start + duration_us, nbytes, flops, next(self._ids))
+        self._free[lane] = event.end_us
+        self._events.append(event)
+        self._by_id[event.id] = event
+        return event
+
+    def _resolve(self, dep: EventRef) -> Event:
+        if isinstance(dep, Event):
+            return dep
+        if isinstance(dep, int) and not isinstance(dep, bool) and dep in self._by_id:
+            return self._by_id[dep]
+        raise ValueError(f"unknown dependency {dep!r}: pass an Event or the id of one scheduled here")
+
+    def stream_free_us(self, device: str, stream: str) -> float:
+        """When the lane (device, stream) next becomes free."""
+        return self._free.get((str(Device.parse(device)), str(stream)), self._start_us)
+
+    @property
+    def now_us(self) -> float:
+        """The end of the last item on any lane (the start time when empty)."""
+        return max(self._free.values(), default=self._start_us)
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        return tuple(self._events)
+
+    def timeline(self) -> Timeline:
+        return Timeline(self._events)
