@@ -14,9 +14,18 @@ from .capture import CaptureError, Program, capture
 from .devices import CPU, Device, DeviceError
 from .place import Delegate, Placement, PlacementError, PlacementWarning, place
 from .propagate import CopyRecord, DeviceGraph, PropagationError, propagate
+from .planning.plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, plan
+from .planning.serialize import PlanFileError, load_plan
 
 __all__ = [
     "CPU",
+    "CapacityError",
+    "MemoryPlan",
+    "PlanError",
+    "PlanFileError",
+    "TensorAllocation",
+    "load_plan",
+    "plan",
     "CaptureError",
     "CopyRecord",
     "Delegate",

@@ -41,16 +41,18 @@ def produces_tensors(node: torch.fx.Node) -> bool:
     return False
 
 
-def _dim_upper_bound(dim: Any, what: str) -> int:
+def _dim_upper_bound(dim: Any, what: str, unbounded: str = "raise") -> int:
     if isinstance(dim, int):
         return dim
     expr = dim.node.expr
     shape_env = dim.node.shape_env
     upper = shape_env.bound_sympy(expr).upper
     try:
-        bound = int(upper)
-    except (TypeError, ValueError, OverflowError):
+        bound = _UNBOUNDED if getattr(upper, "is_infinite", False) else int(upper)
+    except Exception:  # sympy infinities raise assorted errors on int()
         bound = _UNBOUNDED
+    if bound >= _UNBOUNDED and unbounded == "hint":
+        return int(dim.node.hint)
     if bound >= _UNBOUNDED:
         raise UnboundedShapeError(
             f"{what}: size {expr} has no upper bound, so its memory cannot be planned; "
@@ -60,29 +62,34 @@ def _dim_upper_bound(dim: Any, what: str) -> int:
     return bound
 
 
-def shape_upper_bound(val: torch.Tensor, what: str = "tensor") -> tuple[int, ...]:
-    """The shape of ``val`` with every symbolic size replaced by its export upper bound."""
-    return tuple(_dim_upper_bound(d, what) for d in val.shape)
+def shape_upper_bound(val: torch.Tensor, what: str = "tensor", unbounded: str = "raise") -> tuple[int, ...]:
+    """The shape of ``val`` with every symbolic size replaced by its export upper bound.
+
+    An unbounded size raises ``UnboundedShapeError``, or with ``unbounded="hint"`` takes
+    the example input's size (for reports, never for memory).
+    """
+    return tuple(_dim_upper_bound(d, what, unbounded) for d in val.shape)
 
 
-def tensor_nbytes(val: torch.Tensor, what: str = "tensor") -> int:
+def tensor_nbytes(val: torch.Tensor, what: str = "tensor", unbounded: str = "raise") -> int:
     """Bytes of a contiguous tensor of ``val``'s shape and dtype, at the shape's upper bound."""
     numel = val.numel()
     if isinstance(numel, int):  # static shape: the common, fast case
         return numel * val.element_size()
     numel = 1
-    for d in shape_upper_bound(val, what):
+    for d in shape_upper_bound(val, what, unbounded):
         numel *= d
     return numel * val.element_size()
 
 
-def node_nbytes(node: torch.fx.Node) -> int:
+def node_nbytes(node: torch.fx.Node, unbounded: str = "raise") -> int:
     """Bytes of the tensor(s) ``node`` produces (0 for non-tensor values)."""
     val = value_of(node)
+    what = f"value {node.name!r}"
     if isinstance(val, torch.Tensor):
-        return tensor_nbytes(val, f"value {node.name!r}")
+        return tensor_nbytes(val, what, unbounded)
     if isinstance(val, (tuple, list)):
-        return sum(tensor_nbytes(v, f"value {node.name!r}") for v in val if isinstance(v, torch.Tensor))
+        return sum(tensor_nbytes(v, what, unbounded) for v in val if isinstance(v, torch.Tensor))
     return 0
 
 

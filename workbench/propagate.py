@@ -62,7 +62,7 @@ class CopyRecord:
     value: str  # name of the node whose value is copied
     src: Device  # where the value lives
     dst: Device  # where the consumers need it
-    nbytes: int  # bytes moved per call (upper bound for dynamic sizes)
+    nbytes: int  # bytes moved per call (upper bound for dynamic sizes; example size if unbounded)
     consumers: tuple[str, ...]  # nodes reading the copy ("output" for a returned value)
     reason: str  # one sentence: who needs it where, and where it lives
 
@@ -106,7 +106,7 @@ class DeviceGraph:
         out: dict[str, int] = {str(d): 0 for d in self.devices}
         nodes = {n.name: n for n in self.graph.nodes if n.op == "placeholder"}
         for name, held in self.residency.items():
-            nbytes = node_nbytes(nodes[name])
+            nbytes = node_nbytes(nodes[name], unbounded="hint")
             for device in held:
                 out[str(device)] += nbytes
         return out
@@ -160,7 +160,7 @@ class DeviceGraph:
                     "delegate": delegates.get(node.name),
                     "shape": tuple(val.shape) if isinstance(val, torch.Tensor) else None,
                     "dtype": str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else None,
-                    "nbytes": node_nbytes(node),
+                    "nbytes": node_nbytes(node, unbounded="hint"),
                 }
             )
         return pd.DataFrame(rows)
@@ -485,7 +485,9 @@ class _Propagator:
             f"{', '.join(needers)} on {dst} read{'s' if len(needers) == 1 else ''} "
             f"{value.name!r}, {where} on {src}"
         )
-        return CopyRecord(node.name, kind, value.name, src, dst, node_nbytes(value), tuple(consumers), reason)
+        return CopyRecord(
+            node.name, kind, value.name, src, dst, node_nbytes(value, unbounded="hint"), tuple(consumers), reason
+        )
 
 
 def _constant_views(program) -> set[torch.fx.Node]:

@@ -1,0 +1,89 @@
+"""Offset assignment for one arena, by algorithm name.
+
+``assign_offsets(buffers, algorithm, alignment)`` is the entry point;
+``ALGORITHMS`` maps each name to a function ``Problem -> list[int]``.
+
+=========  ==============================================================
+``naive``  no reuse: buffers back to back (the arena is the sum of sizes)
+``greedy`` largest first, best fit (the ExecuTorch / TFLite baseline)
+``search`` several orders x {best, first} fit, exact branch and bound when
+           tiny, local search on the order (see ``search``)
+``best``   every other registered algorithm; the smallest arena wins, ties
+           to the earlier name in ``ALGORITHMS``
+=========  ==============================================================
+
+Rules:
+    1. The arena of an assignment is computed here from the offsets (highest
+       offset + aligned size), never taken from the algorithm.
+    2. Same buffers, algorithm and alignment give the same offsets, whatever
+       the order the buffers come in (``base`` rule 1).
+    3. An algorithm added to ``ALGORITHMS`` is run by ``best`` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from ..buffers import Buffer, PlanningInputError
+from .base import Assignment, Problem, make_problem
+from .greedy import plan_greedy
+from .naive import plan_naive
+from .search import plan_search
+
+Algorithm = Callable[[Problem], list[int]]
+
+
+def plan_best(problem: Problem) -> list[int]:
+    """The smallest arena among all other registered algorithms (rule 3)."""
+    chosen: list[int] | None = None
+    chosen_arena = 0
+    for name, algorithm in ALGORITHMS.items():
+        if name == "best":
+            continue
+        offsets = _checked(name, algorithm(problem), problem)
+        arena = problem.arena_of(offsets)
+        if chosen is None or arena < chosen_arena:
+            chosen, chosen_arena = offsets, arena
+    return chosen if chosen is not None else [0] * len(problem)
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "naive": plan_naive,
+    "greedy": plan_greedy,
+    "search": plan_search,
+    "best": plan_best,
+}
+
+
+def _checked(name: str, offsets: list[int], problem: Problem) -> list[int]:
+    if len(offsets) != len(problem):
+        raise RuntimeError(
+            f"planning algorithm {name!r} returned {len(offsets)} offsets for {len(problem)} buffers"
+        )
+    return offsets
+
+
+def _lookup(algorithm: object) -> Algorithm:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise PlanningInputError(
+            f"unknown planning algorithm {algorithm!r}; valid algorithms are "
+            f"{', '.join(sorted(ALGORITHMS))}"
+        )
+    return ALGORITHMS[algorithm]
+
+
+def assign_offsets(
+    buffers: Iterable[Buffer], algorithm: str = "greedy", alignment: int = 16
+) -> Assignment:
+    """Byte offsets for ``buffers`` sharing one arena, by the named algorithm."""
+    run = _lookup(algorithm)
+    problem = make_problem(buffers, alignment)
+    offsets = _checked(algorithm, run(problem), problem)
+    return Assignment(
+        offsets={b.id: o for b, o in zip(problem.buffers, offsets)},
+        arena_bytes=problem.arena_of(offsets),
+        algorithm=algorithm,
+    )
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "Assignment", "Problem", "assign_offsets", "make_problem"]

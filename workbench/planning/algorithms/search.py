@@ -1,0 +1,173 @@
+"""``search``: several greedy orders, an exact solver when tiny, then local search.
+
+Why these parts (measured by ``benchmarks/planning_algorithms.py``):
+
+* Largest-first best fit (``greedy``) is good but not the best order on
+  every shape: on chains and random DAGs it lands 2-4 % above the lower bound
+  where TFLite's greedy-by-breadth order (busiest steps first) reaches it.
+  No single order wins everywhere, so every order in ``orders.ORDERS`` is tried
+  with best fit and with first fit and the smallest arena is kept.
+* First fit over *some* order is exact (``placement`` rule 4). So the local
+  search works on orders: the current plan's buffers sorted by offset
+  reproduce it under first fit; a move takes a buffer that touches the arena
+  top and places it earlier in the order, then re-places first fit. A move is
+  kept when it does not make (arena, buffers at the top) worse, so plateaus
+  are crossed. Only the part of the order after the move is re-placed.
+* Problems with at most ``EXACT_MAX`` buffers go to an exact branch and bound
+  (``exact``), which proves the optimum even where it is above the lower bound.
+
+Rules:
+    1. The problem splits where no buffer is live across two consecutive steps;
+       the arena is the largest over these components, so they are solved
+       separately, largest lower bound first, and a component stops improving
+       once it fits under the arena that others already need.
+    2. Everything stops as soon as the arena reaches its target (the lower bound,
+       or rule 1's floor): nothing can beat it.
+    3. The local search budget is a count of buffer placements,
+       ``LOCAL_WORK`` in all, at most ``LOCAL_MOVES`` moves; no clocks, a fixed
+       seed: the same input always gives the same offsets.
+    4. The result is never worse than ``greedy``: its order is one of the starts.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ..lower_bound import peak_load
+from .base import Problem, compress_steps
+from .exact import solve_exact
+from .orders import ORDERS, STARTS
+from .placement import place
+from .skyline import skyline
+
+EXACT_MAX = 12  # buffers; 20,000 nodes take at most ~0.3 s there (measured)
+EXACT_NODES = 20_000
+LOCAL_PASSES = 10  # local search budget: this many full re-placements' worth of work,
+LOCAL_MIN_WORK = 20_000  # but at least this many buffer placements,
+LOCAL_MOVES = 300  # and at most this many moves
+SEED = 20_240_601
+
+
+def components(problem: Problem) -> list[list[int]]:
+    """Indices of nonzero buffers grouped into time-connected components (rule 1)."""
+    sizes, starts, ends = problem.sizes, problem.starts, problem.ends
+    order = sorted((i for i, z in enumerate(sizes) if z), key=lambda i: (starts[i], i))
+    groups: list[list[int]] = []
+    reach = -1
+    for i in order:
+        if starts[i] > reach:
+            groups.append([])
+        groups[-1].append(i)
+        reach = max(reach, ends[i])
+    return groups
+
+
+def subproblem(problem: Problem, indices: list[int]) -> Problem:
+    """The buffers ``indices`` as a problem of their own, steps re-compressed."""
+    sizes = tuple(problem.sizes[i] for i in indices)
+    starts, ends, n_steps = compress_steps(
+        [problem.starts[i] for i in indices], [problem.ends[i] for i in indices]
+    )
+    return Problem(
+        buffers=tuple(problem.buffers[i] for i in indices),
+        alignment=problem.alignment,
+        sizes=sizes,
+        starts=tuple(starts),
+        ends=tuple(ends),
+        n_steps=n_steps,
+        lower_bound=peak_load(starts, ends, sizes),
+    )
+
+
+def _starts(problem: Problem):
+    """Candidate plans, in the order tried (``orders.STARTS`` and skyline rules)."""
+    orders: dict[str, list[int]] = {}
+    for kind, how in STARTS:
+        if kind == "skyline":
+            yield skyline(problem, how)
+            continue
+        if kind not in orders:
+            orders[kind] = ORDERS[kind](problem)
+        yield place(problem, orders[kind], how)
+
+
+def _multistart(problem: Problem, target: int) -> list[int]:
+    best: list[int] | None = None
+    best_arena = 0
+    for offsets in _starts(problem):
+        arena = problem.arena_of(offsets)
+        if best is None or arena < best_arena:
+            best, best_arena = offsets, arena
+        if best_arena <= target:
+            break
+    assert best is not None
+    return best
+
+
+def _score(problem: Problem, offsets: list[int]) -> tuple[int, int]:
+    top = problem.arena_of(offsets)
+    at_top = sum(1 for o, z in zip(offsets, problem.sizes) if z and o + z == top)
+    return top, at_top
+
+
+def _local_search(problem: Problem, offsets: list[int], target: int) -> list[int]:
+    sizes = problem.sizes
+    count = sum(1 for z in sizes if z)
+    rng = random.Random(SEED)
+    order = sorted((i for i, z in enumerate(sizes) if z), key=lambda i: (offsets[i], i))
+    current = place(problem, order, "first")  # never above ``offsets`` (placement rule 4)
+    score = _score(problem, current)
+    best, best_arena = current, score[0]
+    budget = max(LOCAL_PASSES * count, LOCAL_MIN_WORK)
+    work = count
+    for _ in range(LOCAL_MOVES):
+        if best_arena <= target or work >= budget:
+            break
+        top = score[0]
+        at_top = [p for p, i in enumerate(order) if current[i] + sizes[i] == top]
+        pos = at_top[rng.randrange(len(at_top))]
+        new_pos = 0 if rng.random() < 0.3 else rng.randrange(pos + 1)
+        if new_pos == pos:
+            continue
+        moved = order[pos]
+        candidate = order[:new_pos] + [moved] + order[new_pos:pos] + order[pos + 1 :]
+        offsets_c = place(problem, candidate, "first", keep=new_pos, kept=current)
+        work += count - new_pos
+        score_c = _score(problem, offsets_c)
+        if score_c <= score:
+            order, current, score = candidate, offsets_c, score_c
+            if score[0] < best_arena:
+                best, best_arena = current, score[0]
+    return best
+
+
+def _solve(problem: Problem, target: int) -> list[int]:
+    target = max(target, problem.lower_bound)
+    offsets = _multistart(problem, target)
+    arena = problem.arena_of(offsets)
+    if arena <= target:
+        return offsets
+    if sum(1 for z in problem.sizes if z) <= EXACT_MAX:
+        result = solve_exact(problem, list(range(len(problem))), arena, target, EXACT_NODES)
+        if result.offsets is not None:
+            offsets, arena = list(result.offsets), result.arena_bytes
+        if result.proven:
+            return offsets
+    return _local_search(problem, offsets, target)
+
+
+def plan_search(problem: Problem) -> list[int]:
+    """Offsets for ``problem`` (see the module rules)."""
+    offsets = [0] * len(problem)
+    # Index order inside a component keeps the global tie-breaks, so its "size"
+    # start places exactly as ``greedy`` does there (rule 4).
+    groups = [sorted(group) for group in components(problem)]
+    parts = [subproblem(problem, group) for group in groups]
+    solved = sorted(zip(parts, groups), key=lambda pg: -pg[0].lower_bound)
+    floor = 0
+    for part, group in solved:
+        part_offsets = _solve(part, floor)
+        floor = max(floor, part.arena_of(part_offsets))
+        for local, i in enumerate(group):
+            offsets[i] = part_offsets[local]
+    return offsets
