@@ -6,7 +6,9 @@ value) and never touch real data, so they work the same on shape-only programs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import operator
 from typing import Any
 
@@ -162,3 +164,20 @@ def aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
         if isinstance(value, torch.fx.Node):
             return value
     return None
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector while a pass builds a large graph.
+
+    Building tens of thousands of fx nodes triggers many full collections that scan every
+    live object, which makes graph passes grow faster than linearly; the passes create no
+    garbage cycles, so collection can wait until they finish.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 import torch.fx
 
-from ._tensors import op_name, packet_name, produces_tensors
+from ._tensors import gc_paused, op_name, packet_name, produces_tensors
 from .capture import Program
 from .devices import CPU, Device, DeviceError
 
@@ -124,6 +124,11 @@ def place(
         raise PlacementError(
             f"unknown partitioner {partitioner!r}; valid ones are {', '.join(PARTITIONERS)}"
         )
+    with gc_paused():
+        return _place(program, rules, strict, partitioner)
+
+
+def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Placement:
     graph = program.graph
     if callable(rules) and not isinstance(rules, Mapping):
         node_device, unmatched = _apply_callable(graph, rules), ()
@@ -142,7 +147,7 @@ def place(
         )
         if strict:
             raise PlacementError(message)
-        warnings.warn(message, PlacementWarning, stacklevel=2)
+        warnings.warn(message, PlacementWarning, stacklevel=4)
     _follow_producers(graph, node_device)
     if partitioner == "fx":
         groups = _fx_partition(program.graph_module, node_device)

@@ -41,7 +41,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
-from ._tensors import is_view_op, node_nbytes, op_name, value_of
+from ._tensors import gc_paused, is_view_op, node_nbytes, op_name, value_of
 from .copy_ops import OP_FOR_KIND, is_copy_node
 from .devices import CPU, Device
 from .place import Placement
@@ -269,7 +269,8 @@ def propagate(
         raise PropagationError(
             f"propagate expects a Placement from workbench.place, got {type(placement).__name__}"
         )
-    return _Propagator(placement, bool(skip_h2d_for_method_inputs), bool(skip_d2h_for_method_outputs)).run()
+    with gc_paused():
+        return _Propagator(placement, bool(skip_h2d_for_method_inputs), bool(skip_d2h_for_method_outputs)).run()
 
 
 class _Propagator:
