@@ -29,10 +29,11 @@ Rules (DESIGN.md §3):
 from __future__ import annotations
 
 import copy
+import fnmatch
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -42,7 +43,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
 from ._tensors import gc_paused, is_view_op, node_nbytes, op_name, value_of
-from .copy_ops import OP_FOR_KIND, is_copy_node
+from .copy_ops import GATHER_H2D, OP_FOR_KIND, is_copy_node
 from .devices import CPU, Device
 from .place import Placement
 
@@ -255,6 +256,8 @@ def propagate(
     placement: Placement,
     skip_h2d_for_method_inputs: bool = False,
     skip_d2h_for_method_outputs: bool = False,
+    *,
+    stream_constants: Sequence[str] = (),
 ) -> DeviceGraph:
     """Give every value a device and insert the copies the placement requires.
 
@@ -264,13 +267,20 @@ def propagate(
             device that consumes them (no h2d copy; the caller owns that memory).
         skip_d2h_for_method_outputs: device outputs are returned on their device (no d2h
             copy; the caller owns that memory).
+        stream_constants: globs over parameter/buffer names (``"layers.*.mlp.experts.*"``)
+            of constants that stay on the host and are streamed to devices per call instead
+            of being resident there: a device ``index_select(constant, 0, index)`` becomes
+            one ``gather_h2d_copy`` of just the selected rows; any other device use copies
+            the whole constant.
     """
     if not isinstance(placement, Placement):
         raise PropagationError(
             f"propagate expects a Placement from workbench.place, got {type(placement).__name__}"
         )
     with gc_paused():
-        return _Propagator(placement, bool(skip_h2d_for_method_inputs), bool(skip_d2h_for_method_outputs)).run()
+        return _Propagator(
+            placement, bool(skip_h2d_for_method_inputs), bool(skip_d2h_for_method_outputs), stream_constants
+        ).run()
 
 
 class _Propagator:
@@ -280,7 +290,7 @@ class _Propagator:
     new graph is built in order with no later rewiring.
     """
 
-    def __init__(self, placement: Placement, skip_h2d: bool, skip_d2h: bool) -> None:
+    def __init__(self, placement: Placement, skip_h2d: bool, skip_d2h: bool, stream: Sequence[str] = ()) -> None:
         self.placement = placement
         self.program = placement.program
         self.skip_h2d = skip_h2d
@@ -291,10 +301,12 @@ class _Propagator:
         self.copy_for: dict[tuple[torch.fx.Node, Device], torch.fx.Node] = {}
         self.copy_info: dict[torch.fx.Node, tuple[str, Device, Device, list[str]]] = {}
         self.view_for: dict[tuple[torch.fx.Node, Device], torch.fx.Node] = {}
+        self.gathers: dict[torch.fx.Node, str] = {}  # gather copy → the index_select it replaced
         self.reserved = {n.name for n in self.program.graph.nodes}
         self.used_names: set[str] = set()
         self.constants: dict[torch.fx.Node, None] = {}  # new constant placeholders, in order
-        self.constant_views = _constant_views(self.program)  # captured view nodes over constants
+        self.streamed = _streamed_constants(self.program, stream)  # names of host-only constants
+        self.constant_views = _constant_views(self.program, self.streamed)  # view nodes over constants
 
     def run(self) -> DeviceGraph:
         placed = self.placement.node_device
@@ -312,7 +324,12 @@ class _Propagator:
                 if old in self.constant_views:
                     continue  # emitted on demand, on each device that reads it
                 target = placed[old.name]
-                new = self.graph.node_copy(old, lambda a: self._read(a, target, old.name))
+                if not target.is_host and self._is_streamed_gather(old):
+                    new = self._gather(old, target)
+                elif _reads_metadata_only(old):  # shape checks need no data: read in place
+                    new = self.graph.node_copy(old, lambda a: self._read(a, None, old.name))
+                else:
+                    new = self.graph.node_copy(old, lambda a: self._read(a, target, old.name))
                 self.env[old] = new
                 self.device[new] = target
             elif old.op == "output":
@@ -341,10 +358,14 @@ class _Propagator:
         return devices
 
     # rules 3, 4, 7: what a consumer on ``target`` reads for the captured value ``old``
-    def _read(self, old: torch.fx.Node, target: Device, consumer: str) -> torch.fx.Node:
+    def _read(self, old: torch.fx.Node, target: Device | None, consumer: str) -> torch.fx.Node:
+        if target is None:  # a metadata-only reader takes the value wherever it is
+            return self._view_on(old, self.placement.node_device[old.name]) if old in self.constant_views else self.env[old]
         if old in self.constant_views:
             return self._view_on(old, target)
         value = self.env[old]
+        if value in self.constants and value.name in self.streamed and not target.is_host:
+            return self._copy(value, target, consumer)  # a streamed constant used whole
         if value in self.constants or self.device[value] == target:
             return value
         if not isinstance(value_of(value), torch.Tensor):
@@ -383,6 +404,35 @@ class _Propagator:
             if old.op == "placeholder" and old.name == name:
                 return new
         raise PropagationError(f"no input named {name!r}")
+
+    def _is_streamed_gather(self, old: torch.fx.Node) -> bool:
+        """``index_select(streamed constant, 0, index)``: rows of a host-only weight."""
+        if old.target is not torch.ops.aten.index_select.default:
+            return False
+        source, dim = old.args[0], old.args[1]
+        return (
+            isinstance(source, torch.fx.Node)
+            and source.op == "placeholder"
+            and source.name in self.streamed
+            and dim == 0
+        )
+
+    def _gather(self, old: torch.fx.Node, target: Device) -> torch.fx.Node:
+        """Emit ``gather_h2d_copy`` for a streamed ``index_select`` on ``target``."""
+        source = self.env[old.args[0]]
+        index = self._read(old.args[2], target, old.name)
+        new = self.graph.create_node(
+            "call_function",
+            GATHER_H2D,
+            (source, index, str(CPU), str(target)),
+            {},
+            name=self._fresh_name(f"{old.name}_gather"),
+        )
+        new.meta = copy.copy(old.meta)
+        self.device[new] = target
+        self.copy_info[new] = ("h2d", CPU, target, [])
+        self.gathers[new] = old.name
+        return new
 
     def _fresh_name(self, base: str) -> str:
         """A node name that no captured node has, so captured names never change."""
@@ -444,7 +494,9 @@ class _Propagator:
         order = {node.name: i for i, node in enumerate(graph.nodes)}
         residency = {}
         for const in self.constants:
-            held = {self.device[u] if u.op == "call_function" else CPU for u in const.users}
+            held = {
+                CPU if (u.op != "call_function" or u in self.copy_info) else self.device[u] for u in const.users
+            }
             residency[const.name] = tuple(sorted(held, key=lambda d: (not d.is_host, d)))
             if held:
                 self.device[const] = min(held, key=lambda d: (d.is_host, d))
@@ -477,7 +529,23 @@ class _Propagator:
     def _record(self, node: torch.fx.Node, by_name: Mapping[str, torch.fx.Node]) -> CopyRecord:
         kind, src, dst, consumers = self.copy_info[node]
         value = node.args[0]
-        where = "a graph input" if value.op == "placeholder" else f"computed by {op_name(value)}"
+        if node in self.gathers:
+            consumers = [u.name for u in node.users]
+            readers = ", ".join(f"{n} ({op_name(by_name[n])})" for n in consumers) or "no op"
+            target = self.program.constants[value.name]
+            reason = (
+                f"{readers} on {dst} read{'s' if len(consumers) == 1 else ''} the rows of streamed host weight "
+                f"{target!r} selected by {node.args[1].name!r} ({self.gathers[node]} gathered to {dst})"
+            )
+            return CopyRecord(
+                node.name, kind, value.name, src, dst, node_nbytes(node, unbounded="hint"), tuple(consumers), reason
+            )
+        if value.op == "placeholder" and value.name in self.streamed:
+            where = f"the streamed host weight {self.program.constants[value.name]!r}"
+        elif value.op == "placeholder":
+            where = "a graph input"
+        else:
+            where = f"computed by {op_name(value)}"
         needers = [
             "the graph output" if name == "output" else f"{name} ({op_name(by_name[name])})"
             for name in consumers
@@ -491,9 +559,46 @@ class _Propagator:
         )
 
 
-def _constant_views(program) -> set[torch.fx.Node]:
-    """Captured view nodes whose tensor inputs are all constants or such views (rule 7)."""
-    derived = {n for n in program.graph.nodes if n.op == "placeholder" and n.name in program.constants}
+_METADATA_OPS = frozenset(
+    {"aten._assert_tensor_metadata", "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset"}
+)
+
+
+def _reads_metadata_only(node: torch.fx.Node) -> bool:
+    """Ops that look only at shapes, dtypes and strides, never at data."""
+    return op_name(node).rsplit(".", 1)[0] in _METADATA_OPS or op_name(node) in _METADATA_OPS
+
+
+def _streamed_constants(program, patterns: Sequence[str]) -> set[str]:
+    """Placeholders of constants whose parameter/buffer name matches a stream pattern."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    patterns = list(patterns)
+    for p in patterns:
+        if not isinstance(p, str) or not p:
+            raise PropagationError(
+                f"stream_constants holds {p!r}; give parameter-name globs such as 'layers.*.mlp.experts.*'"
+            )
+    chosen = {
+        name for name, fqn in program.constants.items() if any(fnmatch.fnmatchcase(fqn, p) for p in patterns)
+    }
+    unused = [p for p in patterns if not any(fnmatch.fnmatchcase(f, p) for f in program.constants.values())]
+    if unused:
+        raise PropagationError(
+            f"stream_constants pattern(s) {', '.join(map(repr, unused))} match no parameter or buffer; "
+            f"names look like {', '.join(list(program.constants.values())[:3])}"
+        )
+    return chosen
+
+
+def _constant_views(program, streamed: set[str] = frozenset()) -> set[torch.fx.Node]:
+    """Captured view nodes whose tensor inputs are all resident constants or such views
+    (rule 7); views of streamed constants are ordinary ops."""
+    derived = {
+        n
+        for n in program.graph.nodes
+        if n.op == "placeholder" and n.name in program.constants and n.name not in streamed
+    }
     views = set()
     for node in program.graph.nodes:
         if node.op != "call_function" or not is_view_op(node.target):

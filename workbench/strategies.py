@@ -1,0 +1,122 @@
+"""Placement strategies for mixture-of-experts decoding.
+
+Each strategy is a named recipe — placement rules, skip-copy flags and streamed
+weights — that turns a captured MoE program into a ``DeviceGraph``:
+
+- ``all_on_device``: every op and every weight on the device; only tokens, caches and
+  logits may cross the link.
+- ``experts_on_host``: the routed experts' FFNs (``layers.*.mlp.experts``) run on the
+  host, where their weights stay (llama.cpp's ``--cpu-moe``); attention, router and the
+  shared expert run on the device. Activations cross the link, weights never do.
+- ``expert_streaming``: every op runs on the device, but the routed experts' weights live
+  on the host; each layer gathers just its routed experts' slabs into device memory with
+  one gather copy, issued as soon as the router has chosen, so the copy overlaps the
+  shared expert's compute on the copy stream.
+
+Each comes with the skip-copy flags on (tokens, caches and logits stay on the device:
+the caller stages them, as ExecuTorch's CUDA pipeline does) or off.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch.fx
+
+from .devices import Device
+from .place import _module_paths
+
+__all__ = ["Strategy", "all_on_device", "experts_on_host", "expert_streaming", "STRATEGIES", "strategy_variants"]
+
+#: Module path of the routed experts in the MoE models of ``workbench.models``.
+EXPERT_MODULES = "layers.*.mlp.experts"
+#: Parameter names of the routed experts' stacked weights.
+EXPERT_WEIGHTS = "layers.*.mlp.experts.*"
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A placement recipe: rules + flags + streamed weights."""
+
+    name: str  # "all_on_device", "experts_on_host", "expert_streaming"
+    description: str  # one sentence for tables and notebooks
+    rules: Callable[[torch.fx.Node], str | None]  # node → device, or None for the host
+    skip_copies: bool  # both skip flags: caller stages inputs on, and takes outputs from, the device
+    stream_constants: tuple[str, ...] = ()  # parameter globs kept on the host and streamed
+    device: str = "cuda:0"  # the accelerator
+
+    @property
+    def label(self) -> str:
+        """``name`` plus the flag setting, e.g. ``experts_on_host+skip``."""
+        return f"{self.name}{'+skip' if self.skip_copies else ''}"
+
+    def with_skip_copies(self, on: bool) -> "Strategy":
+        return replace(self, skip_copies=bool(on))
+
+    def apply(self, program, *, strict: bool = False):
+        """Place and propagate ``program`` under this strategy → ``DeviceGraph``."""
+        from .place import place
+        from .propagate import propagate
+
+        placed = place(program, self.rules, strict=strict)
+        return propagate(
+            placed,
+            skip_h2d_for_method_inputs=self.skip_copies,
+            skip_d2h_for_method_outputs=self.skip_copies,
+            stream_constants=self.stream_constants,
+        )
+
+
+def _in_modules(node: torch.fx.Node, glob: str) -> bool:
+    return any(fnmatch.fnmatchcase(path, glob) for path in _module_paths(node))
+
+
+def all_on_device(device: str = "cuda:0", skip_copies: bool = True) -> Strategy:
+    """Everything on ``device``: weights resident, only inputs/outputs cross."""
+    dev = str(Device.parse(device))
+    return Strategy(
+        "all_on_device",
+        f"every op and weight on {dev}",
+        lambda node: dev,
+        skip_copies,
+        device=dev,
+    )
+
+
+def experts_on_host(device: str = "cuda:0", skip_copies: bool = True, experts: str = EXPERT_MODULES) -> Strategy:
+    """Routed experts' FFNs on the host (weights stay there); everything else on ``device``."""
+    dev = str(Device.parse(device))
+    return Strategy(
+        "experts_on_host",
+        f"routed experts run on the host; attention, router, shared expert on {dev}",
+        lambda node: None if _in_modules(node, experts) else dev,
+        skip_copies,
+        device=dev,
+    )
+
+
+def expert_streaming(device: str = "cuda:0", skip_copies: bool = True, weights: str = EXPERT_WEIGHTS) -> Strategy:
+    """Everything on ``device``; routed experts' weights stream from the host per layer."""
+    dev = str(Device.parse(device))
+    return Strategy(
+        "expert_streaming",
+        f"every op on {dev}; each layer gathers its routed experts' weights from the host",
+        lambda node: dev,
+        skip_copies,
+        stream_constants=(weights,),
+        device=dev,
+    )
+
+
+STRATEGIES: dict[str, Callable[..., Strategy]] = {
+    "all_on_device": all_on_device,
+    "experts_on_host": experts_on_host,
+    "expert_streaming": expert_streaming,
+}
+
+
+def strategy_variants(device: str = "cuda:0") -> list[Strategy]:
+    """Every strategy with the skip flags off and on, in table order."""
+    return [make(device, skip_copies=skip) for make in STRATEGIES.values() for skip in (False, True)]
