@@ -16,9 +16,25 @@ from .place import Delegate, Placement, PlacementError, PlacementWarning, place
 from .propagate import CopyRecord, DeviceGraph, PropagationError, propagate
 from .planning.plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, plan
 from .planning.serialize import PlanFileError, load_plan
+from .runtime.executor import RunResult, Session, estimate, load, run
+from . import views
+from .views import BufferView, GraphView, PlacementExplorer, TimelineView, explore, to_chrome_trace, to_dot
 
 __all__ = [
+    "BufferView",
+    "RunResult",
+    "Session",
+    "estimate",
+    "load",
+    "run",
     "CPU",
+    "GraphView",
+    "PlacementExplorer",
+    "TimelineView",
+    "explore",
+    "to_chrome_trace",
+    "to_dot",
+    "views",
     "CapacityError",
     "MemoryPlan",
     "PlanError",

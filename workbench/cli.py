@@ -1,6 +1,8 @@
 """Command line: ``python -m workbench <command>``.
 
 Commands:
+  walkthrough  the MoE walkthrough: every placement strategy on a Qwen-3.5-MoE-shaped
+               decoder (tiny model run; full-size model analysed shape-only)
   propagate    place and propagate a built-in example; print its graph and copies
 """
 
@@ -71,9 +73,125 @@ def _cmd_propagate(args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
+def _progress(enabled: bool):
+    """A progress bar over the long steps (tqdm on stderr), or nothing."""
+
+    def wrap(items, desc):
+        if not enabled:
+            return items
+        from tqdm import tqdm
+
+        items = list(items)
+        return tqdm(items, desc=desc, unit="strategy", leave=False, file=sys.stderr)
+
+    return wrap
+
+
+def _load_config(spec: str):
+    from workbench.models import MoEConfig
+
+    if spec == "tiny":
+        return MoEConfig.tiny()
+    if spec == "full":
+        return MoEConfig.full()
+    try:
+        return MoEConfig.from_json(spec)
+    except FileNotFoundError:
+        raise SystemExit(f"--config: no file {spec!r}; give 'tiny', 'full' or a JSON config path") from None
+
+
+def _cmd_walkthrough(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from workbench import walkthrough as wt
+    from workbench.models import param_count
+    from workbench.runtime import cuda_available, cuda_unavailable_reason
+
+    if args.backend == "cuda" and not cuda_available():
+        raise SystemExit(f"--backend cuda: {cuda_unavailable_reason()}")
+    run_config = _load_config(args.config)
+    params = param_count(run_config)["total"]
+    if params > 2e9:
+        raise SystemExit(
+            f"--config {args.config}: {params / 1e9:.1f} B parameters is too large to run with real weights here; "
+            "run a small configuration and analyse large ones shape-only with --full-config"
+        )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    progress = _progress(not args.no_progress)
+    started = time.perf_counter()
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_columns", 40)
+
+    results = wt.tiny_results(run_config, backend=args.backend, progress=progress)
+    table = wt.strategy_table(results)
+    table.to_csv(out / "strategies_tiny.csv", index=False)
+    print(f"# MoE decode step, {args.config} model ({params:,} parameters), backend {args.backend}")
+    print("# copies and bytes per token; arenas and resident weights per device; time per token")
+    print(table.to_string(index=False))
+    _write_figures(results, out, progress)
+
+    if not args.skip_full:
+        full_config = _load_config(args.full_config)
+        full = wt.full_size_results(full_config, progress=progress)
+        full_table = wt.full_size_table(full)
+        full_table.to_csv(out / "strategies_full_size.csv", index=False)
+        counted = param_count(full_config)
+        print(f"\n# full size, shape-only: {counted['total'] / 1e9:.2f} B parameters "
+              f"({counted['active_per_token'] / 1e9:.2f} B active per token), modeled on an H200")
+        print(full_table.to_string(index=False))
+        breakeven = wt.streaming_breakeven(full_config)
+        breakeven.to_csv(out / "streaming_breakeven.csv", index=False)
+        print("\n# tokens per expert at which a streamed expert's copy hides behind its compute")
+        print(breakeven.to_string(index=False))
+    print(f"\nwrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out} "
+          f"in {time.perf_counter() - started:.1f} s")
+    bad = [r.strategy.label for r in results if not r.matches_eager]
+    if bad:
+        print(f"outputs differ from eager for: {', '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_figures(results, out, progress) -> None:
+    """Graph, buffer and timeline figures and a Chrome trace for the streaming strategy;
+    a timeline comparing every strategy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from workbench.views import BufferView, GraphView, TimelineView, to_chrome_trace
+
+    focus = next((r for r in results if r.strategy.label == "expert_streaming+skip"), results[-1])
+    views = {
+        "graph.png": lambda: GraphView(focus.graph, collapse="layers"),
+        "buffers.png": lambda: BufferView(focus.plan, algorithms=[focus.plan.algorithm]),
+        "timeline.png": lambda: TimelineView(
+            focus.run,
+            compare={r.strategy.label: r.run for r in results if r is not focus},
+            label=focus.strategy.label,
+        ),
+    }
+    for name, make in progress(views.items(), "figures"):
+        make().save(out / name)
+        plt.close("all")
+    for r in results:
+        to_chrome_trace(r.run, out / f"trace_{r.strategy.label.replace('+', '_')}.json")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("walkthrough", help="the MoE walkthrough: strategies compared, tables, figures, traces")
+    w.add_argument("--config", default="tiny", help="model that is run: tiny (default), full, or a JSON config path")
+    w.add_argument("--full-config", default="full", help="model analysed shape-only (default: the published 35B-A3B)")
+    w.add_argument("--backend", choices=["sim", "cuda"], default="sim", help="sim (modeled time) or cuda (measured)")
+    w.add_argument("--out", default="out/walkthrough", help="folder for CSV tables, PNG figures and Chrome traces")
+    w.add_argument("--skip-full", action="store_true", help="skip the full-size shape-only analysis")
+    w.add_argument("--no-progress", action="store_true", help="no progress bars")
+    w.set_defaults(func=_cmd_walkthrough)
     p = sub.add_parser("propagate", help="place and propagate a built-in example, print graph and copies")
     p.add_argument("--example", default="residual", help="built-in example (mlp, residual, fanout, attention)")
     p.add_argument(

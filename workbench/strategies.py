@@ -14,7 +14,8 @@ weights — that turns a captured MoE program into a ``DeviceGraph``:
   shared expert's compute on the copy stream.
 
 Each comes with the skip-copy flags on (tokens, caches and logits stay on the device:
-the caller stages them, as ExecuTorch's CUDA pipeline does) or off.
+the caller stages them, as ExecuTorch's CUDA pipeline does) or off, and is issued in the
+``overlap`` order of ``workbench.schedule`` (copies as early as their inputs allow).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Strategy:
     skip_copies: bool  # both skip flags: caller stages inputs on, and takes outputs from, the device
     stream_constants: tuple[str, ...] = ()  # parameter globs kept on the host and streamed
     device: str = "cuda:0"  # the accelerator
+    schedule: str = "overlap"  # issue order: "overlap" (copies early, compute around them) or "captured"
 
     @property
     def label(self) -> str:
@@ -55,18 +57,24 @@ class Strategy:
     def with_skip_copies(self, on: bool) -> "Strategy":
         return replace(self, skip_copies=bool(on))
 
+    def with_schedule(self, order: str) -> "Strategy":
+        return replace(self, schedule=order)
+
     def apply(self, program, *, strict: bool = False):
         """Place and propagate ``program`` under this strategy → ``DeviceGraph``."""
         from .place import place
         from .propagate import propagate
 
+        from .schedule import schedule
+
         placed = place(program, self.rules, strict=strict)
-        return propagate(
+        dg = propagate(
             placed,
             skip_h2d_for_method_inputs=self.skip_copies,
             skip_d2h_for_method_outputs=self.skip_copies,
             stream_constants=self.stream_constants,
         )
+        return schedule(dg, self.schedule)
 
 
 def _in_modules(node: torch.fx.Node, glob: str) -> bool:

@@ -103,3 +103,28 @@ def test_empty_input_plans_to_an_empty_arena():
         plan = assign_offsets([], name)
         assert plan.arena_bytes == 0 and dict(plan.offsets) == {}
     assert lower_bound([]) == 0
+
+
+def test_a_registered_algorithm_runs_by_name_and_in_best(monkeypatch):
+    """ALGORITHMS is the registry: a new entry is callable by name and best considers it;
+    an entry returning a misaligned offset is stopped with its name in the error."""
+    from workbench.planning import ALGORITHMS as registry
+
+    def stacked_reverse(problem):  # no reuse, top-down: valid but never smaller than naive
+        top = sum(problem.sizes)
+        out, at = [], top
+        for size in problem.sizes:
+            at -= size
+            out.append(at)
+        return out
+
+    monkeypatch.setitem(registry, "reverse", stacked_reverse)
+    plan = assign_offsets(GOOD, "reverse")
+    verify(GOOD, plan)
+    assert plan.algorithm == "reverse" and plan.arena_bytes == 112 + 64
+
+    monkeypatch.setitem(registry, "broken", lambda problem: [3] * len(problem.sizes))
+    with pytest.raises(RuntimeError, match=r"'broken' gave buffer 'a' offset 3"):
+        assign_offsets(GOOD, "broken")
+    with pytest.raises(RuntimeError, match="'broken'"):
+        assign_offsets(GOOD, "best")

@@ -67,10 +67,6 @@ class Buffer:
         """Number of execution steps the buffer is live (inclusive range)."""
         return self.end - self.start + 1
 
-    def overlaps_in_time(self, other: "Buffer") -> bool:
-        """True when both are live at some common step (rule 2: touching counts)."""
-        return self.start <= other.end and other.start <= self.end
-
 
 def check_alignment(alignment: object) -> int:
     """Return ``alignment`` if it is a positive power of two (rule 4), else raise."""

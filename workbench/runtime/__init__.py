@@ -6,6 +6,10 @@
 - ``cost_model``: link, device and host figures; copy and roofline times; ``op_cost``.
 - ``timeline``: ``Event``, ``Timeline`` and the ``StreamScheduler`` for modeled time.
 - ``cuda``: whether CUDA can run here, and the CuPy allocator.
+- ``executor``: ``run`` a plan, ``load`` it into a ``Session`` for many calls, ``estimate``
+  its modeled timeline from shapes alone; ``RunResult``. Built from ``steps`` (what each
+  node does, where, waiting for what), ``session``, ``exec_backends``, ``sim_timing``
+  and ``cuda_timing``.
 """
 
 from .allocators import (
@@ -39,11 +43,16 @@ from .cuda import (
 )
 from .tensors import buffer_of, clone_to, device_of, to_device, to_host, typed_view
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
+from .executor import ExecutorError, InputError, RunResult, Session, estimate, load, run, steps_of
 
 __all__ = [
     "BACKENDS",
     "COPY_KINDS",
     "EVENT_KINDS",
+    "ExecutorError",
+    "InputError",
+    "RunResult",
+    "Session",
     "Allocation",
     "AllocatorError",
     "AllocatorRegistry",
@@ -71,13 +80,17 @@ __all__ = [
     "default_backend",
     "device_of",
     "dtype_class",
+    "estimate",
+    "load",
     "find_allocation",
     "live_allocations",
     "live_bytes",
     "live_bytes_by_device",
     "op_cost",
     "registry_for_backend",
+    "run",
     "shared_registry",
+    "steps_of",
     "to_device",
     "to_host",
     "typed_view",

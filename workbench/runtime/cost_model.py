@@ -283,7 +283,8 @@ def op_cost(
     try:
         meta_args, meta_kwargs = tree_map(_to_meta, (tuple(args), kwargs))
         flops, out = _counted(fn, meta_args, meta_kwargs)
-        return OpCost(flops, read + sum(_nbytes(t) for t in _tensors(out)))
+        written = sum(_nbytes(t) for t in _tensors(out))
+        return OpCost(flops, _row_gather_read(fn, args, read, written) + written)
     except Exception as meta_error:  # no meta kernel, data-dependent shape, unbacked size
         reason = f"{type(meta_error).__name__}: {' '.join(str(meta_error).split())[:160]}"
     inputs = _tensors((args, kwargs))
@@ -303,6 +304,26 @@ def op_cost(
         stacklevel=2,
     )
     return OpCost(flops, read + written)
+
+
+def _row_gather_ops() -> dict[Any, int]:
+    aten = torch.ops.aten
+    return {
+        aten.index_select.default: 0,  # index_select(source, dim, index)
+        aten.embedding.default: 0,  # embedding(weight, indices)
+        aten.gather.default: 0,  # gather(source, dim, index)
+        aten.index.Tensor: 0,  # source[indices]
+    }
+
+
+def _row_gather_read(fn: Any, args: tuple, read: int, written: int) -> int:
+    """Ops that pick rows out of a big source read only the rows they pick: counting the
+    whole source (an embedding table, a stack of 256 experts) as read would charge a
+    decode step gigabytes it never touches."""
+    position = _row_gather_ops().get(fn)
+    if position is None or position >= len(args) or not isinstance(args[position], torch.Tensor):
+        return read
+    return read - _nbytes(args[position]) + min(written, _nbytes(args[position]))
 
 
 def _is_fake(t: torch.Tensor) -> bool:

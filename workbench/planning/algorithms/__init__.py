@@ -6,8 +6,9 @@
 =========  ==============================================================
 ``naive``  no reuse: buffers back to back (the arena is the sum of sizes)
 ``greedy`` largest first, best fit (the ExecuTorch / TFLite baseline)
-``search`` several orders x {best, first} fit, exact branch and bound when
-           tiny, local search on the order (see ``search``)
+``search`` greedy orders with best / first fit and skyline placement, an
+           exact branch and bound when tiny, local search on the order;
+           never worse than ``greedy`` (see ``search``)
 ``best``   every other registered algorithm; the smallest arena wins, ties
            to the earlier name in ``ALGORITHMS``
 =========  ==============================================================
@@ -17,7 +18,9 @@ Rules:
        offset + aligned size), never taken from the algorithm.
     2. Same buffers, algorithm and alignment give the same offsets, whatever
        the order the buffers come in (``base`` rule 1).
-    3. An algorithm added to ``ALGORITHMS`` is run by ``best`` too.
+    3. An algorithm added to ``ALGORITHMS`` is run by ``best`` too; it must
+       return safe offsets (``verify`` checks that), and non-negative aligned
+       ints are checked here.
 """
 
 from __future__ import annotations
@@ -56,10 +59,18 @@ ALGORITHMS: dict[str, Algorithm] = {
 
 
 def _checked(name: str, offsets: list[int], problem: Problem) -> list[int]:
+    """Cheap sanity checks of an algorithm's output (overlaps are ``verify``'s job)."""
     if len(offsets) != len(problem):
         raise RuntimeError(
             f"planning algorithm {name!r} returned {len(offsets)} offsets for {len(problem)} buffers"
         )
+    unit = problem.alignment
+    for buf, offset in zip(problem.buffers, offsets):
+        if not isinstance(offset, int) or offset < 0 or offset % unit:
+            raise RuntimeError(
+                f"planning algorithm {name!r} gave buffer {buf.id!r} offset {offset!r}; "
+                f"offsets must be non-negative multiples of the alignment {unit}"
+            )
     return offsets
 
 

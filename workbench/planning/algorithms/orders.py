@@ -100,9 +100,10 @@ ORDERS: dict[str, Callable[[Problem], list[int]]] = {
     "start": by_start,
 }
 
-#: The starts of ``search``, in the order tried: (order, fit) pairs for
-#: ``placement.place`` and ("skyline", rule) for ``skyline.skyline``. Measured on
-#: the benchmark generators: the "start" order never won alone, so it is not tried.
+#: The starts of ``search``, in the order tried (it stops at the lower bound):
+#: (order, fit) pairs for ``placement.place`` and ("skyline", rule) for
+#: ``skyline.skyline``. Each of these was the only winner on some benchmark
+#: input; "start" (execution order) never was, so it is not tried.
 STARTS: tuple[tuple[str, str], ...] = (
     ("size", "best"),  # greedy itself: search is never worse than greedy
     ("skyline", "long"),

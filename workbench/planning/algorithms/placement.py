@@ -22,10 +22,12 @@ Rules:
            the O(log T) nodes that tile ``(s, e]`` hold exactly the buffers
            starting there, each once.
     3. Size-0 buffers are not placed through the index: they sit at offset 0.
-    4. First fit over every order is exact: sorting an optimal plan's buffers by
-       offset and placing them first-fit in that order gives each an offset no
-       higher than its optimal one (each earlier buffer that overlaps it in time
-       ends at or below that offset). ``search`` relies on this.
+    4. Re-placing any safe plan first fit, in order of its offsets, gives each
+       buffer an offset no higher than before: by induction, every earlier
+       buffer that overlaps it in time ended at or below its old offset, and
+       can only have moved down. So re-placing never grows a plan, and first
+       fit over *some* order reaches the optimum. ``search`` and ``exact``
+       rely on this.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from collections.abc import Sequence
 
 from .base import Problem
 
-_SHORT = 4  # below this many steps, walking leaves beats walking canonical nodes
+_SHORT = 4  # up to this many steps, walking leaves beats walking canonical nodes
 
 
 class TimeIndex:

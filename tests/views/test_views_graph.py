@@ -1,0 +1,287 @@
+"""GraphView and its plain data: layout, collapse, device filter, node specs, selection."""
+
+from __future__ import annotations
+
+import pytest
+from matplotlib.figure import Figure
+
+import workbench as wb
+from workbench.views import GraphView, ViewInputError, graph_layout, node_spec
+from workbench.views._style import format_bytes
+
+from views_helpers import placed_graph, residual_fused, residual_plan, residual_two_devices, tiny_moe
+
+
+def _graph_edges(dg):
+    return {(a.name, n.name) for n in dg.graph.nodes for a in n.all_input_nodes}
+
+
+# --- layout ------------------------------------------------------------------------
+
+
+def test_layout_has_one_node_per_graph_node_and_every_edge():
+    """Uncollapsed, the layout draws exactly the graph: same node names, same edges
+    (a dropped placeholder, copy or edge would fail)."""
+    _, _, dg = residual_two_devices()
+    layout = graph_layout(dg)
+    assert sorted(n.id for n in layout.nodes) == sorted(n.name for n in dg.graph.nodes)
+    assert {(e.src, e.dst) for e in layout.edges} == _graph_edges(dg)
+    assert layout.graph_nodes == len(dg.graph.nodes)
+
+
+def test_layout_rows_are_longest_paths_from_the_sources():
+    """Every op sits one row below its deepest input (longest path), so every edge into
+    an op points downward; constants sit directly above their first user."""
+    _, _, dg = residual_two_devices()
+    layout = graph_layout(dg)
+    row = {n.id: n.layer for n in layout.nodes}
+    for node in dg.graph.nodes:
+        inputs = node.all_input_nodes
+        if node.name in dg.residency:
+            assert row[node.name] == min(row[u.name] for u in node.users) - 1
+        elif inputs:
+            assert row[node.name] == 1 + max(row[a.name] for a in inputs)
+        else:
+            assert row[node.name] == 0
+    assert all(n.y == n.layer for n in layout.nodes)
+
+
+def test_layout_positions_are_distinct():
+    """No two drawn nodes share a position (they would hide each other)."""
+    _, _, dg = residual_two_devices()
+    layout = graph_layout(dg)
+    positions = [(n.x, n.y) for n in layout.nodes]
+    assert len(set(positions)) == len(positions)
+
+
+def test_copy_nodes_are_labelled_with_kind_and_bytes():
+    """Each copy record appears as a copy node labelled ``<kind> <bytes>`` with its kind's
+    colour key; no other node is a copy."""
+    _, _, dg = residual_two_devices()
+    layout = graph_layout(dg)
+    by_id = {n.id: n for n in layout.nodes}
+    assert {c.kind for c in dg.copies} == {"h2d", "d2h", "d2d"}
+    for c in dg.copies:
+        n = by_id[c.name]
+        assert (n.kind, n.copy_kind, n.nbytes) == ("copy", c.kind, c.nbytes)
+        assert n.label == f"{c.kind} {format_bytes(c.nbytes)}"
+        assert n.colour_key == f"copy:{c.kind}"
+    assert sum(n.kind == "copy" for n in layout.nodes) == len(dg.copies)
+    assert format_bytes(4096) == "4.0 KiB"
+
+
+def test_nodes_are_coloured_by_their_device():
+    """An op's colour key names the device propagation gave it."""
+    _, _, dg = residual_two_devices()
+    for n in graph_layout(dg).nodes:
+        if n.kind == "op":
+            assert n.colour_key == f"device:{dg.node_device[n.id]}"
+
+
+def test_delegate_boxes_hold_their_members():
+    """Uncollapsed, each delegate is a box around exactly its member nodes."""
+    _, _, dg = residual_fused()
+    layout = graph_layout(dg)
+    boxes = {b.name: b for b in layout.boxes}
+    assert set(boxes) == {d.name for d in dg.placement.delegates}
+    where = {n.id: n for n in layout.nodes}
+    for d in dg.placement.delegates:
+        box = boxes[d.name]
+        assert set(box.members) == set(d.nodes)
+        assert box.y0 == min(where[m].y for m in d.nodes) and box.y1 == max(where[m].y for m in d.nodes)
+
+
+def test_collapse_delegates_draws_each_delegate_as_one_node():
+    """Collapsed by delegates: node count = graph nodes - delegate members + delegates,
+    each member maps to its delegate, and no edge joins a delegate to itself."""
+    _, _, dg = residual_fused()
+    assert any(len(d.nodes) > 1 for d in dg.placement.delegates)
+    layout = graph_layout(dg, collapse="delegates")
+    members = sum(len(d.nodes) for d in dg.placement.delegates)
+    assert len(layout.nodes) == len(dg.graph.nodes) - members + len(dg.placement.delegates)
+    for d in dg.placement.delegates:
+        node = layout.node(d.name)
+        assert node.kind == "delegate" and set(node.members) == set(d.nodes)
+        assert node.device == str(d.device)
+        assert all(layout.node_of[m] == d.name for m in d.nodes)
+    assert all(e.src != e.dst for e in layout.edges)
+    assert layout.boxes == ()
+
+
+def test_collapse_layers_groups_by_indexed_module_path():
+    """Collapsed by layers (MLP: layers.0..2): every op traced in ``layers.i`` maps to
+    that group, the ReLUs traced at the root join the layer that consumes them, and the
+    user input stays its own node."""
+    _, _, dg = placed_graph("mlp", (("cuda:0", ("aten.linear",)),))
+    layout = graph_layout(dg, collapse="layers")
+    groups = {n.id for n in layout.nodes if n.kind == "layer"}
+    assert groups == {"layers.0", "layers.1", "layers.2"}
+    for node in dg.graph.nodes:
+        if node.op == "call_function" and str(node.target).startswith("aten.linear"):
+            stack = [p for p, _ in node.meta["nn_module_stack"].values()]
+            assert layout.node_of[node.name] in stack
+        if node.op == "call_function" and str(node.target).startswith("aten.relu"):
+            (user,) = node.users
+            assert layout.node_of[node.name] == layout.node_of[user.name]
+    assert layout.node_of["x"] == "x"
+    assert sum(len(n.members) for n in layout.nodes) == len(dg.graph.nodes)
+    # the layers are a chain: each one a row below the previous
+    rows = [layout.node(f"layers.{i}").layer for i in range(3)]
+    assert rows == sorted(rows) and len(set(rows)) == 3
+
+
+def test_device_filter_keeps_exactly_the_nodes_touching_the_device():
+    """devices=["cuda:1"] keeps the ops on cuda:1 and the copies into or out of it."""
+    _, _, dg = residual_two_devices()
+    layout = graph_layout(dg, devices=["cuda:1"])
+    expected = {n for n, d in dg.node_device.items() if str(d) == "cuda:1" and n not in dg.residency}
+    expected |= {c.name for c in dg.copies if "cuda:1" in (str(c.src), str(c.dst))}
+    assert {n.id for n in layout.nodes} == expected
+    assert layout.devices == ("cuda:1",)
+
+
+def test_bad_options_are_clear_errors():
+    """An unknown collapse mode or a device the graph does not use says what is valid."""
+    _, _, dg = residual_two_devices()
+    with pytest.raises(ValueError, match="valid modes are None, 'delegates' and 'layers'"):
+        graph_layout(dg, collapse="modules")
+    with pytest.raises(ValueError, match="its devices are cpu, cuda:0, cuda:1"):
+        graph_layout(dg, devices=["cuda:3"])
+    with pytest.raises(ViewInputError, match="DeviceGraph .* or a MemoryPlan"):
+        GraphView("not a graph")
+
+
+# --- node specs --------------------------------------------------------------------
+
+
+def test_spec_of_a_planned_tensor_is_its_allocation():
+    """With a plan, a node's lifetime, arena, offset and size are its storage's."""
+    plan = residual_plan()
+    dg = plan.graph
+    for value, owner in plan.storage_of.items():
+        spec = node_spec(dg, value, plan)
+        a = plan.allocations[owner]
+        assert spec.storage == owner
+        assert (spec.lifetime, spec.arena, spec.offset, spec.size) == ((a.start, a.end), a.arena, a.offset, a.size)
+        assert spec.device == str(dg.node_device[value])
+
+
+def test_spec_of_a_copy_says_why_it_exists():
+    """A copy's spec carries the reason, kind, ends and consumers recorded by propagation."""
+    plan = residual_plan()
+    for c in plan.graph.copies:
+        spec = node_spec(plan.graph, c.name, plan)
+        assert (spec.copy_kind, spec.copy_src, spec.copy_dst) == (c.kind, str(c.src), str(c.dst))
+        assert spec.copy_reason == c.reason and spec.copy_consumers == c.consumers
+        assert spec.role == "copy"
+
+
+def test_spec_of_a_weight_says_why_it_is_not_planned():
+    """A parameter has no arena slot; its spec gives the plan's reason."""
+    plan = residual_plan()
+    spec = node_spec(plan.graph, "p_ups_0_weight", plan)
+    assert spec.role == "parameter" and spec.offset is None
+    assert spec.unplanned == plan.unplanned["p_ups_0_weight"]
+    assert spec.shape == (64, 32) and spec.dtype == "float32" and spec.nbytes == 64 * 32 * 4
+
+
+def test_spec_without_a_plan_uses_graph_order_lifetimes():
+    """Without a plan a lifetime is [defining step, last use] in graph order."""
+    _, _, dg = residual_two_devices()
+    for node in dg.graph.nodes:
+        if node.op == "output":
+            continue
+        spec = node_spec(dg, node.name)
+        last = max((dg.order_of(u.name) for u in node.users), default=dg.order_of(node.name))
+        assert spec.lifetime == (dg.order_of(node.name), last)
+        assert spec.offset is None
+
+
+def test_spec_of_an_unknown_node_lists_real_names():
+    _, _, dg = residual_two_devices()
+    with pytest.raises(KeyError, match="no node named 'nope'"):
+        node_spec(dg, "nope")
+
+
+# --- the widget --------------------------------------------------------------------
+
+
+def test_selecting_a_node_updates_the_spec_panel_and_highlight():
+    """Choosing a node in the dropdown shows its spec (offset, device, reason) and marks
+    it selected; clearing the dropdown clears the panel."""
+    plan = residual_plan()
+    view = GraphView(plan)
+    copy = next(c for c in plan.graph.copies if c.kind == "d2d")
+    view.node_dropdown.value = copy.name
+    assert view.selected == copy.name
+    html = view.spec.value
+    owner = plan.storage_of[copy.name]
+    assert copy.name in html and "d2d" in html and str(plan.allocations[owner].offset) in html
+    assert "read" in html  # the reason sentence
+    view.select(None)
+    assert view.node_dropdown.value == "" and view.selected is None and "select a node" in view.spec.value
+
+
+def test_selection_inside_a_collapsed_group_names_the_group():
+    """With delegates collapsed, a member's spec says which drawn node holds it."""
+    _, _, dg = residual_fused()
+    view = GraphView(dg, collapse="delegates")
+    delegate = next(d for d in dg.placement.delegates if len(d.nodes) > 1)
+    view.select(delegate.nodes[1])
+    assert f"inside {delegate.name}" in view.spec.value
+
+
+def test_collapse_and_device_controls_relayout():
+    """Changing the collapse dropdown or the device dropdown rebuilds the layout."""
+    _, _, dg = residual_fused()
+    view = GraphView(dg)
+    full = len(view.layout.nodes)
+    view.collapse_dropdown.value = "delegates"
+    assert view.layout.collapse == "delegates" and len(view.layout.nodes) < full
+    view.device_dropdown.value = "cuda:0"
+    assert view.layout.devices == ("cuda:0",)
+    view.device_dropdown.value = ""  # the "all" entry
+    assert view.layout.devices is None
+
+
+def test_static_figure_png_and_display_bundle(tmp_path, monkeypatch):
+    """figure() is a matplotlib Figure, save() writes a real PNG, and displaying the view
+    publishes the live widget and the same PNG as a static fallback."""
+    _, _, dg = residual_two_devices()
+    view = GraphView(dg)
+    assert isinstance(view.figure(), Figure)
+    path = view.save(tmp_path / "graph.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert view.image.value[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match=r"\.png, \.svg or \.pdf"):
+        view.save(tmp_path / "graph.txt")
+    shown = []
+    import IPython.display
+
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    view._ipython_display_()
+    (bundle, raw), = shown
+    assert raw and "application/vnd.jupyter.widget-view+json" in bundle and "image/png" in bundle
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == view.widget.model_id
+    assert "wb-graph-view" in view.widget._dom_classes
+
+
+@pytest.mark.slow
+def test_tiny_moe_layout_collapses_to_its_layers():
+    """The tiny MoE (hundreds of nodes) stays drawable: uncollapsed it has one node per
+    graph node; collapsed by layers it shows its four decoder layers as groups that
+    together hold most of the graph, and every graph node maps to a drawn node."""
+    _, _, prog = tiny_moe()
+    dg = wb.propagate(wb.place(prog, {"cuda:0": ["aten.linear", "aten.bmm"]}))
+    full = graph_layout(dg)
+    assert len(full.nodes) == len(dg.graph.nodes) > 300
+    layout = graph_layout(dg, collapse="layers")
+    groups = [n for n in layout.nodes if n.kind == "layer"]
+    assert sorted(n.id for n in groups) == ["layers.0", "layers.1", "layers.2", "layers.3"]
+    assert sum(len(n.members) for n in groups) > 0.8 * len(dg.graph.nodes)
+    assert len(layout.nodes) < 60
+    assert set(layout.node_of) == {n.name for n in dg.graph.nodes}
+    assert sum(n.copies for n in layout.nodes) == len(dg.copies)
+    view = GraphView(dg, collapse="layers")
+    view.select("linear_3")
+    assert "inside layers." in view.spec.value

@@ -1,0 +1,131 @@
+"""Measured time on the ``cuda`` backend: CUDA events around every step, stream waits.
+
+Rules:
+
+1. Each device has a compute stream and a copy stream (torch streams, so torch ops and
+   the CuPy copy kernels run on the same queues). A device step records a start event,
+   runs, and records an end event on its lane's stream.
+2. Before a device step, its stream waits (``wait_event``) for the end event of every
+   dep on another lane; deps on its own stream are ordered already. Deps on the host
+   lane need nothing: host steps run synchronously, so they finished before the issue.
+3. Before a host step, the host blocks on the end event of every device dep (a d2h into
+   the slot it reads, a copy still reading the slot it overwrites).
+4. At the call's start every device is idle (synchronized) and a start event is recorded
+   on each; device times are ``start.elapsed_time(event)``, host times are wall clock
+   since the same instant, both in µs.
+5. FLOPs and bytes touched of compute steps come from the cost callables, evaluated
+   only after the call has finished, so counting never delays a launch.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+import torch
+
+from .steps import HOST_LANE, Step
+from .timeline import Event, Timeline
+
+__all__ = ["CudaClock", "CudaStreams"]
+
+
+class CudaStreams:
+    """A compute and a copy stream per device index (rule 1)."""
+
+    def __init__(self, indices) -> None:
+        self.indices = tuple(sorted(set(indices)))
+        self._compute = {i: torch.cuda.Stream(device=i) for i in self.indices}
+        self._copy = {i: torch.cuda.Stream(device=i) for i in self.indices}
+
+    def compute(self, index: int) -> "torch.cuda.Stream":
+        return self._compute[index]
+
+    def copy(self, index: int) -> "torch.cuda.Stream":
+        return self._copy[index]
+
+    def for_lane(self, lane: tuple[str, str]) -> "torch.cuda.Stream":
+        device, stream = lane
+        index = int(device.partition(":")[2] or 0)
+        return self._copy[index] if stream == "copy" else self._compute[index]
+
+    def synchronize(self) -> None:
+        for i in self.indices:
+            torch.cuda.synchronize(i)
+
+
+def _index(lane: tuple[str, str]) -> int:
+    return int(lane[0].partition(":")[2] or 0)
+
+
+class CudaClock:
+    """Records one call's steps with CUDA events (see module rules)."""
+
+    def __init__(self, streams: CudaStreams) -> None:
+        self._streams = streams
+        self._start: dict[int, Any] = {}
+        self._t0 = 0.0
+        self._records: list[tuple[Step, Any, Any, int, Callable]] = []
+        self._ends: dict[str, tuple[tuple[str, str], Optional[Any]]] = {}
+        self._open: Optional[tuple[Step, Any]] = None
+
+    def begin(self) -> None:
+        """Rule 4."""
+        self._streams.synchronize()
+        for i in self._streams.indices:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(self._streams.compute(i))
+            self._start[i] = event
+        for event in self._start.values():
+            event.synchronize()
+        self._t0 = time.perf_counter()
+
+    def before(self, step: Step) -> None:
+        """Rules 2, 3: wait for the deps, then mark the start."""
+        if step.lane == HOST_LANE:
+            for dep in step.deps:
+                _, event = self._ends.get(dep, (HOST_LANE, None))
+                if event is not None:
+                    event.synchronize()
+            self._open = (step, time.perf_counter())
+            return
+        stream = self._streams.for_lane(step.lane)
+        for dep in step.deps:
+            lane, event = self._ends.get(dep, (HOST_LANE, None))
+            if event is not None and lane != step.lane:
+                stream.wait_event(event)
+        start = torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        self._open = (step, start)
+
+    def after(self, step: Step, cost: Callable[[], tuple[float, int, int]], nbytes: int) -> None:
+        """Mark the end of the step opened by ``before``."""
+        opened, start = self._open
+        assert opened is step, f"after({step.name}) does not close before({opened.name})"
+        self._open = None
+        if step.lane == HOST_LANE:
+            end = time.perf_counter()
+            self._records.append((step, start, end, nbytes, cost))
+            self._ends[step.name] = (step.lane, None)
+            return
+        end = torch.cuda.Event(enable_timing=True)
+        end.record(self._streams.for_lane(step.lane))
+        self._records.append((step, start, end, nbytes, cost))
+        self._ends[step.name] = (step.lane, end)
+
+    def finish(self) -> Timeline:
+        """Wait for the device, then turn the events into a ``Timeline`` (rules 4, 5)."""
+        self._streams.synchronize()
+        events = []
+        for step, start, end, nbytes, cost in self._records:
+            if step.lane == HOST_LANE:
+                t0, t1 = (start - self._t0) * 1e6, (end - self._t0) * 1e6
+            else:
+                origin = self._start[_index(step.lane)]
+                t0, t1 = origin.elapsed_time(start) * 1e3, origin.elapsed_time(end) * 1e3
+            flops = 0
+            if step.event in ("compute", "host") and step.op == "call_function":
+                _, nbytes, flops = cost()
+            device, stream = step.lane
+            events.append(Event(step.event, step.name, device, stream, t0, max(t0, t1), int(nbytes), int(flops), step.index))
+        return Timeline(events)

@@ -1,0 +1,179 @@
+"""How the executor touches memory and time on each backend.
+
+The executor (``session``) is written once; what differs between the simulator and the
+real GPU lives here, behind the same small surface:
+
+- ``arena(device, buffer)``: the flat uint8 tensor over an arena (sim: a CPU view of a
+  sim allocation; cuda: a CUDA tensor over CuPy memory via DLPack, zero-copy).
+- ``compute(device)``: the context device ops run in (cuda: that device's compute stream).
+- ``copy_stream(device)``: the stream copies on that lane are issued on (sim: None).
+- ``patch_kwargs``: factory ops of device steps allocate on the device they run on.
+- ``device_of``, ``as_tensor``: what a caller's tensor is and where it lives.
+- ``gather``: rows of a host tensor into a device slot in one copy.
+- ``clock()``: modeled time (sim) or CUDA events (cuda).
+
+Rules:
+1. Device ops on ``sim`` run as CPU torch ops on sim device memory (host memory in
+   separate allocations); on ``cuda`` as CUDA torch ops on the device's compute stream.
+2. A torch fallback copy (strided source, memory from outside the workbench) runs on the
+   lane's copy stream, like the kernel path, so stream ordering is the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Optional
+
+import torch
+
+from ..devices import Device
+from .allocators import AllocatorRegistry
+from .cost_model import CostModel
+from .sim_timing import SimClock
+from .steps import Step
+from .tensors import _is_cupy_array, device_of
+from .timeline import Timeline
+
+__all__ = ["CudaExecBackend", "SimExecBackend", "make_exec_backend"]
+
+
+class _SimRunClock:
+    """Modeled time for one call (the run-time face of ``SimClock``)."""
+
+    def __init__(self, model: CostModel) -> None:
+        self._clock = SimClock(model)
+
+    def begin(self) -> None:
+        pass
+
+    def before(self, step: Step) -> None:
+        pass
+
+    def after(self, step: Step, cost, nbytes: int) -> None:
+        self._clock.add(step, cost)
+
+    def finish(self) -> Timeline:
+        return self._clock.timeline()
+
+
+class SimExecBackend:
+    """The simulated accelerator (rule 1)."""
+
+    name = "sim"
+
+    def __init__(self, registry: AllocatorRegistry, cost_model: CostModel) -> None:
+        self.registry = registry
+        self.cost_model = cost_model
+
+    def arena(self, device: Device, buffer: Any) -> torch.Tensor:
+        return buffer.view() if buffer is not None else torch.empty(0, dtype=torch.uint8)
+
+    def compute(self, device: Device) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def copy_stream(self, device: Device) -> Optional[Any]:
+        return None
+
+    def patch_kwargs(self, kwargs: dict, device: Device) -> dict:
+        return kwargs  # sim device memory is host memory: cpu factories are right
+
+    def as_tensor(self, x: Any) -> Any:
+        return x
+
+    def device_of(self, t: Any) -> Device:
+        return device_of(t, "sim")
+
+    def torch_copy(self, dst: torch.Tensor, src: torch.Tensor, stream: Any) -> None:
+        dst.copy_(src)
+
+    def gather(self, dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, stream: Any) -> None:
+        """An index_select from host memory straight into the device slot."""
+        rows = dst.view((-1,) + tuple(src.shape[1:]))
+        torch.index_select(src, 0, index.reshape(-1).to(torch.long), out=rows)
+
+    def new_host(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(tuple(shape), dtype=dtype)
+
+    def clock(self) -> _SimRunClock:
+        return _SimRunClock(self.cost_model)
+
+    def synchronize(self) -> None:
+        pass
+
+
+class CudaExecBackend:
+    """The real GPU through CuPy memory and torch CUDA streams (rule 1)."""
+
+    name = "cuda"
+
+    def __init__(self, registry: AllocatorRegistry, cost_model: CostModel, indices) -> None:
+        from .cuda_timing import CudaStreams
+
+        self.registry = registry
+        self.cost_model = cost_model
+        self.streams = CudaStreams(indices)
+
+    def arena(self, device: Device, buffer: Any) -> torch.Tensor:
+        if buffer is not None:
+            return buffer.view()
+        return torch.empty(0, dtype=torch.uint8, device="cpu" if device.is_host else f"cuda:{device.index}")
+
+    def compute(self, device: Device) -> contextlib.AbstractContextManager:
+        if device.is_host:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.cuda.device(device.index))
+        stack.enter_context(torch.cuda.stream(self.streams.compute(device.index)))
+        return stack
+
+    def copy_stream(self, device: Device) -> Optional[Any]:
+        return self.streams.copy(device.index)
+
+    def patch_kwargs(self, kwargs: dict, device: Device) -> dict:
+        value = kwargs.get("device")
+        if value is None or device.is_host:
+            return kwargs
+        if torch.device(value).type == "cpu":
+            return dict(kwargs, device=torch.device("cuda", device.index))
+        return kwargs
+
+    def as_tensor(self, x: Any) -> Any:
+        return torch.from_dlpack(x) if _is_cupy_array(x) else x
+
+    def device_of(self, t: Any) -> Device:
+        return device_of(t, "cuda")
+
+    def torch_copy(self, dst: torch.Tensor, src: torch.Tensor, stream: Any) -> None:
+        with torch.cuda.stream(stream):
+            dst.copy_(src, non_blocking=True)
+
+    def gather(self, dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, stream: Any) -> None:
+        """One gather kernel over pinned, mapped host memory (the constant region and host
+        arena are page-locked at load); a pageable source falls back to torch."""
+        from ..kernels.copies import pointer_kind
+
+        if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
+            rows = torch.index_select(src, 0, index.reshape(-1).to(torch.long).cpu())
+            self.torch_copy(dst.view(rows.shape), rows, stream)
+            return
+        engine = self.registry.get("cuda").engine(dst.device.index)
+        engine.gather_rows(dst.data_ptr(), src, index.reshape(-1), stream)
+
+    def new_host(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(tuple(shape), dtype=dtype)
+
+    def clock(self):
+        from .cuda_timing import CudaClock
+
+        return CudaClock(self.streams)
+
+    def synchronize(self) -> None:
+        self.streams.synchronize()
+
+
+def make_exec_backend(name: str, registry: AllocatorRegistry, cost_model: CostModel, devices) -> Any:
+    """The executor backend for ``name`` ("sim" or "cuda") serving ``devices``."""
+    if name == "sim":
+        return SimExecBackend(registry, cost_model)
+    indices = sorted({d.index for d in devices if not d.is_host})
+    return CudaExecBackend(registry, cost_model, indices or [0])

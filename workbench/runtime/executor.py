@@ -1,0 +1,65 @@
+"""The executor's entry points: ``run`` a plan once, ``load`` it for many calls, ``estimate`` it.
+
+::
+
+    res = run(plan, *inputs, backend="sim")      # load, one call, close
+    res.outputs, res.timeline, res.time_us, res.copy_bytes_by_kind()
+
+    with load(plan, backend="sim") as session:   # arenas and constants placed once
+        for _ in range(steps):
+            res = session.run(*inputs)
+
+    timeline = estimate(plan)                    # shapes only: no data, no memory
+
+Rules:
+
+1. ``run`` checks the inputs before allocating anything, so a bad input (a host tensor
+   where the plan wants a device tensor) leaves nothing allocated.
+2. ``run`` closes its session on every path; its outputs outlive it (host outputs are
+   copied out of the arena, device outputs own their ``DeviceBuffer``).
+3. ``backend=None`` means ``default_backend()`` ("cuda" with a usable GPU, else "sim");
+   ``"cuda"`` without one is a ``CudaUnavailableError`` with the reason in one line; an
+   unknown name is an error listing the valid ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .allocators import AllocatorRegistry
+from .cost_model import CostModel
+from .run_result import RunResult
+from .session import ExecutorError, InputError, RunNode, Session, _check_plan, _flatten, _resolve_backend, check_inputs, load
+from .sim_timing import default_cost_model, estimate
+from .steps import Step, Steps, steps_of
+
+__all__ = [
+    "ExecutorError",
+    "InputError",
+    "RunResult",
+    "Session",
+    "Step",
+    "Steps",
+    "default_cost_model",
+    "estimate",
+    "load",
+    "run",
+    "steps_of",
+]
+
+
+def run(
+    plan,
+    *inputs: Any,
+    backend: Optional[str] = None,
+    cost_model: Optional[CostModel] = None,
+    registry: Optional[AllocatorRegistry] = None,
+    validate: bool = False,
+    run_node: Optional[RunNode] = None,
+) -> RunResult:
+    """Load ``plan`` on ``backend``, run one call with ``inputs``, close; see ``load``."""
+    _check_plan(plan)
+    name = _resolve_backend(backend)
+    check_inputs(plan, name, _flatten(plan, inputs))  # rule 1
+    with load(plan, name, cost_model, registry=registry, validate=validate, run_node=run_node) as session:
+        return session.run(*inputs)

@@ -1,0 +1,182 @@
+"""Modeled time: what each step of a plan costs on the simulated machine, and ``estimate``.
+
+Rules:
+
+1. A copy of N bytes lasts ``CostModel.copy_time_us(kind, N, pinned)`` (latency + N /
+   bandwidth); the gather copy is an h2d of the rows it moves.
+2. An op lasts ``CostModel.compute_time_us(flops, bytes touched, device, dtype)``, its
+   roofline, with FLOPs and bytes from ``op_cost`` and ``dtype`` the first floating-point
+   input's (else the output's, else fp32). Binding a planned input on the host is a
+   memcpy: 0 FLOPs, its bytes read and written.
+3. Costs are cached per (op, shapes, strides, dtypes, other arguments), so a graph of
+   repeated layers counts each distinct op once, and a second run counts nothing.
+4. Factory ops are costed with ``device="meta"``: costing never allocates memory.
+5. ``SimClock`` places the events through a ``StreamScheduler`` with each step's
+   ``deps``; the same steps and costs give the same timeline on every machine.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional
+
+import torch
+import torch.fx
+from torch.utils._pytree import tree_flatten
+
+from .._tensors import node_nbytes, value_of
+from .cost_model import CostModel, OpCost, _concrete, op_cost
+from .steps import Step, steps_of
+from .timeline import Event, StreamScheduler, Timeline
+
+__all__ = ["SimClock", "cached_op_cost", "default_cost_model", "estimate", "step_dtype"]
+
+_CACHE: dict[Any, OpCost] = {}
+_CACHE_LIMIT = 1 << 16
+_LOCK = threading.Lock()
+
+
+def default_cost_model() -> CostModel:
+    """The model used when none is given: an H200 on PCIe Gen5 with an x86 host."""
+    return CostModel.preset("h200", link="pcie_gen5")
+
+
+def _spec(x: Any) -> Any:
+    """A hashable description of an argument: shapes and dtypes, never data."""
+    if isinstance(x, torch.Tensor):
+        return ("T", tuple(_concrete(d) for d in x.shape), tuple(_concrete(s) for s in x.stride()), x.dtype)
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, tuple(_spec(v) for v in x))
+    if isinstance(x, dict):
+        return ("dict", tuple((k, _spec(v)) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))))
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return _concrete(x) if isinstance(x, torch.SymInt) else repr(x)
+    try:
+        hash(x)
+    except TypeError:
+        return ("repr", repr(x))
+    return x
+
+
+def _meta_factory(kwargs: dict) -> dict:
+    if "device" in kwargs:
+        kwargs = dict(kwargs, device=torch.device("meta"))
+        kwargs.pop("pin_memory", None)
+    return kwargs
+
+
+def cached_op_cost(target: Any, args: tuple, kwargs: dict) -> OpCost:
+    """``op_cost`` of ``target(*args, **kwargs)``, cached per shapes (rules 3, 4)."""
+    kwargs = _meta_factory(dict(kwargs))
+    key = (target, _spec(tuple(args)), _spec(kwargs))
+    with _LOCK:
+        hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    cost = op_cost(target, tuple(args), kwargs)
+    with _LOCK:
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE[key] = cost
+    return cost
+
+
+def step_dtype(args: Any, out: Any) -> torch.dtype:
+    """Rule 2's dtype: the first floating-point input's, else the first output's, else fp32."""
+    for t in tree_flatten(args)[0]:
+        if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+            return t.dtype
+    for t in tree_flatten(out)[0]:
+        if isinstance(t, torch.Tensor):
+            return t.dtype
+    return torch.float32
+
+
+def copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
+    """(µs, bytes, flops) of a copy step (rule 1)."""
+    return model.copy_time_us(step.event, int(nbytes), pinned=step.pinned), int(nbytes), 0
+
+
+def bind_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
+    """(µs, bytes, flops) of binding a planned input into its slot (rule 2)."""
+    if step.event == "d2d":
+        return model.copy_time_us("d2d", int(nbytes)), int(nbytes), 0
+    return model.compute_time_us(0, 2 * int(nbytes), "cpu"), int(nbytes), 0
+
+
+def op_step_cost(model: CostModel, step: Step, target: Any, args: tuple, kwargs: dict, out: Any) -> tuple[float, int, int]:
+    """(µs, bytes touched, flops) of a compute or host step (rule 2)."""
+    cost = cached_op_cost(target, args, kwargs)
+    dtype = step_dtype((args, kwargs), out)
+    return model.compute_time_us(cost.flops, cost.bytes_touched, step.device, dtype), cost.bytes_touched, cost.flops
+
+
+class SimClock:
+    """Modeled time for one call: events placed by a ``StreamScheduler`` (rule 5)."""
+
+    def __init__(self, model: CostModel) -> None:
+        self.model = model
+        self._scheduler = StreamScheduler()
+        self._events: dict[str, Event] = {}
+
+    def add(self, step: Step, cost: Callable[[], tuple[float, int, int]]) -> Event:
+        """Schedule ``step`` after its deps; ``cost()`` gives (µs, bytes, flops)."""
+        duration, nbytes, flops = cost()
+        device, stream = step.lane
+        event = self._scheduler.schedule(
+            step.event,
+            step.name,
+            device,
+            stream,
+            duration,
+            deps=[self._events[d] for d in step.deps],
+            nbytes=nbytes,
+            flops=flops,
+        )
+        self._events[step.name] = event
+        return event
+
+    def timeline(self) -> Timeline:
+        return self._scheduler.timeline()
+
+
+# -- estimate: the same schedule from shapes alone ---------------------------------------------
+
+
+def _meta_arg(node: torch.fx.Node) -> Any:
+    return value_of(node)
+
+
+def estimate(plan, cost_model: Optional[CostModel] = None) -> Timeline:
+    """The modeled timeline of one call of ``plan``, from shapes alone.
+
+    Runs no op and allocates no memory: FLOPs and bytes come from ``op_cost`` on meta
+    copies of the traced values, so it works on shape-only plans (a full-size model) and
+    gives, for a program with static shapes, exactly the timeline ``run(plan, ...,
+    backend="sim")`` records.
+    """
+    from ..planning.plan import MemoryPlan
+
+    if not isinstance(plan, MemoryPlan):
+        raise TypeError(f"estimate expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
+    model = cost_model if cost_model is not None else default_cost_model()
+    if not isinstance(model, CostModel):
+        raise TypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
+    steps = steps_of(plan)
+    nodes = {n.name: n for n in plan.graph.graph.nodes}
+    clock = SimClock(model)
+    for step in steps.events:
+        node = nodes[step.name]
+        clock.add(step, _static_cost(model, step, node))
+    return clock.timeline()
+
+
+def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> Callable[[], tuple[float, int, int]]:
+    if node.op == "placeholder":
+        return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
+    if step.event in ("h2d", "d2h", "d2d"):
+        moved = node if step.gather else node.args[0]
+        return lambda: copy_cost(model, step, node_nbytes(moved, unbounded="hint"))
+    args = torch.fx.node.map_arg(node.args, _meta_arg)
+    kwargs = torch.fx.node.map_arg(node.kwargs, _meta_arg)
+    return lambda: op_step_cost(model, step, node.target, args, kwargs, value_of(node))

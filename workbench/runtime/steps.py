@@ -1,0 +1,288 @@
+"""What each node of a planned graph does at run time, where, and what it must wait for.
+
+``steps_of(plan)`` reads a ``MemoryPlan`` (shapes and offsets only, never data) and
+returns one ``Step`` per graph node. Every backend executes the same steps: the simulator
+schedules them in modeled time, CUDA turns ``deps`` into stream waits, and ``estimate``
+costs them from shapes alone.
+
+Rules:
+
+1. A step is an *event* (real work with a start and an end) when it copies (``h2d``,
+   ``d2h``, ``d2d``; the gather copy is ``h2d``), computes a tensor (``compute`` on a
+   device, ``host`` on the cpu), or binds a planned graph input into its slot (``host``
+   on the cpu; ``d2d`` for an input planned in device memory). ``getitem``, view ops that
+   own no planned memory and ops that return no tensor are not events: they move no bytes.
+2. Lanes: device compute on ``(device, "compute")``; host work on ``("cpu", "main")``;
+   every copy on a copy stream of its own, ``(device, "copy")``: an h2d or a d2d on the
+   *destination* device's copy stream (it pulls into its own memory), a d2h on the
+   *source* device's (it pushes out of its own memory).
+3. Read-after-write: a step waits for the events that produced its tensor inputs, looked
+   up through views and ``getitem`` to the event that wrote the bytes.
+4. Write-after-read on reused memory: a step that writes a planned storage S waits until
+   the previous occupants of S's bytes (from the plan's offsets and lifetimes) were
+   written and had all their readers finish. Only the most recent occupant of each byte
+   matters: its writer already waited for the occupants before it.
+5. An in-place write into a storage waits for that storage's readers since its last write.
+6. ``deps`` keeps, per lane, only the latest event (a lane runs in issue order, so
+   waiting for it covers the earlier ones); ``reuse_deps`` are the deps rule 4 or 5 added.
+7. A copy's ``pinned`` says whether its host side lies in planned (arena or constant)
+   memory, which the ``cuda`` backend allocates page-locked; else it is pageable.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+import weakref
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import torch.fx
+
+from .._tensors import aliased_input, is_inplace_op, is_view_op, produces_tensors
+from ..copy_ops import GATHER_H2D, KIND_FOR_OP, is_copy_node
+from ..devices import CPU, Device
+
+__all__ = ["HOST_LANE", "Step", "Steps", "steps_of"]
+
+HOST_LANE: tuple[str, str] = ("cpu", "main")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One graph node as the executor sees it (see module rules)."""
+
+    index: int  # position in the graph's execution order
+    name: str  # node name
+    op: str  # "placeholder" | "call_function" | "output"
+    device: str  # where the node's value lives ("" for the output node)
+    event: Optional[str]  # "h2d" | "d2h" | "d2d" | "compute" | "host", or None (rule 1)
+    lane: Optional[tuple[str, str]]  # (device, stream) of the event
+    deps: tuple[str, ...]  # event steps to wait for (rules 3-6)
+    reuse_deps: tuple[str, ...]  # the deps that come from memory reuse (rules 4, 5)
+    src: str = ""  # copies: the device read from
+    dst: str = ""  # copies: the device written to
+    pinned: bool = True  # copies: host side in planned (page-locked on cuda) memory (rule 7)
+    gather: bool = False  # a gather copy (rows of a host tensor by index)
+
+
+@dataclass(frozen=True, eq=False)
+class Steps:
+    """Every node's ``Step``, in execution order, and the events among them."""
+
+    steps: tuple[Step, ...]
+    by_name: Mapping[str, Step]
+
+    @property
+    def events(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if s.event is not None)
+
+    def lanes(self) -> tuple[tuple[str, str], ...]:
+        """Every (device, stream) an event runs on, in order of first use."""
+        return tuple(dict.fromkeys(s.lane for s in self.steps if s.lane is not None))
+
+
+class _ByteOwners:
+    """Which storage last claimed each byte of one arena (disjoint, sorted segments)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._names: list[str] = []
+
+    def claim(self, lo: int, hi: int, name: str) -> list[str]:
+        """Give [lo, hi) to ``name``; return the storages that held any of it before."""
+        if hi <= lo:
+            return []
+        i = bisect.bisect_right(self._starts, lo) - 1
+        if i < 0 or self._ends[i] <= lo:
+            i += 1
+        j = i
+        while j < len(self._starts) and self._starts[j] < hi:
+            j += 1
+        previous = self._names[i:j]
+        pieces: list[tuple[int, int, str]] = []
+        if i < j and self._starts[i] < lo:
+            pieces.append((self._starts[i], lo, self._names[i]))
+        pieces.append((lo, hi, name))
+        if i < j and self._ends[j - 1] > hi:
+            pieces.append((hi, self._ends[j - 1], self._names[j - 1]))
+        self._starts[i:j] = [p[0] for p in pieces]
+        self._ends[i:j] = [p[1] for p in pieces]
+        self._names[i:j] = [p[2] for p in pieces]
+        return list(dict.fromkeys(previous))
+
+
+def _lane(kind: str, device: Device, src: Device, dst: Device) -> tuple[str, str]:
+    """Rule 2."""
+    if kind == "compute":
+        return (str(device), "compute")
+    if kind == "host":
+        return HOST_LANE
+    if kind == "d2h":
+        return (str(src), "copy")
+    return (str(dst), "copy")  # h2d, d2d
+
+
+_CACHE: "weakref.WeakKeyDictionary[object, Steps]" = weakref.WeakKeyDictionary()
+
+
+def steps_of(plan) -> Steps:
+    """The steps of ``plan`` (computed once per plan object; pure, shape-only)."""
+    try:
+        return _CACHE[plan]
+    except (KeyError, TypeError):
+        pass
+    result = _Analysis(plan).run()
+    try:
+        _CACHE[plan] = result
+    except TypeError:  # an object that cannot be weakly referenced: just do not cache
+        pass
+    return result
+
+
+class _Analysis:
+    """One pass over the graph in execution order (rules 1-7)."""
+
+    def __init__(self, plan) -> None:
+        self.plan = plan
+        self.dg = plan.graph
+        self.constants = self.dg.program.constants
+        self.allocations = plan.allocations
+        self.storage_of = plan.storage_of
+        self.owners: dict[str, _ByteOwners] = {}
+        self.writer: dict[str, str] = {}  # storage → event that wrote it
+        self.readers: dict[str, list[str]] = {}  # storage → events that read it
+        self.readers_since_write: dict[str, list[str]] = {}
+        self.producers: dict[str, frozenset[str]] = {}  # value → events that wrote its bytes
+        self.steps: dict[str, Step] = {}
+
+    def run(self) -> Steps:
+        for index, node in enumerate(self.dg.graph.nodes):
+            self.steps[node.name] = self._step(index, node)
+        ordered = tuple(self.steps.values())
+        return Steps(ordered, dict(self.steps))
+
+    # -- classification (rules 1, 2, 7) -------------------------------------------------------
+    def _kind(self, node: torch.fx.Node) -> Optional[str]:
+        if node.op == "placeholder":
+            if node.name in self.constants or node.name not in self.allocations:
+                return None
+            return "host" if self.dg.node_device[node.name].is_host else "d2d"
+        if node.op != "call_function":
+            return None
+        if is_copy_node(node):
+            return KIND_FOR_OP[node.target]
+        if node.target is operator.getitem or not produces_tensors(node):
+            return None
+        if is_view_op(node.target) and node.name not in self.allocations:
+            return None
+        return "host" if self.dg.node_device[node.name].is_host else "compute"
+
+    def _copy_ends(self, node: torch.fx.Node) -> tuple[Device, Device]:
+        src, dst = node.args[-2], node.args[-1]
+        return Device.parse(src), Device.parse(dst)
+
+    def _pinned(self, node: torch.fx.Node, kind: str) -> bool:
+        """Rule 7: is the host side of this copy planned (or a resident constant)?"""
+        if kind == "h2d":
+            source = node.args[0]
+            return source.name in self.constants or source.name in self.storage_of
+        if kind == "d2h":
+            return node.name in self.storage_of
+        return True
+
+    # -- the step ---------------------------------------------------------------------------
+    def _step(self, index: int, node: torch.fx.Node) -> Step:
+        name = node.name
+        device = self.dg.node_device.get(name, CPU) if node.op != "output" else None
+        kind = self._kind(node)
+        if kind is None:
+            self.producers[name] = self._producers_of_inputs(node)
+            return Step(index, name, node.op, str(device) if device is not None else "", None, None, (), ())
+        src = dst = device
+        gather = False
+        if node.op == "call_function" and is_copy_node(node):
+            src, dst = self._copy_ends(node)
+            gather = node.target is GATHER_H2D
+        elif kind == "d2d":  # a device-planned input, bound from the caller's device tensor
+            src = dst = device
+        lane = _lane(kind, device, src, dst)
+        deps: dict[str, None] = dict.fromkeys(sorted(self._producers_of_inputs(node)))
+        reuse: dict[str, None] = {}
+        for storage in self._written(node):
+            for earlier in self._claim(storage):
+                for event in (self.writer.get(earlier), *self.readers.get(earlier, ())):
+                    if event is not None and event != name:
+                        reuse[event] = None
+            self.writer[storage] = name
+            self.readers_since_write[storage] = []
+        target = self._inplace_target(node)
+        if target is not None:
+            for event in self.readers_since_write.get(target, ()):
+                if event != name:
+                    reuse[event] = None
+            self.readers_since_write[target] = []
+        for event in reuse:
+            deps[event] = None
+        for storage in self._read(node):
+            self.readers.setdefault(storage, []).append(name)
+            self.readers_since_write.setdefault(storage, []).append(name)
+        self.producers[name] = frozenset((name,))
+        pinned = self._pinned(node, kind) if node.op == "call_function" and kind in ("h2d", "d2h") else True
+        step = Step(
+            index=index,
+            name=name,
+            op=node.op,
+            device=str(device),
+            event=kind,
+            lane=lane,
+            deps=self._latest_per_lane(deps),
+            reuse_deps=self._latest_per_lane(reuse),
+            src=str(src) if node.op == "call_function" and is_copy_node(node) else "",
+            dst=str(dst) if node.op == "call_function" and is_copy_node(node) else "",
+            pinned=pinned,
+            gather=gather,
+        )
+        return step
+
+    def _producers_of_inputs(self, node: torch.fx.Node) -> frozenset[str]:
+        found: set[str] = set()
+        for arg in node.all_input_nodes:
+            found |= self.producers.get(arg.name, frozenset())
+        return frozenset(found)
+
+    def _written(self, node: torch.fx.Node) -> list[str]:
+        """Planned storages this event writes as their owner."""
+        written = [node.name] if node.name in self.allocations else []
+        if node.op == "call_function" and not isinstance(node.meta.get("val"), torch.Tensor):
+            written += [u.name for u in node.users if u.target is operator.getitem and u.name in self.allocations]
+        return written
+
+    def _read(self, node: torch.fx.Node) -> list[str]:
+        reads = []
+        for arg in node.all_input_nodes:
+            storage = self.storage_of.get(arg.name)
+            if storage is not None:
+                reads.append(storage)
+        return list(dict.fromkeys(reads))
+
+    def _inplace_target(self, node: torch.fx.Node) -> Optional[str]:
+        if node.op != "call_function" or not is_inplace_op(node.target):
+            return None
+        base = aliased_input(node)
+        return self.storage_of.get(base.name) if base is not None else None
+
+    def _claim(self, storage: str) -> list[str]:
+        alloc = self.allocations[storage]
+        owners = self.owners.setdefault(alloc.device, _ByteOwners())
+        return owners.claim(alloc.offset, alloc.offset + alloc.nbytes, storage)
+
+    def _latest_per_lane(self, events: Mapping[str, None]) -> tuple[str, ...]:
+        latest: dict[tuple[str, str], Step] = {}
+        for name in events:
+            step = self.steps[name]
+            kept = latest.get(step.lane)
+            if kept is None or step.index > kept.index:
+                latest[step.lane] = step
+        return tuple(s.name for s in sorted(latest.values(), key=lambda s: s.index))

@@ -1,0 +1,85 @@
+"""Scheduling: the order in which a propagated graph's nodes are issued.
+
+Streams run their work in issue order, so the order decides what can overlap. The
+captured order interleaves copies with the ops that need them right away; the
+``overlap`` order issues every copy as soon as its inputs exist and lets independent
+compute go first, so the copy engine works while the device computes.
+
+Rules of ``overlap_schedule``:
+1. The result is a topological order of the same nodes: placeholders first, output last;
+   no node, name, device or copy changes — only positions.
+2. A ready copy (h2d, d2h, d2d, gather) is issued before any ready compute.
+3. Among ready compute nodes, those that read a copy's result wait while other ready
+   compute exists; otherwise nodes keep their captured order.
+4. Memory lifetimes follow the new order, so plan after scheduling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import torch.fx
+
+from ._tensors import gc_paused
+from .copy_ops import is_copy_node
+
+__all__ = ["SCHEDULES", "overlap_schedule", "schedule"]
+
+SCHEDULES = ("captured", "overlap")
+
+
+def schedule(dg, order: str = "captured"):
+    """``dg`` in the named order: ``captured`` (as exported) or ``overlap``."""
+    if order == "captured":
+        return dg
+    if order == "overlap":
+        return overlap_schedule(dg)
+    raise ValueError(f"unknown schedule {order!r}; valid ones are {', '.join(SCHEDULES)}")
+
+
+def overlap_schedule(dg):
+    """``dg`` reordered so copies overlap independent compute (see module rules)."""
+    with gc_paused():
+        return _reorder(dg, _overlap_order(dg.graph))
+
+
+def _overlap_order(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    nodes = list(graph.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    waiting = {n: len(set(n.all_input_nodes)) for n in nodes}
+    order: list[torch.fx.Node] = []
+    ready: list[tuple[int, int, torch.fx.Node]] = []  # (priority, captured index, node); indices are unique
+
+    def priority(node: torch.fx.Node) -> int:
+        if node.op == "placeholder":
+            return 0
+        if node.op == "output":
+            return 4
+        if is_copy_node(node):
+            return 1  # rule 2
+        if any(is_copy_node(a) for a in node.all_input_nodes):
+            return 3  # rule 3
+        return 2
+
+    for n in nodes:
+        if waiting[n] == 0:
+            heapq.heappush(ready, (priority(n), index[n], n))
+    while ready:
+        *_, node = heapq.heappop(ready)
+        order.append(node)
+        for user in dict.fromkeys(node.users):
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, (priority(user), index[user], user))
+    if len(order) != len(nodes):
+        raise RuntimeError("graph has a cycle; cannot schedule it")
+    return order
+
+
+def _reorder(dg, order: list[torch.fx.Node]):
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in order:
+        env[node] = graph.node_copy(node, env.__getitem__)
+    return dataclasses.replace(dg, graph=graph, _order={n.name: i for i, n in enumerate(graph.nodes)})

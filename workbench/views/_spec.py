@@ -1,0 +1,172 @@
+"""The spec of one graph node: what GraphView's panel shows when a node is selected.
+
+Rules:
+1. Every node of ``dg.graph`` has a spec; an unknown name is a ``KeyError`` that lists a
+   few valid names.
+2. With a plan, the lifetime, storage, arena, offset and size are the plan's (a view or
+   in-place result reports the storage it shares); a tensor the plan does not place says
+   why (``unplanned``). Without a plan, the lifetime is [defining step, last use] in graph
+   order and the memory fields are None.
+3. A copy node carries its kind, source, destination, consumers and the reason recorded
+   when it was inserted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Optional
+
+import pandas as pd
+import torch
+import torch.fx
+
+from .._tensors import node_nbytes, op_name, value_of
+from ..copy_ops import is_copy_node
+from ..propagate import DeviceGraph
+from ._style import format_bytes
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Everything known about one node of a propagated (and maybe planned) graph."""
+
+    name: str
+    op: str  # "aten.linear.default", "workbench.h2d_copy.default", "placeholder", "output"
+    role: str  # "input" | "parameter" | "buffer" | "constant" | "op" | "copy" | "output"
+    shape: Optional[tuple[int, ...]]
+    dtype: Optional[str]
+    nbytes: int
+    device: Optional[str]
+    delegate: Optional[str]
+    inputs: tuple[str, ...]
+    users: tuple[str, ...]
+    lifetime: Optional[tuple[int, int]]  # inclusive steps
+    lifetime_source: Optional[str]  # "plan" | "graph order"
+    storage: Optional[str]  # allocation that holds its bytes (itself unless it aliases)
+    arena: Optional[int]
+    offset: Optional[int]
+    size: Optional[int]  # aligned bytes reserved
+    unplanned: Optional[str]  # why the plan gives it no memory
+    copy_kind: Optional[str] = None
+    copy_src: Optional[str] = None
+    copy_dst: Optional[str] = None
+    copy_consumers: tuple[str, ...] = ()
+    copy_reason: Optional[str] = None
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(field, text) pairs for display, empty fields left out."""
+        out: list[tuple[str, str]] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or value == ():
+                continue
+            if f.name in ("nbytes", "size"):
+                text = f"{value} ({format_bytes(value)})"
+            elif f.name == "offset":
+                text = f"{value} (0x{value:x})"
+            elif f.name == "lifetime":
+                text = f"steps {value[0]}..{value[1]} ({self.lifetime_source})"
+            elif f.name == "lifetime_source":
+                continue
+            elif isinstance(value, tuple) and f.name != "shape":
+                text = ", ".join(str(v) for v in value)
+            else:
+                text = str(value)
+            out.append((f.name.replace("_", " "), text))
+        return out
+
+
+def node_spec(dg: DeviceGraph, name: str, plan: Any = None) -> NodeSpec:
+    """The spec of node ``name`` (see the module rules)."""
+    node = _find(dg, name)
+    return _spec(dg, node, plan, _copy_records(dg))
+
+
+def all_specs(dg: DeviceGraph, plan: Any = None) -> list[NodeSpec]:
+    """One spec per node of ``dg.graph``, in graph order."""
+    records = _copy_records(dg)
+    return [_spec(dg, n, plan, records) for n in dg.graph.nodes]
+
+
+def specs_dataframe(dg: DeviceGraph, plan: Any = None) -> pd.DataFrame:
+    """One row per node; columns are the ``NodeSpec`` fields."""
+    specs = all_specs(dg, plan)
+    columns = [f.name for f in fields(NodeSpec)]
+    return pd.DataFrame([{c: getattr(s, c) for c in columns} for s in specs], columns=columns)
+
+
+def _find(dg: DeviceGraph, name: str) -> torch.fx.Node:
+    for node in dg.graph.nodes:
+        if node.name == name:
+            return node
+    some = ", ".join(n.name for n in list(dg.graph.nodes)[:8])
+    raise KeyError(f"no node named {name!r} in this graph; nodes are named like {some}, …")
+
+
+def _copy_records(dg: DeviceGraph) -> dict:
+    return {c.name: c for c in dg.copies}
+
+
+def _role(dg: DeviceGraph, node: torch.fx.Node) -> str:
+    if node.op == "placeholder":
+        return dg.program.constant_kinds.get(node.name, "input")
+    if node.op == "output":
+        return "output"
+    if is_copy_node(node):
+        return "copy"
+    return "output" if node.name in dg.user_outputs else "op"
+
+
+def _spec(dg: DeviceGraph, node: torch.fx.Node, plan: Any, records: dict) -> NodeSpec:
+    val = value_of(node)
+    is_tensor = isinstance(val, torch.Tensor)
+    device = dg.node_device.get(node.name)
+    lifetime, source, storage, arena, offset, size, unplanned = _memory(dg, node, plan)
+    record = records.get(node.name)
+    return NodeSpec(
+        name=node.name,
+        op=op_name(node),
+        role=_role(dg, node),
+        shape=tuple(int(d) if isinstance(d, int) else d for d in val.shape) if is_tensor else None,
+        dtype=str(val.dtype).removeprefix("torch.") if is_tensor else None,
+        nbytes=node_nbytes(node) if node.op != "output" else 0,
+        device=str(device) if device is not None else None,
+        delegate=dg.placement.node_delegate.get(node.name),
+        inputs=tuple(a.name for a in node.all_input_nodes),
+        users=tuple(u.name for u in node.users),
+        lifetime=lifetime,
+        lifetime_source=source,
+        storage=storage,
+        arena=arena,
+        offset=offset,
+        size=size,
+        unplanned=unplanned,
+        copy_kind=record.kind if record else None,
+        copy_src=str(record.src) if record else None,
+        copy_dst=str(record.dst) if record else None,
+        copy_consumers=record.consumers if record else (),
+        copy_reason=record.reason if record else None,
+    )
+
+
+def _memory(dg: DeviceGraph, node: torch.fx.Node, plan: Any):
+    """(lifetime, source, storage, arena, offset, size, unplanned) — rule 2."""
+    if node.op == "output":
+        return None, None, None, None, None, None, None
+    if plan is None:
+        start = dg.order_of(node.name)
+        end = max((dg.order_of(u.name) for u in node.users), default=start)
+        return (start, end), "graph order", None, None, None, None, None
+    owner = plan.storage_of.get(node.name)
+    if owner is not None and owner in plan.allocations:
+        a = plan.allocations[owner]
+        return (a.start, a.end), "plan", owner, a.arena, a.offset, a.size, None
+    why = plan.unplanned.get(node.name)
+    if why is None:
+        val = value_of(node)
+        why = (
+            "a tuple of values; each tensor item (getitem) is planned on its own"
+            if isinstance(val, (tuple, list))
+            else "not a tensor"
+        )
+    return None, None, None, None, None, None, why

@@ -1,0 +1,89 @@
+"""Colours, markers and number formats shared by every view (and the DOT export).
+
+Rules:
+1. A device keeps its colour in every view: ``cpu`` blue, ``cuda:0`` green, ``cuda:1``
+   yellow, then a fixed cycle by index, so a notebook reads the same from view to view.
+2. Copies are coloured by kind (h2d red, d2h orange, d2d brown), never by device: a copy
+   is what a researcher looks for first.
+3. Buffer kinds (input, output, activation, copy) use light tints so the selected
+   rectangle, drawn in black, stands out.
+"""
+
+from __future__ import annotations
+
+from ..devices import Device
+
+CPU_COLOUR = "#4E79A7"
+_CUDA_COLOURS = ("#59A14F", "#EDC948", "#B07AA1", "#76B7B2", "#FF9DA7", "#BAB0AC", "#86BCB6", "#D37295")
+
+COPY_COLOURS: dict[str, str] = {"h2d": "#E15759", "d2h": "#F28E2B", "d2d": "#9C755F"}
+
+BUFFER_COLOURS: dict[str, str] = {
+    "input": "#8CD17D",
+    "output": "#FFBE7D",
+    "activation": "#A0CBE8",
+    "copy": "#FF9D9A",
+}
+
+HIGHLIGHT = "#000000"
+EDGE_COLOUR = "#9A9A9A"
+CONSTANT_COLOUR = "#C9C9C9"
+
+
+def device_colour(device: str | Device) -> str:
+    """Rule 1: the colour of a device string (``"cpu"``, ``"cuda:1"``) or Device."""
+    dev = Device.parse(device)
+    if dev.is_host:
+        return CPU_COLOUR
+    return _CUDA_COLOURS[dev.index % len(_CUDA_COLOURS)]
+
+
+def copy_colour(kind: str) -> str:
+    """Rule 2: the colour of a copy kind."""
+    try:
+        return COPY_COLOURS[kind]
+    except KeyError:
+        raise ValueError(f"unknown copy kind {kind!r}; valid kinds are {', '.join(COPY_COLOURS)}") from None
+
+
+def colour_for_key(key: str) -> str:
+    """The colour behind a layout's colour key: ``device:<dev>``, ``copy:<kind>``,
+    ``buffer:<kind>`` or ``constant``."""
+    family, _, value = key.partition(":")
+    if family == "device":
+        return device_colour(value)
+    if family == "copy":
+        return copy_colour(value)
+    if family == "buffer":
+        return BUFFER_COLOURS[value]
+    if key == "constant":
+        return CONSTANT_COLOUR
+    raise ValueError(f"unknown colour key {key!r}; keys look like 'device:cuda:0', 'copy:h2d', 'buffer:input' or 'constant'")
+
+
+def timeline_colour(kind: str, device: str) -> str:
+    """Copies by kind (rule 2); compute and host work by the device they ran on."""
+    if kind in COPY_COLOURS:
+        return COPY_COLOURS[kind]
+    return device_colour(device)
+
+
+def format_bytes(nbytes: int | float) -> str:
+    """``4096`` → ``"4.0 KiB"``; below 1 KiB, whole bytes (``"512 B"``)."""
+    value = float(nbytes)
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{int(value)} B"
+
+
+def format_us(us: float) -> str:
+    """Microseconds, shown as µs below 1 ms and as ms above."""
+    if abs(us) >= 1000.0:
+        return f"{us / 1000.0:.3f} ms"
+    return f"{us:.3f} µs"
+
+
+def copy_label(kind: str, nbytes: int) -> str:
+    """The label drawn on a copy node: ``"h2d 4.0 KiB"``."""
+    return f"{kind} {format_bytes(nbytes)}"

@@ -1,0 +1,257 @@
+"""The MoE walkthrough: placement strategies compared on a Qwen-3.5-MoE-shaped decoder.
+
+Two analyses, both computed from the model, never written in:
+
+- ``tiny_results``: the ``tiny`` configuration (seeded weights) — every strategy is
+  captured, placed, propagated, planned, and **run** (on ``sim``, or measured on
+  ``cuda``); outputs are compared with eager PyTorch.
+- ``full_size_results``: the published 35B-A3B configuration, captured shape-only (no
+  weights allocated) — every strategy is placed, propagated and planned, and its decode
+  step is timed by the cost model under each host↔device link.
+
+``streaming_breakeven`` answers: how many tokens must each streamed expert process
+before its weight copy hides behind its compute?
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import pandas as pd
+import torch
+
+from .capture import capture
+from .models import MoEConfig, QwenMoEDecoder, param_count
+from .planning.plan import MemoryPlan, plan
+from .runtime.cost_model import CostModel, op_cost
+from .runtime.executor import RunResult, estimate, run
+from .runtime.tensors import to_device, to_host
+from .strategies import Strategy, strategy_variants
+
+__all__ = [
+    "LINKS",
+    "StrategyResult",
+    "full_size_results",
+    "full_size_table",
+    "stage_inputs",
+    "streaming_breakeven",
+    "strategy_table",
+    "tiny_results",
+]
+
+#: The host↔device links compared for the full-size model (CostModel link presets).
+LINKS = ("pcie_gen4", "pcie_gen5", "nvlink_c2c")
+
+Progress = Optional[Callable[[Iterable, str], Iterable]]
+
+
+@dataclass(frozen=True, eq=False)
+class StrategyResult:
+    """One strategy applied to one model: its graph, plan and (tiny) run or (full) estimates."""
+
+    strategy: Strategy
+    plan: MemoryPlan  # plan.graph is the DeviceGraph
+    run: Optional[RunResult] = None  # tiny model: the executed decode step
+    matches_eager: Optional[bool] = None  # tiny model: outputs equal eager PyTorch
+    estimates: Optional[dict[str, Any]] = None  # full size: link → modeled Timeline
+
+    @property
+    def graph(self):
+        return self.plan.graph
+
+
+def _quiet(items: Iterable, desc: str) -> Iterable:
+    return items
+
+
+def stage_inputs(dg, inputs: Sequence[Any], backend: str) -> tuple:
+    """Put each graph input where the propagated graph expects the caller to supply it
+    (its device when ``skip_h2d_for_method_inputs`` moved it there), as a user would."""
+    flat = list(inputs)
+    names = list(dg.program.user_inputs)
+    if len(flat) != len(names):
+        raise ValueError(f"expected {len(names)} inputs ({', '.join(names)}), got {len(flat)}")
+    staged = []
+    for name, value in zip(names, flat):
+        device = dg.input_devices[name]
+        staged.append(value if device.is_host else to_device(value, str(device), backend=backend))
+    return tuple(staged)
+
+
+def _same(got: Any, want: Any) -> bool:
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    return len(got) == len(want) and all(
+        torch.allclose(to_host(g).to(w.dtype), w, atol=1e-4, rtol=1e-4) for g, w in zip(got, want)
+    )
+
+
+def tiny_results(
+    config: Optional[MoEConfig] = None,
+    *,
+    backend: str = "sim",
+    cost_model: Optional[CostModel] = None,
+    algorithm: str = "best",
+    strategies: Optional[Sequence[Strategy]] = None,
+    seed: int = 0,
+    progress: Progress = None,
+) -> list[StrategyResult]:
+    """Capture, place, propagate, plan and run every strategy on a small MoE model."""
+    progress = progress or _quiet
+    config = config or MoEConfig.tiny()
+    model = QwenMoEDecoder(config, seed=seed).eval()
+    inputs = model.example_inputs()
+    with torch.no_grad():
+        expected = model(*inputs)
+    program = capture(model, inputs)
+    results = []
+    for strategy in progress(strategies or strategy_variants(), "tiny model: strategies"):
+        dg = strategy.apply(program)
+        memory = plan(dg, algorithm)
+        res = run(memory, *stage_inputs(dg, inputs, backend), backend=backend, cost_model=cost_model)
+        results.append(StrategyResult(strategy, memory, res, _same(res.outputs, expected)))
+    return results
+
+
+def _mib(n: int) -> float:
+    return round(n / 2**20, 3)
+
+
+def _kib(n: int) -> float:
+    return round(n / 2**10, 2)
+
+
+def strategy_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
+    """One row per strategy: copies and bytes per token by kind, memory per device, time."""
+    rows = []
+    for r in results:
+        dg, memory, res = r.graph, r.plan, r.run
+        counts, moved = dg.copy_counts(), dg.copy_bytes()
+        totals = res.timeline.totals_by_kind() if res is not None else {}
+        rows.append(
+            {
+                "strategy": r.strategy.name,
+                "skip_copies": r.strategy.skip_copies,
+                "h2d": counts["h2d"],
+                "d2h": counts["d2h"],
+                "d2d": counts["d2d"],
+                "h2d_KiB/token": _kib(moved["h2d"]),
+                "d2h_KiB/token": _kib(moved["d2h"]),
+                "arena_cpu_KiB": _kib(memory.arena_bytes.get("cpu", 0)),
+                f"arena_{r.strategy.device}_KiB": _kib(memory.arena_bytes.get(r.strategy.device, 0)),
+                "resident_cpu_KiB": _kib(dg.constant_bytes.get("cpu", 0)),
+                f"resident_{r.strategy.device}_KiB": _kib(dg.constant_bytes.get(r.strategy.device, 0)),
+                "us/token": round(res.time_us, 2) if res is not None else None,
+                "copy_us": round(sum(totals.get(k, 0.0) for k in ("h2d", "d2h", "d2d")), 2) if res else None,
+                "overlap": round(res.overlap_fraction, 3) if res is not None else None,
+                "equals_eager": r.matches_eager,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def full_size_results(
+    config: Optional[MoEConfig] = None,
+    *,
+    links: Sequence[str] = LINKS,
+    device_preset: str = "h200",
+    algorithm: str = "greedy",
+    strategies: Optional[Sequence[Strategy]] = None,
+    progress: Progress = None,
+) -> list[StrategyResult]:
+    """Shape-only analysis of the published configuration: plan every strategy and time its
+    decode step with the cost model under each link. Allocates no weights."""
+    progress = progress or _quiet
+    config = config or MoEConfig.full()
+    with torch.device("meta"):
+        model = QwenMoEDecoder(config)
+        inputs = model.example_inputs()
+    program = capture(model, inputs, shape_only=True)
+    results = []
+    for strategy in progress(strategies or strategy_variants(), "full size: strategies"):
+        memory = plan(strategy.apply(program), algorithm)
+        estimates = {
+            link: estimate(memory, CostModel.preset(device_preset, link=link)) for link in links
+        }
+        results.append(StrategyResult(strategy, memory, estimates=estimates))
+    return results
+
+
+def full_size_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
+    """One row per strategy: resident and arena GiB per device, MiB moved per token,
+    modeled µs per token and tokens/s under each link."""
+    rows = []
+    for r in results:
+        dg, memory = r.graph, r.plan
+        moved = dg.copy_bytes()
+        dev = r.strategy.device
+        row = {
+            "strategy": r.strategy.name,
+            "skip_copies": r.strategy.skip_copies,
+            "resident_cpu_GiB": round(dg.constant_bytes.get("cpu", 0) / 2**30, 3),
+            f"resident_{dev}_GiB": round(dg.constant_bytes.get(dev, 0) / 2**30, 3),
+            f"arena_{dev}_MiB": _mib(memory.arena_bytes.get(dev, 0)),
+            "h2d_MiB/token": _mib(moved["h2d"]),
+            "d2h_MiB/token": _mib(moved["d2h"]),
+        }
+        for link, timeline in (r.estimates or {}).items():
+            row[f"tok/s {link}"] = round(1e6 / timeline.span_us, 2) if timeline.span_us else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def streaming_breakeven(
+    config: Optional[MoEConfig] = None,
+    *,
+    links: Sequence[str] = LINKS,
+    device_preset: str = "h200",
+) -> pd.DataFrame:
+    """Tokens per expert at which a streamed expert's compute (its SwiGLU FFN, FLOPs counted
+    by ``FlopCounterMode``, timed by the device roofline) lasts as long as copying its
+    weights over the link; above it, streaming hides behind compute."""
+    config = config or MoEConfig.full()
+    H, I = config.hidden_size, config.moe_intermediate_size
+    dtype = config.torch_dtype
+    slab_bytes = 3 * H * I * torch.empty((), dtype=dtype).element_size()  # w1 (2I×H) + w2 (H×I)
+
+    def expert_us(model: CostModel, tokens: int) -> float:
+        total = 0.0
+        with torch.device("meta"):
+            x = torch.empty(tokens, H, dtype=dtype)
+            w1 = torch.empty(2 * I, H, dtype=dtype)
+            w2 = torch.empty(H, I, dtype=dtype)
+            h = torch.empty(tokens, I, dtype=dtype)
+        for fn, args in ((torch.nn.functional.linear, (x, w1)), (torch.nn.functional.linear, (h, w2))):
+            cost = op_cost(fn, args)
+            total += model.compute_time_us(cost.flops, cost.bytes_touched, "cuda:0", dtype)
+        return total
+
+    rows = []
+    for link in links:
+        model = CostModel.preset(device_preset, link=link)
+        copy_us = model.copy_time_us("h2d", slab_bytes)
+        lo, hi = 1, 1
+        while expert_us(model, hi) < copy_us:
+            lo, hi = hi, hi * 2
+        while lo < hi:  # smallest token count whose compute covers the copy
+            mid = (lo + hi) // 2
+            lo, hi = (mid + 1, hi) if expert_us(model, mid) < copy_us else (lo, mid)
+        flops_per_byte = getattr(model, f"device_flops_{'bf16' if dtype in (torch.bfloat16, torch.float16) else 'fp32'}") / model.h2d_bandwidth
+        rows.append(
+            {
+                "link": link,
+                "h2d_GB/s": model.h2d_bandwidth / 1e9,
+                "expert_slab_MiB": _mib(slab_bytes),
+                "copy_us": round(copy_us, 2),
+                "breakeven_tokens_per_expert": lo,
+                "device_FLOPs_per_link_byte": round(flops_per_byte),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def parameter_check(config: Optional[MoEConfig] = None) -> dict[str, int]:
+    """Parameters counted by hand from the config (``param_count``) — the reference that
+    the full-size analysis' resident bytes are checked against."""
+    return param_count(config or MoEConfig.full())
