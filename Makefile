@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 walkthrough: $(STAMP)
-	$(PY) -m workbench propagate --example residual --place cuda:0=aten.linear --place cuda:1=aten.gelu
+	$(PY) -m workbench walkthrough --out out/walkthrough
 
 test: $(STAMP)
 	$(PY) -m pytest
