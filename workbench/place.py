@@ -219,16 +219,21 @@ def _placeable(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and op_name(node) != "getitem" and produces_tensors(node)
 
 
-def _apply_patterns(graph: torch.fx.Graph, parsed) -> tuple[dict[str, Device], list[str]]:
-    node_device: dict[str, Device] = {}
-    claimed_by: dict[str, str] = {}
-    used: set[str] = set()
+def _placeable_nodes(graph: torch.fx.Graph, node_device: dict[str, Device]) -> Iterable[torch.fx.Node]:
+    """Every op starts on the host (rule 1); yields the ones a rule may move."""
     for node in graph.nodes:
         if node.op != "call_function":
             continue
         node_device[node.name] = CPU
-        if not _placeable(node):
-            continue
+        if _placeable(node):
+            yield node
+
+
+def _apply_patterns(graph: torch.fx.Graph, parsed) -> tuple[dict[str, Device], list[str]]:
+    node_device: dict[str, Device] = {}
+    claimed_by: dict[str, str] = {}
+    used: set[str] = set()
+    for node in _placeable_nodes(graph, node_device):
         for device, kind, glob, original in parsed:
             if not _matches(node, kind, glob):
                 continue
@@ -251,12 +256,7 @@ def _apply_patterns(graph: torch.fx.Graph, parsed) -> tuple[dict[str, Device], l
 
 def _apply_callable(graph: torch.fx.Graph, rule: Callable) -> dict[str, Device]:
     node_device: dict[str, Device] = {}
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        node_device[node.name] = CPU
-        if not _placeable(node):
-            continue
+    for node in _placeable_nodes(graph, node_device):
         try:
             answer = rule(node)
         except Exception as exc:
