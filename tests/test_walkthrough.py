@@ -7,10 +7,13 @@ import subprocess
 import sys
 import textwrap
 
+import pandas as pd
 import pytest
+import torch
 
 from workbench import walkthrough as wt
-from workbench.models import MoEConfig, param_count
+from workbench.models import MoEConfig, QwenMoEDecoder, param_count
+from workbench.strategies import expert_streaming
 
 
 @functools.lru_cache(maxsize=None)
@@ -19,9 +22,11 @@ def _tiny():
 
 
 def test_every_strategy_matches_eager_on_sim():
-    """All six variants run on the simulated accelerator and equal eager PyTorch."""
+    """All eight variants (six plus expert_streaming+prefetch with and without skips) run
+    on the simulated accelerator and equal eager PyTorch."""
     results = _tiny()
-    assert len(results) == 6 and all(r.matches_eager for r in results)
+    assert len(results) == 8 and all(r.matches_eager for r in results)
+    assert [r.strategy.prefetch for r in results] == [False] * 6 + [True] * 2
 
 
 def test_table_numbers_come_from_the_runs():
@@ -34,8 +39,16 @@ def test_table_numbers_come_from_the_runs():
         assert row["h2d_KiB/token"] == round(r.graph.copy_bytes()["h2d"] / 1024, 2)
         assert row["us/token"] == round(r.run.time_us, 2)
         assert row["arena_cuda:0_KiB"] == round(r.plan.arena_bytes["cuda:0"] / 1024, 2)
-        # the timeline moved exactly the bytes the graph's copies say
-        assert r.run.copy_bytes_by_kind()["h2d"] == r.graph.copy_bytes()["h2d"]
+        assert row["h2d_moved_KiB/token"] == round(r.run.copy_bytes_by_kind()["h2d"] / 1024, 2)
+        # the timeline moved exactly the bytes the graph's copies say, except the rows a
+        # prefetch already held (copied on the device, not over the link)
+        held = sum(p.device_bytes for p in r.run.prefetch)
+        assert r.run.copy_bytes_by_kind()["h2d"] == r.graph.copy_bytes()["h2d"] - held
+        assert (held > 0) == r.strategy.prefetch
+        if r.strategy.prefetch:
+            assert row["prefetch_hit_rate"] == round(r.run.prefetch_hit_rate, 3)
+        else:
+            assert pd.isna(row["prefetch_hit_rate"])
 
 
 def test_skip_flags_remove_input_output_copies():
@@ -54,6 +67,63 @@ def test_streaming_moves_expert_bytes_experts_on_host_moves_activations():
     expected = cfg.num_hidden_layers * cfg.num_experts_per_tok * slab
     assert by_label["expert_streaming+skip"].graph.copy_bytes()["h2d"] == expected
     assert by_label["experts_on_host+skip"].graph.copy_bytes()["h2d"] < expected / 10
+
+
+def test_prefetch_moves_fewer_bytes_than_its_upper_bound_and_more_than_plain_streaming():
+    """Tiny model with prefetch: the link carries the plain streaming bytes (every layer's
+    k slabs: layer 0 gathered, later layers prefetched) plus the slabs the hints missed;
+    the measured hit rate says how many."""
+    cfg = MoEConfig.tiny()
+    by_label = {r.strategy.label: r for r in _tiny()}
+    plain = by_label["expert_streaming+skip"].run.copy_bytes_by_kind()["h2d"]
+    hinted = by_label["expert_streaming+prefetch+skip"].run
+    k, L = cfg.num_experts_per_tok, cfg.num_hidden_layers
+    slab = 3 * cfg.hidden_size * cfg.moe_intermediate_size * 4
+    missed = sum(p.misses for p in hinted.prefetch) // 2  # w1 and w2 miss together
+    assert hinted.copy_bytes_by_kind()["h2d"] == plain + missed * slab
+    assert hinted.prefetch_hit_rate == 1 - missed / (k * (L - 1))
+
+
+def test_measured_hit_rate_counts_per_token_agreement():
+    """measured_hit_rate equals |chosen ∩ predicted| / k per token and layer, computed by
+    hand from the plain model's post-attention states; on the tiny model it is high."""
+    cfg = MoEConfig.tiny()
+    tokens = 64
+    model = QwenMoEDecoder(cfg).eval()
+    states = []
+    hooks = [l.post_attention_layernorm.register_forward_pre_hook(lambda m, a: states.append(a[0])) for l in model.layers]
+    ids = torch.randint(cfg.vocab_size, (tokens, 1), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(ids, torch.tensor([0]), *model.init_caches(tokens))
+        for h in hooks:
+            h.remove()
+        layers, hits = list(model.layers), 0
+        for i in range(1, len(layers)):
+            chosen = layers[i].mlp.route(layers[i].post_attention_layernorm(states[i]))[1]
+            predicted = layers[i].mlp.route(layers[i].post_attention_layernorm(states[i - 1]))[1]
+            hits += sum(len(set(c.tolist()) & set(p.tolist())) for c, p in zip(chosen, predicted))
+    rate = wt.measured_hit_rate(cfg, tokens=tokens)
+    assert rate == hits / (tokens * cfg.num_experts_per_tok * (len(layers) - 1))
+    assert 0.5 < rate <= 1.0
+
+
+def test_prefetch_sensitivity_brackets_plain_streaming():
+    """Shape-only (tiny config): with prefetch at hit rate 1 the link carries exactly plain
+    streaming's bytes; at 0 every predicted slab is fetched again (plain + (L-1)·k slabs);
+    in between, linearly. Cells come from estimate."""
+    cfg = MoEConfig.tiny()
+    res = wt.full_size_results(
+        cfg, strategies=[expert_streaming(), expert_streaming(prefetch=True)], prefetch_hit_rate=0.5, links=["pcie_gen5"]
+    )
+    table = wt.prefetch_sensitivity(res, hit_rates=[0.0, 0.5, 1.0], links=["pcie_gen5"])
+    slab = 3 * cfg.hidden_size * cfg.moe_intermediate_size * 4
+    extra = (cfg.num_hidden_layers - 1) * cfg.num_experts_per_tok * slab
+    plain = res[0].estimates["pcie_gen5"].bytes_moved()["h2d"]
+    assert list(table["h2d_MiB/token"]) == [round(b / 2**20, 3) for b in (plain, plain + extra, plain + extra / 2, plain)]
+    assert res[1].prefetch_hit_rate == 0.5
+    assert table["tok/s pcie_gen5"][2] == round(1e6 / res[1].estimates["pcie_gen5"].span_us, 2)  # rate 0.5
+    with pytest.raises(ValueError, match=r"expert_streaming\+prefetch\+skip"):
+        wt.prefetch_sensitivity(res[:1])
 
 
 def test_breakeven_matches_the_roofline_ratio():
@@ -92,3 +162,25 @@ def test_full_size_analysis_fits_and_counts_every_parameter():
         resident = sum(out[label].values())
         assert abs(resident - expected) / expected < 0.01, (label, resident, expected)
     assert out["tok_s"]["all_on_device+skip"] > out["tok_s"]["experts_on_host+skip"] > 0
+
+
+@pytest.mark.slow
+def test_full_size_prefetch_beats_plain_streaming_on_nvlink():
+    """Full size, shape-only, NVLink-C2C: at the tiny model's measured hit rate, prefetch
+    raises tokens/s and the share of copy time hidden behind compute over plain
+    streaming; at hit rate 1 it moves exactly plain streaming's bytes; the weights'
+    residency is unchanged, and the device arena grows by at most one layer's prefetch."""
+    cfg = MoEConfig.full()
+    rate = wt.measured_hit_rate()
+    res = wt.full_size_results(
+        strategies=[expert_streaming(), expert_streaming(prefetch=True)], links=["nvlink_c2c"], prefetch_hit_rate=rate
+    )
+    plain, hinted = (r.estimates["nvlink_c2c"] for r in res)
+    assert 1 / hinted.span_us > 1 / plain.span_us
+    assert hinted.overlap_fraction() > plain.overlap_fraction()
+    table = wt.prefetch_sensitivity(res, hit_rates=[1.0], links=["nvlink_c2c"])
+    assert table["h2d_MiB/token"][1] == table["h2d_MiB/token"][0]
+    assert res[0].graph.constant_bytes == res[1].graph.constant_bytes
+    slab = 3 * cfg.hidden_size * cfg.moe_intermediate_size * 2
+    grown = res[1].plan.arena_bytes["cuda:0"] - res[0].plan.arena_bytes["cuda:0"]
+    assert 0 < grown <= cfg.num_experts_per_tok * slab + 4096

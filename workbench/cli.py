@@ -134,13 +134,19 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
 
     if not args.skip_full:
         full_config = _load_config(args.full_config)
-        full = wt.full_size_results(full_config, progress=progress)
+        rate = wt.measured_hit_rate(run_config)  # the full-size weights are not there to measure
+        full = wt.full_size_results(full_config, prefetch_hit_rate=rate, progress=progress)
         full_table = wt.full_size_table(full)
         full_table.to_csv(out / "strategies_full_size.csv", index=False)
         counted = param_count(full_config)
         print(f"\n# full size, shape-only: {counted['total'] / 1e9:.2f} B parameters "
               f"({counted['active_per_token'] / 1e9:.2f} B active per token), modeled on an H200")
         print(full_table.to_string(index=False))
+        sensitivity = wt.prefetch_sensitivity(full, hit_rates=[0.0, rate, 1.0])
+        sensitivity.to_csv(out / "prefetch_sensitivity.csv", index=False)
+        print(f"\n# expert prefetch at full size: hit rate 0, {rate:.3f} (measured on the {args.config} model, "
+              "256 tokens), 1")
+        print(sensitivity.to_string(index=False))
         breakeven = wt.streaming_breakeven(full_config)
         breakeven.to_csv(out / "streaming_breakeven.csv", index=False)
         print("\n# tokens per expert at which a streamed expert's copy hides behind its compute")

@@ -9,6 +9,18 @@ PyTorch can run, export, serialize and fake-trace:
 - ``workbench::d2d_copy(Tensor x, str src, str dst) -> Tensor``  device → device, direct
 - ``workbench::gather_h2d_copy(Tensor x, Tensor index, str src, str dst) -> Tensor``
   rows ``x[index]`` of a host tensor gathered straight into device memory in one copy
+- ``workbench::gather_h2d_reuse_copy(Tensor x, Tensor index, Tensor cached,
+  Tensor cached_index, str src, str dst) -> Tensor`` rows ``x[index]`` again, but a row
+  whose id is in ``cached_index`` comes from ``cached`` (rows ``x[cached_index]`` already
+  on the device, e.g. prefetched); only the other rows cross the link
+
+and one compute op that is not a copy:
+
+- ``workbench::select_rows(Tensor x, Tensor index, Tensor hint) -> Tensor`` rows
+  ``x[index]`` (``index_select`` along dim 0); ``hint`` predicts ``index`` and does not
+  change the value. It exists so that a graph carries the prediction: propagation turns
+  a device ``select_rows`` of a streamed host weight into a prefetch of the hinted rows
+  plus a reuse copy of the rest.
 
 Run as plain PyTorch, each returns a fresh tensor with the same data (the bytes really
 move, into new memory); the runtime executes the same nodes with real copy kernels on
@@ -21,6 +33,9 @@ from __future__ import annotations
 import torch
 
 COPY_KINDS = ("h2d", "d2h", "d2d")
+
+#: Integer dtypes accepted for row ids (an index, a hint, a cached index).
+_INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 @torch.library.custom_op("workbench::h2d_copy", mutates_args=())
@@ -49,6 +64,92 @@ def gather_h2d_copy(x: torch.Tensor, index: torch.Tensor, src: str, dst: str) ->
     )
 
 
+def _check_ids(t: torch.Tensor, what: str, op: str, dims: tuple[int, ...] = (1, 2)) -> None:
+    """Row ids must be int32/int64 tensors of the given ranks, non-empty."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {what} must be a tensor of row ids, got {type(t).__name__}")
+    if t.dtype not in _INDEX_DTYPES:
+        raise TypeError(
+            f"{op}: {what} must hold integer row ids (torch.int64 or torch.int32), got {t.dtype}"
+        )
+    if t.dim() not in dims:
+        raise ValueError(
+            f"{op}: {what} must have {' or '.join(map(str, dims))} dimensions (row ids, e.g. a "
+            f"router's (B, k) top-k), got shape {tuple(t.shape)}"
+        )
+    if t.numel() == 0:
+        raise ValueError(f"{op}: {what} must hold at least one row id, got shape {tuple(t.shape)}")
+
+
+def _check_rows_source(x: torch.Tensor, op: str) -> None:
+    if x.dim() < 1:
+        raise ValueError(f"{op}: x must have at least one dimension (its rows), got a 0-d tensor")
+
+
+def _check_select(x: torch.Tensor, index: torch.Tensor, hint: torch.Tensor) -> None:
+    op = "select_rows"
+    _check_rows_source(x, op)
+    _check_ids(index, "index", op, dims=(0, 1, 2))
+    _check_ids(hint, "hint", op)
+
+
+def _check_reuse(x: torch.Tensor, index: torch.Tensor, cached: torch.Tensor, cached_index: torch.Tensor) -> None:
+    op = "gather_h2d_reuse_copy"
+    _check_rows_source(x, op)
+    _check_ids(index, "index", op, dims=(0, 1, 2))
+    _check_ids(cached_index, "cached_index", op)
+    want = tuple(cached_index.shape) + tuple(x.shape[1:])
+    if tuple(cached.shape) != want or cached.dtype != x.dtype:
+        raise ValueError(
+            f"{op}: cached must hold the rows x[cached_index], shape {want} and dtype {x.dtype} "
+            f"(cached_index {tuple(cached_index.shape)} + a row of x {tuple(x.shape[1:])}), "
+            f"got shape {tuple(cached.shape)} and dtype {cached.dtype}"
+        )
+
+
+def _rows_shape(x: torch.Tensor, index: torch.Tensor) -> tuple:
+    return tuple(index.shape) + tuple(x.shape[1:])
+
+
+def reuse_sources(index: torch.Tensor, cached_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each row of a reuse copy comes from: ``(hit, position)``, both ``(N,)`` for the
+    N ids of ``index`` flattened. ``hit[n]`` says id ``n`` is in ``cached_index``;
+    ``position[n]`` is its first slot there (0 for a miss, unused)."""
+    ids = index.reshape(-1).to(torch.long)  # (N,)
+    pool = cached_index.reshape(-1).to(device=ids.device, dtype=torch.long)  # (C,)
+    match = ids[:, None] == pool[None, :]  # (N, C)
+    hit = match.any(dim=1)  # (N,)
+    position = match.to(torch.int32).argmax(dim=1)  # first match: argmax returns the first maximum
+    return hit, position
+
+
+@torch.library.custom_op("workbench::select_rows", mutates_args=())
+def select_rows(x: torch.Tensor, index: torch.Tensor, hint: torch.Tensor) -> torch.Tensor:
+    """Rows ``x[index]`` (``index_select(x, 0, index.flatten())``, shaped ``index.shape +
+    x.shape[1:]``); ``hint`` predicts ``index`` and never changes the value."""
+    _check_select(x, index, hint)
+    return torch.index_select(x, 0, index.reshape(-1).to(torch.long)).reshape(_rows_shape(x, index))
+
+
+@torch.library.custom_op("workbench::gather_h2d_reuse_copy", mutates_args=())
+def gather_h2d_reuse_copy(
+    x: torch.Tensor, index: torch.Tensor, cached: torch.Tensor, cached_index: torch.Tensor, src: str, dst: str
+) -> torch.Tensor:
+    """Rows ``x[index]`` into one device tensor: a row whose id is in ``cached_index`` is
+    copied from ``cached`` (on ``dst`` already), the others from the host tensor ``x``."""
+    _check_reuse(x, index, cached, cached_index)
+    row_shape = tuple(x.shape[1:])
+    hit, position = reuse_sources(index, cached_index)
+    ids = index.reshape(-1).to(torch.long)
+    out = x.new_empty((ids.numel(),) + row_shape)  # (N, *row)
+    if bool(hit.any()):
+        out[hit] = cached.reshape((-1,) + row_shape)[position[hit].to(torch.long)]
+    miss = ~hit
+    if bool(miss.any()):
+        out[miss] = torch.index_select(x, 0, ids[miss])
+    return out.reshape(_rows_shape(x, index))
+
+
 def _register_fakes() -> None:
     for op in (h2d_copy, d2h_copy, d2d_copy):
 
@@ -60,6 +161,16 @@ def _register_fakes() -> None:
     def _(x, index, src, dst):  # noqa: ANN001
         return x.new_empty(tuple(index.shape) + tuple(x.shape[1:]))
 
+    @select_rows.register_fake
+    def _(x, index, hint):  # noqa: ANN001
+        _check_select(x, index, hint)
+        return x.new_empty(_rows_shape(x, index))
+
+    @gather_h2d_reuse_copy.register_fake
+    def _(x, index, cached, cached_index, src, dst):  # noqa: ANN001
+        _check_reuse(x, index, cached, cached_index)
+        return x.new_empty(_rows_shape(x, index))
+
 
 _register_fakes()
 
@@ -68,9 +179,13 @@ H2D = torch.ops.workbench.h2d_copy.default
 D2H = torch.ops.workbench.d2h_copy.default
 D2D = torch.ops.workbench.d2d_copy.default
 GATHER_H2D = torch.ops.workbench.gather_h2d_copy.default
+GATHER_REUSE = torch.ops.workbench.gather_h2d_reuse_copy.default
+SELECT_ROWS = torch.ops.workbench.select_rows.default
 
 OP_FOR_KIND = {"h2d": H2D, "d2h": D2H, "d2d": D2D}
-KIND_FOR_OP = {H2D: "h2d", D2H: "d2h", D2D: "d2d", GATHER_H2D: "h2d"}
+KIND_FOR_OP = {H2D: "h2d", D2H: "d2h", D2D: "d2d", GATHER_H2D: "h2d", GATHER_REUSE: "h2d"}
+#: Copy ops that gather rows of their first argument by an index.
+GATHER_OPS = frozenset({GATHER_H2D, GATHER_REUSE})
 
 
 def is_copy_node(node: torch.fx.Node) -> bool:

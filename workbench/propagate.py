@@ -24,6 +24,14 @@ Rules (DESIGN.md §3):
 8. Copies are real nodes calling ``torch.library`` ops, so the graph still runs as plain
    PyTorch (``DeviceGraph.module()``) and exports (``DeviceGraph.exported_program()``).
 9. Every copy records why it exists: which consumers needed which value on which device.
+10. Streamed constants (``stream_constants``) stay on the host. On a device,
+    ``index_select(w, 0, idx)`` of one becomes ``gather_h2d_copy(w, idx)`` (just the
+    selected rows), and ``select_rows(w, idx, hint)`` becomes a prefetch
+    ``p = gather_h2d_copy(w, hint)`` (named ``…_prefetch``, one per (weight, hint,
+    device)) plus ``gather_h2d_reuse_copy(w, idx, p, hint)``, which takes the rows the
+    prefetch already holds from ``p`` and only the others over the link. Any other
+    device use of a streamed constant copies it whole. On the host, or for a resident
+    weight, ``select_rows`` is an ordinary op (like ``index_select``).
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
 from ._tensors import gc_paused, is_view_op, node_nbytes, op_name, value_of
-from .copy_ops import GATHER_H2D, OP_FOR_KIND, is_copy_node
+from .copy_ops import GATHER_H2D, GATHER_REUSE, OP_FOR_KIND, SELECT_ROWS, is_copy_node
 from .devices import CPU, Device
 from .place import Placement
 
@@ -302,6 +310,9 @@ class _Propagator:
         self.copy_info: dict[torch.fx.Node, tuple[str, Device, Device, list[str]]] = {}
         self.view_for: dict[tuple[torch.fx.Node, Device], torch.fx.Node] = {}
         self.gathers: dict[torch.fx.Node, str] = {}  # gather copy → the index_select it replaced
+        self.prefetch_for: dict[tuple[torch.fx.Node, torch.fx.Node, Device], torch.fx.Node] = {}
+        self.prefetches: dict[torch.fx.Node, list[str]] = {}  # prefetch copy → select_rows it serves
+        self.reuses: dict[torch.fx.Node, str] = {}  # reuse copy → the select_rows it replaced
         self.reserved = {n.name for n in self.program.graph.nodes}
         self.used_names: set[str] = set()
         self.constants: dict[torch.fx.Node, None] = {}  # new constant placeholders, in order
@@ -326,6 +337,8 @@ class _Propagator:
                 target = placed[old.name]
                 if not target.is_host and self._is_streamed_gather(old):
                     new = self._gather(old, target)
+                elif not target.is_host and self._is_streamed_select(old):
+                    new = self._prefetch_and_reuse(old, target)
                 elif _reads_metadata_only(old):  # shape checks need no data: read in place
                     new = self.graph.node_copy(old, lambda a: self._read(a, None, old.name))
                 else:
@@ -420,18 +433,64 @@ class _Propagator:
     def _gather(self, old: torch.fx.Node, target: Device) -> torch.fx.Node:
         """Emit ``gather_h2d_copy`` for a streamed ``index_select`` on ``target``."""
         source = self.env[old.args[0]]
-        index = self._read(old.args[2], target, old.name)
+        name = self._fresh_name(f"{old.name}_gather")
+        index = self._read(old.args[2], target, name)  # the gather is the index's consumer
         new = self.graph.create_node(
             "call_function",
             GATHER_H2D,
             (source, index, str(CPU), str(target)),
             {},
-            name=self._fresh_name(f"{old.name}_gather"),
+            name=name,
         )
         new.meta = copy.copy(old.meta)
         self.device[new] = target
         self.copy_info[new] = ("h2d", CPU, target, [])
         self.gathers[new] = old.name
+        return new
+
+    def _is_streamed_select(self, old: torch.fx.Node) -> bool:
+        """``select_rows(streamed constant, index, hint)``: rows of a host-only weight, predicted."""
+        if old.target is not SELECT_ROWS:
+            return False
+        source = old.args[0]
+        return isinstance(source, torch.fx.Node) and source.op == "placeholder" and source.name in self.streamed
+
+    def _prefetch_and_reuse(self, old: torch.fx.Node, target: Device) -> torch.fx.Node:
+        """Rule 10: the prefetch of the hinted rows (shared per weight, hint and device) and
+        the reuse copy that completes the selected rows from it."""
+        source = self.env[old.args[0]]
+        name = self._fresh_name(f"{old.name}_gather")
+        index = self._read(old.args[1], target, name)  # consumers are the new copy nodes
+        hint = self._read(old.args[2], target, name)
+        key = (source, hint, target)
+        prefetch = self.prefetch_for.get(key)
+        if prefetch is None:
+            prefetch_name = self._fresh_name(f"{old.name}_prefetch")
+            self._read(old.args[2], target, prefetch_name)
+            prefetch = self.graph.create_node(
+                "call_function",
+                GATHER_H2D,
+                (source, hint, str(CPU), str(target)),
+                {},
+                name=prefetch_name,
+            )
+            prefetch.meta["val"] = _rows_like(value_of(source), value_of(hint))
+            self.device[prefetch] = target
+            self.copy_info[prefetch] = ("h2d", CPU, target, [])
+            self.prefetch_for[key] = prefetch
+            self.prefetches[prefetch] = []
+        self.prefetches[prefetch].append(old.name)
+        new = self.graph.create_node(
+            "call_function",
+            GATHER_REUSE,
+            (source, index, prefetch, hint, str(CPU), str(target)),
+            {},
+            name=name,
+        )
+        new.meta = copy.copy(old.meta)
+        self.device[new] = target
+        self.copy_info[new] = ("h2d", CPU, target, [])
+        self.reuses[new] = old.name
         return new
 
     def _fresh_name(self, base: str) -> str:
@@ -529,6 +588,8 @@ class _Propagator:
     def _record(self, node: torch.fx.Node, by_name: Mapping[str, torch.fx.Node]) -> CopyRecord:
         kind, src, dst, consumers = self.copy_info[node]
         value = node.args[0]
+        if node in self.prefetches or node in self.reuses:
+            return self._streamed_select_record(node, by_name)
         if node in self.gathers:
             consumers = [u.name for u in node.users]
             readers = ", ".join(f"{n} ({op_name(by_name[n])})" for n in consumers) or "no op"
@@ -557,6 +618,38 @@ class _Propagator:
         return CopyRecord(
             node.name, kind, value.name, src, dst, node_nbytes(value, unbounded="hint"), tuple(consumers), reason
         )
+
+
+    def _streamed_select_record(self, node: torch.fx.Node, by_name: Mapping[str, torch.fx.Node]) -> CopyRecord:
+        """Rule 9 for the two copies of rule 10."""
+        kind, src, dst, _ = self.copy_info[node]
+        value = node.args[0]
+        weight = self.program.constants[value.name]
+        consumers = [u.name for u in node.users]
+        nbytes = node_nbytes(node, unbounded="hint")
+        if node in self.prefetches:
+            served = ", ".join(self.prefetches[node])
+            reason = (
+                f"prefetches the rows of streamed host weight {weight!r} predicted by {node.args[1].name!r} "
+                f"for {served} on {dst}, before its router has chosen, so the copy overlaps earlier compute"
+            )
+        else:
+            readers = ", ".join(f"{n} ({op_name(by_name[n])})" for n in consumers) or "no op"
+            prefetch = node.args[2].name
+            reason = (
+                f"{readers} on {dst} read{'s' if len(consumers) == 1 else ''} the rows of streamed host weight "
+                f"{weight!r} selected by {node.args[1].name!r} ({self.reuses[node]}); rows the prefetch "
+                f"{prefetch!r} already holds are copied on {dst}, only the rows it missed cross the link "
+                f"(nbytes is the upper bound: every selected row missed)"
+            )
+        return CopyRecord(node.name, kind, value.name, src, dst, nbytes, tuple(consumers), reason)
+
+
+def _rows_like(source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The fake value of ``source``'s rows selected by ``index``: shape ``index.shape +
+    source.shape[1:]``, made in ``source``'s fake mode so later stages can read it."""
+    shape = tuple(index.shape) + tuple(source.shape[1:])
+    return source.new_empty(shape)
 
 
 _METADATA_OPS = frozenset(

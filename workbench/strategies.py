@@ -12,6 +12,12 @@ weights — that turns a captured MoE program into a ``DeviceGraph``:
   on the host; each layer gathers just its routed experts' slabs into device memory with
   one gather copy, issued as soon as the router has chosen, so the copy overlaps the
   shared expert's compute on the copy stream.
+- ``expert_streaming(prefetch=True)`` (label ``expert_streaming+prefetch``), for a model
+  built with ``QwenMoEDecoder(config, expert_prefetch=True)``: layer i predicts layer
+  i+1's experts (layer i+1's norm and router on layer i's hidden state); the predicted
+  slabs are prefetched during layer i (``…_prefetch`` gathers), and at layer i+1 a reuse
+  copy moves only the experts the prediction missed. The prefetch overlaps layer i's
+  remaining compute and layer i+1's attention; mispredicted slabs cost link bytes.
 
 Each comes with the skip-copy flags on (tokens, caches and logits stay on the device:
 the caller stages them, as ExecuTorch's CUDA pipeline does) or off, and is issued in the
@@ -26,10 +32,19 @@ from typing import Callable
 
 import torch.fx
 
+from .copy_ops import SELECT_ROWS
 from .devices import Device
 from .place import _module_paths
 
-__all__ = ["Strategy", "all_on_device", "experts_on_host", "expert_streaming", "STRATEGIES", "strategy_variants"]
+__all__ = [
+    "Strategy",
+    "StrategyError",
+    "all_on_device",
+    "experts_on_host",
+    "expert_streaming",
+    "STRATEGIES",
+    "strategy_variants",
+]
 
 #: Module path of the routed experts in the MoE models of ``workbench.models``.
 EXPERT_MODULES = "layers.*.mlp.experts"
@@ -48,11 +63,17 @@ class Strategy:
     stream_constants: tuple[str, ...] = ()  # parameter globs kept on the host and streamed
     device: str = "cuda:0"  # the accelerator
     schedule: str = "overlap"  # issue order: "overlap" (copies early, compute around them) or "captured"
+    prefetch: bool = False  # streamed experts are prefetched from the previous layer's prediction
+
+    @property
+    def variant(self) -> str:
+        """``name`` plus ``+prefetch`` for the prefetching variant: what tables list."""
+        return f"{self.name}{'+prefetch' if self.prefetch else ''}"
 
     @property
     def label(self) -> str:
-        """``name`` plus the flag setting, e.g. ``experts_on_host+skip``."""
-        return f"{self.name}{'+skip' if self.skip_copies else ''}"
+        """``variant`` plus the flag setting, e.g. ``expert_streaming+prefetch+skip``."""
+        return f"{self.variant}{'+skip' if self.skip_copies else ''}"
 
     def with_skip_copies(self, on: bool) -> "Strategy":
         return replace(self, skip_copies=bool(on))
@@ -67,6 +88,7 @@ class Strategy:
 
         from .schedule import schedule
 
+        self._check_program(program)
         placed = place(program, self.rules, strict=strict)
         dg = propagate(
             placed,
@@ -75,6 +97,29 @@ class Strategy:
             stream_constants=self.stream_constants,
         )
         return schedule(dg, self.schedule)
+
+
+    def _check_program(self, program) -> None:
+        """A prefetching strategy needs the hints in the graph; a plain streaming strategy
+        must not get them (propagation would prefetch under the wrong label)."""
+        if not self.stream_constants and not self.prefetch:
+            return
+        hinted = any(n.op == "call_function" and n.target is SELECT_ROWS for n in program.graph.nodes)
+        if self.prefetch and not hinted:
+            raise StrategyError(
+                f"{self.label} prefetches from routing hints, but this program has none (no "
+                "workbench::select_rows node); capture QwenMoEDecoder(config, expert_prefetch=True)"
+            )
+        if not self.prefetch and hinted:
+            raise StrategyError(
+                f"{self.label} streams without prefetch, but this program carries routing hints "
+                "(captured with expert_prefetch=True), which propagation would prefetch; use "
+                f"{self.name}(prefetch=True) or capture the model with expert_prefetch=False"
+            )
+
+
+class StrategyError(ValueError):
+    """A strategy does not fit the program it is applied to."""
 
 
 def _in_modules(node: torch.fx.Node, glob: str) -> bool:
@@ -105,16 +150,31 @@ def experts_on_host(device: str = "cuda:0", skip_copies: bool = True, experts: s
     )
 
 
-def expert_streaming(device: str = "cuda:0", skip_copies: bool = True, weights: str = EXPERT_WEIGHTS) -> Strategy:
-    """Everything on ``device``; routed experts' weights stream from the host per layer."""
+def expert_streaming(
+    device: str = "cuda:0", skip_copies: bool = True, weights: str = EXPERT_WEIGHTS, prefetch: bool = False
+) -> Strategy:
+    """Everything on ``device``; routed experts' weights stream from the host per layer.
+
+    ``prefetch=True`` needs a program of ``QwenMoEDecoder(config, expert_prefetch=True)``:
+    each layer's predicted experts are prefetched during the layer before, and only the
+    mispredicted ones are copied once the router has chosen.
+    """
+    if not isinstance(prefetch, bool):
+        raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
     dev = str(Device.parse(device))
+    what = (
+        "prefetches each layer's predicted experts during the layer before, then copies the missed ones"
+        if prefetch
+        else "each layer gathers its routed experts' weights from the host"
+    )
     return Strategy(
         "expert_streaming",
-        f"every op on {dev}; each layer gathers its routed experts' weights from the host",
+        f"every op on {dev}; {what}",
         lambda node: dev,
         skip_copies,
         stream_constants=(weights,),
         device=dev,
+        prefetch=prefetch,
     )
 
 
@@ -125,6 +185,11 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
 }
 
 
-def strategy_variants(device: str = "cuda:0") -> list[Strategy]:
-    """Every strategy with the skip flags off and on, in table order."""
-    return [make(device, skip_copies=skip) for make in STRATEGIES.values() for skip in (False, True)]
+def strategy_variants(device: str = "cuda:0", prefetch: bool = False) -> list[Strategy]:
+    """Every strategy with the skip flags off and on, in table order; with ``prefetch``,
+    also ``expert_streaming+prefetch`` (whose program must carry routing hints, so it
+    cannot share a program with plain ``expert_streaming``)."""
+    variants = [make(device, skip_copies=skip) for make in STRATEGIES.values() for skip in (False, True)]
+    if prefetch:
+        variants += [expert_streaming(device, skip_copies=skip, prefetch=True) for skip in (False, True)]
+    return variants

@@ -11,6 +11,13 @@ Two analyses, both computed from the model, never written in:
 
 ``streaming_breakeven`` answers: how many tokens must each streamed expert process
 before its weight copy hides behind its compute?
+
+Expert prefetch (``expert_streaming+prefetch``) runs on a model built with
+``expert_prefetch=True`` (same weights, same outputs, routing hints in the graph).
+``measured_hit_rate`` measures on the tiny model how many routed experts the previous
+layer predicts; the tiny table reports each run's own hits and the bytes that really
+crossed the link; ``prefetch_sensitivity`` times the full-size prefetch plan at hit
+rates 0 (nothing predicted), the measured one, and 1 (everything predicted).
 """
 
 from __future__ import annotations
@@ -27,13 +34,15 @@ from .planning.plan import MemoryPlan, plan
 from .runtime.cost_model import CostModel, op_cost
 from .runtime.executor import RunResult, estimate, run
 from .runtime.tensors import to_device, to_host
-from .strategies import Strategy, strategy_variants
+from .strategies import Strategy, expert_streaming, strategy_variants
 
 __all__ = [
     "LINKS",
     "StrategyResult",
     "full_size_results",
     "full_size_table",
+    "measured_hit_rate",
+    "prefetch_sensitivity",
     "stage_inputs",
     "streaming_breakeven",
     "strategy_table",
@@ -55,6 +64,7 @@ class StrategyResult:
     run: Optional[RunResult] = None  # tiny model: the executed decode step
     matches_eager: Optional[bool] = None  # tiny model: outputs equal eager PyTorch
     estimates: Optional[dict[str, Any]] = None  # full size: link → modeled Timeline
+    prefetch_hit_rate: Optional[float] = None  # prefetch variants: measured (tiny) or assumed (full size)
 
     @property
     def graph(self):
@@ -87,6 +97,22 @@ def _same(got: Any, want: Any) -> bool:
     )
 
 
+class _Programs:
+    """The captured program of a config, with and without routing hints, each captured
+    once on first use (a prefetching strategy needs the hinted one)."""
+
+    def __init__(self, make: Callable[[bool], tuple[torch.nn.Module, tuple]], shape_only: bool) -> None:
+        self._make, self._shape_only = make, shape_only
+        self._programs: dict[bool, Any] = {}
+
+    def __call__(self, strategy: Strategy):
+        hinted = strategy.prefetch
+        if hinted not in self._programs:
+            model, inputs = self._make(hinted)
+            self._programs[hinted] = capture(model, inputs, shape_only=self._shape_only)
+        return self._programs[hinted]
+
+
 def tiny_results(
     config: Optional[MoEConfig] = None,
     *,
@@ -97,21 +123,62 @@ def tiny_results(
     seed: int = 0,
     progress: Progress = None,
 ) -> list[StrategyResult]:
-    """Capture, place, propagate, plan and run every strategy on a small MoE model."""
+    """Capture, place, propagate, plan and run every strategy on a small MoE model.
+
+    Default strategies: ``strategy_variants(prefetch=True)``; the prefetching ones run on
+    the model built with ``expert_prefetch=True`` (same weights) and are compared with the
+    same eager outputs.
+    """
     progress = progress or _quiet
     config = config or MoEConfig.tiny()
     model = QwenMoEDecoder(config, seed=seed).eval()
     inputs = model.example_inputs()
     with torch.no_grad():
         expected = model(*inputs)
-    program = capture(model, inputs)
+
+    def make(hinted: bool):
+        return (QwenMoEDecoder(config, seed=seed, expert_prefetch=True).eval() if hinted else model), inputs
+
+    programs = _Programs(make, shape_only=False)
     results = []
-    for strategy in progress(strategies or strategy_variants(), "tiny model: strategies"):
-        dg = strategy.apply(program)
+    for strategy in progress(strategies or strategy_variants(prefetch=True), "tiny model: strategies"):
+        dg = strategy.apply(programs(strategy))
         memory = plan(dg, algorithm)
         res = run(memory, *stage_inputs(dg, inputs, backend), backend=backend, cost_model=cost_model)
-        results.append(StrategyResult(strategy, memory, res, _same(res.outputs, expected)))
+        rate = res.prefetch_hit_rate if strategy.prefetch else None
+        results.append(StrategyResult(strategy, memory, res, _same(res.outputs, expected), prefetch_hit_rate=rate))
     return results
+
+
+def measured_hit_rate(config: Optional[MoEConfig] = None, *, tokens: int = 256, seed: int = 0) -> float:
+    """Share of routed experts that the previous layer's prediction got right, measured on
+    ``tokens`` random tokens (one decode step of a batch, eager) of the model built with
+    ``expert_prefetch=True``: for each token and each layer with a hint, |chosen ∩
+    predicted| / k, averaged. Per token, so it is what a batch-1 decode step sees."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"tokens must be a positive integer, got {tokens!r}")
+    config = config or MoEConfig.tiny()
+    model = QwenMoEDecoder(config, seed=seed, expert_prefetch=True).eval()
+    k = config.num_experts_per_tok
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def record(module, args, output):
+        if len(args) > 2 and args[2] is not None:  # Experts.forward(x, expert_idx, hint)
+            seen.append((args[1].reshape(-1, k), args[2].reshape(-1, k)))  # (B, k) chosen, predicted
+
+    hooks = [layer.mlp.experts.register_forward_hook(record) for layer in model.layers]
+    try:
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(config.vocab_size, (tokens, 1), generator=gen)
+        with torch.no_grad():
+            model(ids, torch.tensor([0]), *model.init_caches(tokens))
+    finally:
+        for h in hooks:
+            h.remove()
+    if not seen:
+        raise ValueError("the model has a single layer: no layer is predicted by another")
+    hits = sum(int((chosen[:, :, None] == predicted[:, None, :]).any(-1).sum()) for chosen, predicted in seen)
+    return hits / (len(seen) * tokens * k)
 
 
 def _mib(n: int) -> float:
@@ -123,21 +190,29 @@ def _kib(n: int) -> float:
 
 
 def strategy_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
-    """One row per strategy: copies and bytes per token by kind, memory per device, time."""
+    """One row per strategy: copies and bytes per token by kind, memory per device, time.
+
+    ``h2d_KiB/token`` sums the graph's copies (a reuse copy counts every selected row, its
+    upper bound); ``h2d_moved_KiB/token`` is what crossed the link in the run's timeline
+    (a reuse copy's missed rows only); ``prefetch_hit_rate`` the run's hits over rows.
+    """
     rows = []
     for r in results:
         dg, memory, res = r.graph, r.plan, r.run
         counts, moved = dg.copy_counts(), dg.copy_bytes()
         totals = res.timeline.totals_by_kind() if res is not None else {}
+        crossed = res.copy_bytes_by_kind() if res is not None else {}
         rows.append(
             {
-                "strategy": r.strategy.name,
+                "strategy": r.strategy.variant,
                 "skip_copies": r.strategy.skip_copies,
                 "h2d": counts["h2d"],
                 "d2h": counts["d2h"],
                 "d2d": counts["d2d"],
-                "h2d_KiB/token": _kib(moved["h2d"]),
+                "h2d_KiB/token": _kib(moved["h2d"]),  # the graph's copies (reuse copies: every row)
+                "h2d_moved_KiB/token": _kib(crossed["h2d"]) if res is not None else None,  # the timeline's
                 "d2h_KiB/token": _kib(moved["d2h"]),
+                "prefetch_hit_rate": round(r.prefetch_hit_rate, 3) if r.prefetch_hit_rate is not None else None,
                 "arena_cpu_KiB": _kib(memory.arena_bytes.get("cpu", 0)),
                 f"arena_{r.strategy.device}_KiB": _kib(memory.arena_bytes.get(r.strategy.device, 0)),
                 "resident_cpu_KiB": _kib(dg.constant_bytes.get("cpu", 0)),
@@ -158,45 +233,105 @@ def full_size_results(
     device_preset: str = "h200",
     algorithm: str = "greedy",
     strategies: Optional[Sequence[Strategy]] = None,
+    prefetch_hit_rate: Optional[float] = None,
     progress: Progress = None,
 ) -> list[StrategyResult]:
     """Shape-only analysis of the published configuration: plan every strategy and time its
-    decode step with the cost model under each link. Allocates no weights."""
+    decode step with the cost model under each link. Allocates no weights.
+
+    Prefetching strategies are timed with ``CostModel.prefetch_hit_rate`` set to
+    ``prefetch_hit_rate``; None means the tiny model's ``measured_hit_rate()`` (the
+    full-size weights are not there to measure).
+    """
     progress = progress or _quiet
     config = config or MoEConfig.full()
-    with torch.device("meta"):
-        model = QwenMoEDecoder(config)
-        inputs = model.example_inputs()
-    program = capture(model, inputs, shape_only=True)
+    chosen = list(strategies or strategy_variants(prefetch=True))
+    rate = None
+    if any(s.prefetch for s in chosen):
+        rate = measured_hit_rate() if prefetch_hit_rate is None else float(prefetch_hit_rate)
+
+    def make(hinted: bool):
+        with torch.device("meta"):
+            model = QwenMoEDecoder(config, expert_prefetch=hinted)
+            return model, model.example_inputs()
+
+    programs = _Programs(make, shape_only=True)
     results = []
-    for strategy in progress(strategies or strategy_variants(), "full size: strategies"):
-        memory = plan(strategy.apply(program), algorithm)
-        estimates = {
-            link: estimate(memory, CostModel.preset(device_preset, link=link)) for link in links
-        }
-        results.append(StrategyResult(strategy, memory, estimates=estimates))
+    for strategy in progress(chosen, "full size: strategies"):
+        memory = plan(strategy.apply(programs(strategy)), algorithm)
+        models = {link: CostModel.preset(device_preset, link=link) for link in links}
+        if strategy.prefetch:
+            models = {link: m.with_prefetch_hit_rate(rate) for link, m in models.items()}
+        estimates = {link: estimate(memory, m) for link, m in models.items()}
+        results.append(
+            StrategyResult(strategy, memory, estimates=estimates, prefetch_hit_rate=rate if strategy.prefetch else None)
+        )
     return results
 
 
 def full_size_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
-    """One row per strategy: resident and arena GiB per device, MiB moved per token,
-    modeled µs per token and tokens/s under each link."""
+    """One row per strategy: resident and arena GiB per device, MiB moved per token (from
+    the modeled timeline: a prefetching strategy's reuse copies move the share of rows its
+    ``prefetch_hit_rate`` expects to miss), and tokens/s under each link."""
     rows = []
     for r in results:
         dg, memory = r.graph, r.plan
         moved = dg.copy_bytes()
+        first = next(iter((r.estimates or {}).values()), None)
         dev = r.strategy.device
         row = {
-            "strategy": r.strategy.name,
+            "strategy": r.strategy.variant,
             "skip_copies": r.strategy.skip_copies,
             "resident_cpu_GiB": round(dg.constant_bytes.get("cpu", 0) / 2**30, 3),
             f"resident_{dev}_GiB": round(dg.constant_bytes.get(dev, 0) / 2**30, 3),
             f"arena_{dev}_MiB": _mib(memory.arena_bytes.get(dev, 0)),
-            "h2d_MiB/token": _mib(moved["h2d"]),
+            # what the modeled timeline moves (reuse copies: the rows expected to miss)
+            "h2d_MiB/token": _mib(first.bytes_moved()["h2d"] if first is not None else moved["h2d"]),
             "d2h_MiB/token": _mib(moved["d2h"]),
+            "prefetch_hit_rate": round(r.prefetch_hit_rate, 3) if r.prefetch_hit_rate is not None else None,
         }
         for link, timeline in (r.estimates or {}).items():
             row[f"tok/s {link}"] = round(1e6 / timeline.span_us, 2) if timeline.span_us else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def prefetch_sensitivity(
+    results: Sequence[StrategyResult],
+    *,
+    hit_rates: Optional[Sequence[float]] = None,
+    links: Sequence[str] = LINKS,
+    device_preset: str = "h200",
+    skip_copies: bool = True,
+) -> pd.DataFrame:
+    """Full-size expert streaming without prefetch, then with prefetch at each hit rate:
+    MiB per token over the link, tokens/s and overlap fraction under each link.
+
+    ``results`` come from ``full_size_results`` and hold both ``expert_streaming`` and
+    ``expert_streaming+prefetch`` with ``skip_copies``. Default hit rates: 0 (every slab
+    is fetched twice), the tiny model's ``measured_hit_rate()``, and 1.
+    """
+    def find(prefetch: bool) -> StrategyResult:
+        for r in results:
+            s = r.strategy
+            if s.name == "expert_streaming" and s.prefetch == prefetch and s.skip_copies == skip_copies:
+                return r
+        want = expert_streaming(skip_copies=skip_copies, prefetch=prefetch).label
+        raise ValueError(f"results hold no {want!r}; run full_size_results with that strategy")
+
+    plain, hinted = find(False), find(True)
+    rates = list(hit_rates) if hit_rates is not None else [0.0, measured_hit_rate(), 1.0]
+    rows = []
+    for label, memory, rate in [("expert_streaming", plain.plan, None)] + [
+        ("expert_streaming+prefetch", hinted.plan, float(h)) for h in rates
+    ]:
+        row: dict[str, Any] = {"strategy": label, "prefetch_hit_rate": None if rate is None else round(rate, 3)}
+        for link in links:
+            model = CostModel.preset(device_preset, link=link)
+            timeline = estimate(memory, model if rate is None else model.with_prefetch_hit_rate(rate))
+            row.setdefault("h2d_MiB/token", _mib(timeline.bytes_moved()["h2d"]))
+            row[f"tok/s {link}"] = round(1e6 / timeline.span_us, 2)
+            row[f"overlap {link}"] = round(timeline.overlap_fraction(), 3)
         rows.append(row)
     return pd.DataFrame(rows)
 

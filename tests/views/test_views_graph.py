@@ -285,3 +285,17 @@ def test_tiny_moe_layout_collapses_to_its_layers():
     view = GraphView(dg, collapse="layers")
     view.select("linear_3")
     assert "inside layers." in view.spec.value
+
+
+def test_gather_copies_touch_host_and_device():
+    """A gather copy (x, index, src, dst) is drawn as touching its two devices, not its
+    index argument."""
+    import workbench as wb
+    from workbench.models import MoEConfig, QwenMoEDecoder
+    from workbench.strategies import expert_streaming
+    from workbench.views._layout import node_devices
+
+    model = QwenMoEDecoder(MoEConfig.tiny())
+    dg = expert_streaming().apply(wb.capture(model, model.example_inputs()))
+    gathers = [n for n in dg.graph.nodes if n.name.endswith("_gather")]
+    assert gathers and all(node_devices(dg, n) == {"cpu", "cuda:0"} for n in gathers)

@@ -2,10 +2,12 @@
 
 from .copies import (
     DEFAULT_CHUNK_BYTES,
+    MAX_CACHED_ROWS,
     CopyEngine,
     MappedHost,
     StagingChunk,
     gather_launch_config,
+    gather_reuse_variant,
     gather_row_offsets,
     gather_variant,
     staging_schedule,
@@ -13,10 +15,12 @@ from .copies import (
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
+    "MAX_CACHED_ROWS",
     "CopyEngine",
     "MappedHost",
     "StagingChunk",
     "gather_launch_config",
+    "gather_reuse_variant",
     "gather_row_offsets",
     "gather_variant",
     "staging_schedule",

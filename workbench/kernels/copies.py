@@ -22,6 +22,11 @@ Rules:
    16-byte loads when the source, destination, row size and row stride are all 16-byte
    aligned, else byte loads. A row whose offset is out of bounds is written as zeros and
    never read (host indices are checked before launch and raise instead).
+6. The reuse gather writes the same rows in one launch, but each output row first scans
+   ``cached_indices`` (a prefetch's row ids; a linear scan, at most
+   ``MAX_CACHED_ROWS``): on a match the row is copied from the prefetched device buffer
+   ``cached`` (its first matching slot), else from the source as in rule 5. It records
+   per row whether it hit, so the caller learns how many rows crossed the link.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ DEFAULT_CHUNK_BYTES = 8 << 20
 GATHER_THREADS = 256
 #: CUDA's limit on gridDim.y, which indexes the gathered rows.
 MAX_GATHER_ROWS = 65535
+#: Most prefetched rows a reuse gather scans per output row (rule 6; a router's top-k is 8-16).
+MAX_CACHED_ROWS = 1024
 
 
 # -- pure plans (CPU-testable) -------------------------------------------------------------
@@ -97,6 +104,13 @@ def gather_variant(src_ptr: int, dst_ptr: int, row_bytes: int, row_stride_bytes:
     return "v16" if aligned else "b1"
 
 
+def gather_reuse_variant(src_ptr: int, cached_ptr: int, dst_ptr: int, row_bytes: int, row_stride_bytes: int) -> str:
+    """``"v16"`` when the source, the prefetched buffer and the destination all allow
+    16-byte loads (rule 6), else ``"b1"``."""
+    aligned = gather_variant(src_ptr, dst_ptr, row_bytes, row_stride_bytes) == "v16" and cached_ptr % 16 == 0
+    return "v16" if aligned else "b1"
+
+
 def gather_launch_config(
     row_bytes: int, n_rows: int, variant: str, sm_count: int, threads: int = GATHER_THREADS
 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -151,6 +165,80 @@ extern "C" __global__ void wb_gather_rows_b1(
         return;
     }
     const unsigned char* s = src + off;
+    for (; i < row_bytes; i += step) d[i] = s[i];
+}
+"""
+
+
+# Rule 6. One block row per output row (grid.y); every thread of it scans the few cached
+# ids (the same addresses for the whole warp, so the loads are broadcast from cache).
+_GATHER_REUSE_SOURCE = r"""
+__device__ __forceinline__ int wb_cached_slot(
+    const long long* __restrict__ cached_index, int n_cached, long long id)
+{
+    for (int c = 0; c < n_cached; ++c) {
+        if (cached_index[c] == id) return c;
+    }
+    return -1;
+}
+
+extern "C" __global__ void wb_gather_reuse_rows_v16(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ index,
+    const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
+    unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)
+{
+    const long long row = blockIdx.y;
+    const long long id = index[row];
+    const int slot = wb_cached_slot(cached_index, n_cached, id);
+    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
+    uint4* d = reinterpret_cast<uint4*>(dst + row * row_bytes);
+    const long long n = row_bytes >> 4;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned char* from;
+    if (slot >= 0) {
+        from = cached + (long long)slot * row_bytes;  // prefetched: device memory
+    } else {
+        const long long off = id * row_stride;
+        if (id < 0 || off > src_span - row_bytes) {  // bad index: zeros, and no stray read
+            for (; i < n; i += step) d[i] = make_uint4(0u, 0u, 0u, 0u);
+            return;
+        }
+        from = src + off;  // missed: over the link from mapped host memory
+    }
+    const uint4* s = reinterpret_cast<const uint4*>(from);
+    for (; i + 3 * step < n; i += 4 * step) {
+        const uint4 a = s[i], b = s[i + step], c = s[i + 2 * step], e = s[i + 3 * step];
+        d[i] = a; d[i + step] = b; d[i + 2 * step] = c; d[i + 3 * step] = e;
+    }
+    for (; i < n; i += step) d[i] = s[i];
+}
+
+extern "C" __global__ void wb_gather_reuse_rows_b1(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ index,
+    const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
+    unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)
+{
+    const long long row = blockIdx.y;
+    const long long id = index[row];
+    const int slot = wb_cached_slot(cached_index, n_cached, id);
+    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
+    unsigned char* d = dst + row * row_bytes;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned char* s;
+    if (slot >= 0) {
+        s = cached + (long long)slot * row_bytes;
+    } else {
+        const long long off = id * row_stride;
+        if (id < 0 || off > src_span - row_bytes) {
+            for (; i < row_bytes; i += step) d[i] = 0;
+            return;
+        }
+        s = src + off;
+    }
     for (; i < row_bytes; i += step) d[i] = s[i];
 }
 """
@@ -419,6 +507,94 @@ class CopyEngine:
                 s.synchronize()
         return n * row_bytes
 
+    def gather_reuse_rows(
+        self,
+        dst_ptr: int,
+        src: torch.Tensor,
+        indices: Any,
+        cached: torch.Tensor,
+        cached_indices: Any,
+        stream: Any = None,
+    ) -> Any:
+        """Rows ``src[indices[k]]`` to ``dst[k]`` in one launch, taking a row from the
+        prefetched device tensor ``cached`` (rows ``src[cached_indices]``) when its id is in
+        ``cached_indices``, else from ``src`` (rule 6).
+
+        ``src`` as for ``gather_rows``; ``cached`` a contiguous CUDA tensor of
+        ``len(cached_indices)`` rows of ``src``'s row size; the indices host ints or CUDA
+        int arrays. Returns a CuPy int32 array, one flag per row (1: taken from ``cached``),
+        filled when the launch completes on ``stream``.
+        """
+        cp = _cp()
+        if not isinstance(src, torch.Tensor) or src.dim() < 1:
+            raise ValueError("src must be a torch tensor with at least one dimension (the rows)")
+        if not isinstance(cached, torch.Tensor) or cached.device.type != "cuda" or not cached.is_contiguous():
+            raise ValueError("cached must be a contiguous CUDA tensor holding the prefetched rows")
+        num_rows = src.shape[0]
+        row_bytes = (src[0].numel() if num_rows else 0) * src.element_size()
+        row_stride = src.stride(0) * src.element_size()
+        if num_rows and not src[0].is_contiguous():
+            raise ValueError("each row of src (src[i]) must be contiguous")
+        if src.device.type == "cpu":
+            src_dev_ptr = device_address(src.data_ptr())
+        elif src.device.type == "cuda":
+            src_dev_ptr = src.data_ptr()
+        else:
+            raise ValueError(f"src must be a pinned host tensor or a CUDA tensor, not one on {src.device}")
+        src_span = (num_rows - 1) * row_stride + row_bytes if num_rows else 0
+        s, sync = _stream(stream)
+        with self._device, s:
+            ids = self._device_ids(cp, indices, num_rows, "indices")
+            pool = self._device_ids(cp, cached_indices, num_rows, "cached_indices")
+            n, n_cached = int(ids.size), int(pool.size)
+            if n_cached > MAX_CACHED_ROWS:
+                raise ValueError(
+                    f"at most {MAX_CACHED_ROWS} prefetched rows can be scanned per row, got {n_cached}"
+                )
+            if cached.numel() * cached.element_size() != n_cached * row_bytes:
+                raise ValueError(
+                    f"cached holds {cached.numel() * cached.element_size()} B but {n_cached} prefetched "
+                    f"rows of {row_bytes} B need {n_cached * row_bytes} B"
+                )
+            flags = cp.zeros(n, dtype=cp.int32)
+            if n == 0 or row_bytes == 0:
+                return flags
+            if n > MAX_GATHER_ROWS:
+                raise ValueError(f"at most {MAX_GATHER_ROWS} rows per gather, got {n}")
+            variant = gather_reuse_variant(src_dev_ptr, cached.data_ptr(), dst_ptr, row_bytes, row_stride)
+            grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
+            self._reuse_kernel(variant)(
+                grid,
+                block,
+                (
+                    np.uint64(src_dev_ptr), np.int64(src_span), np.int64(row_stride), ids,
+                    np.uint64(cached.data_ptr()), pool, np.int32(n_cached),
+                    np.uint64(dst_ptr), np.int64(row_bytes), flags,
+                ),
+            )  # fmt: skip
+            if sync:
+                s.synchronize()
+        return flags
+
+    @staticmethod
+    def _device_ids(cp: Any, indices: Any, num_rows: int, what: str) -> Any:
+        """Row ids as a 1-D int64 device array; host ids are range-checked first."""
+        if isinstance(indices, torch.Tensor) and indices.device.type == "cuda":
+            indices = cp.from_dlpack(indices.reshape(-1))
+        if isinstance(indices, cp.ndarray):
+            if indices.ndim != 1:
+                raise ValueError(f"{what} must be 1-D, got shape {indices.shape}")
+            return cp.ascontiguousarray(indices.astype(cp.int64))
+        offsets = gather_row_offsets(indices, num_rows, 1)  # checks: 1-D ints in range
+        return cp.asarray(offsets)
+
+    def _reuse_kernel(self, variant: str) -> Any:
+        key = f"reuse_{variant}"
+        if key not in self._kernels:
+            cp = _cp()
+            self._kernels[key] = cp.RawKernel(_GATHER_REUSE_SOURCE, f"wb_gather_reuse_rows_{variant}")
+        return self._kernels[key]
+
     @staticmethod
     def _device_offsets(cp: Any, indices: Any, num_rows: int, row_stride: int) -> Any:
         if isinstance(indices, torch.Tensor) and indices.device.type == "cuda":
@@ -447,4 +623,4 @@ class CopyEngine:
 
 def copy_kinds() -> Sequence[str]:
     """The copy paths this module implements (for reports and benchmarks)."""
-    return ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d", "gather")
+    return ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d", "gather", "gather_reuse")

@@ -3,7 +3,9 @@
 ``MoEConfig.tiny()`` runs fast on a laptop CPU; ``MoEConfig.full()`` is the
 published 35B-A3B configuration (build it under ``torch.device("meta")`` for
 shape-only analysis). ``QwenMoEDecoder`` is one decode step with explicit
-caches; ``param_count`` and ``cache_bytes`` size a config without building it.
+caches (``expert_prefetch=True`` adds the next layer's routing hints to the graph, for
+prefetching streamed experts; outputs unchanged); ``param_count`` and ``cache_bytes``
+size a config without building it.
 """
 
 from .config import ConfigError, MoEConfig

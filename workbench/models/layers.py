@@ -29,12 +29,14 @@ are the published ones):
 from __future__ import annotations
 
 import math
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import MoEConfig
+from .. import copy_ops  # noqa: F401  (registers workbench::select_rows)
 
 
 def _normal_(p: torch.Tensor, std: float, gen: torch.Generator) -> None:
@@ -308,14 +310,23 @@ class Experts(nn.Module):
         _normal_(self.w1, 1.0 / math.sqrt(self.hidden), gen)
         _normal_(self.w2, residual_gain / math.sqrt(self.inter), gen)
 
-    def forward(self, x: torch.Tensor, expert_idx: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, expert_idx: torch.Tensor, hint: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         """SwiGLU of each row of ``x`` ``(N, H)`` through expert ``expert_idx[n]``.
 
         Gather-then-compute: only the routed experts' rows are read, so a
-        placement strategy can stream exactly these gathered weights.
+        placement strategy can stream exactly these gathered weights. With a
+        ``hint`` (the experts predicted before the router ran) the rows are
+        selected by ``workbench::select_rows``, whose value is the same
+        ``index_select``: the hint only lets a streaming strategy prefetch.
         """
-        w1 = torch.index_select(self.w1, 0, expert_idx)  # (N, 2I, H)
-        w2 = torch.index_select(self.w2, 0, expert_idx)  # (N, H, I)
+        if hint is None:
+            w1 = torch.index_select(self.w1, 0, expert_idx)  # (N, 2I, H)
+            w2 = torch.index_select(self.w2, 0, expert_idx)  # (N, H, I)
+        else:
+            w1 = torch.ops.workbench.select_rows(self.w1, expert_idx, hint)  # (N, 2I, H)
+            w2 = torch.ops.workbench.select_rows(self.w2, expert_idx, hint)  # (N, H, I)
         h = torch.bmm(w1, x[:, :, None])[:, :, 0]  # (N, 2I)
         gate, up = h.chunk(2, dim=-1)  # (N, I) each
         act = F.silu(gate) * up
@@ -350,6 +361,9 @@ class SparseMoE(nn.Module):
          gathering the k experts' weights (``Experts.forward``).
       3. Output = routed + ``sigmoid(x @ shared_expert_gate^T) * shared_expert(x)``.
       4. Experts not in a token's top-k are never read for that token.
+      5. A ``hint`` (experts predicted for this block before its router ran)
+         selects the same rows through ``workbench::select_rows``: the output
+         is bit-for-bit the one without a hint.
     """
 
     def __init__(self, c: MoEConfig) -> None:
@@ -373,11 +387,32 @@ class SparseMoE(nn.Module):
         weights = _cast(torch.softmax(_cast(top_logits, torch.float32), dim=-1), x.dtype)
         return weights, top_idx
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, H) -> (B, H)
-        B, H = x.shape
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, H)
+        hint: Optional[torch.Tensor] = None,  # (B, k) experts predicted for this block
+        predict: Optional[Callable[[], torch.Tensor]] = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``(B, H) -> (B, H)``; with ``predict`` (a later block's expert prediction),
+        ``(output, predict())`` where ``predict`` runs right after this block's router.
+
+        Running it there puts it after the router in captured order, which the overlap
+        schedule keeps among ready ops: this block's expert copy (on the critical path)
+        is then issued on the serial copy stream before the next block's prefetch.
+        """
         weights, idx = self.route(x)  # (B, k)
+        predicted = flat_idx = None
+        if predict is not None:
+            # The rows to gather first, so that in captured order everything this block's
+            # expert copy needs comes before the prediction (without one, the captured
+            # graph stays exactly as it always was).
+            flat_idx = idx.reshape(-1)  # (B*k,)
+            predicted = predict()
+        B, H = x.shape
         x_rep = x[:, None, :].expand(B, self.top_k, H).reshape(B * self.top_k, H)  # (B*k, H)
-        y = self.experts(x_rep, idx.reshape(-1)).view(B, self.top_k, H)  # (B, k, H)
+        flat_idx = idx.reshape(-1) if flat_idx is None else flat_idx  # (B*k,)
+        y = self.experts(x_rep, flat_idx, hint).view(B, self.top_k, H)  # (B, k, H)
         routed = (y * weights[:, :, None]).sum(dim=1)  # (B, H)
         shared = self.shared_expert(x) * torch.sigmoid(self.shared_expert_gate(x))  # (B, H)
-        return routed + shared
+        out = routed + shared
+        return out if predict is None else (out, predicted)

@@ -19,6 +19,13 @@ Rules:
   5. ``position`` must be in ``[0, max_seq_len)``; the decode step cannot
      check a tensor's value without breaking export, so an out-of-range
      position fails inside ``index_copy`` in eager mode.
+  6. ``expert_prefetch=True``: block ``i < L-1``, right after its own router,
+     predicts block ``i+1``'s experts by applying block ``i+1``'s
+     post-attention norm, router and top-k to its own post-attention hidden
+     state ``h`` (the residual stream changes little between blocks), and
+     block ``i+1`` selects its expert weights with ``workbench::select_rows``
+     carrying that hint. The outputs are bit-for-bit those without it; the
+     graph gains the hint ops, so a streaming strategy can prefetch.
 
 What is simplified against the published model is listed in ``layers``.
 """
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import nn
@@ -97,24 +105,43 @@ class DecoderLayer(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor],
         cache_a: torch.Tensor,
         cache_b: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hint: Optional[torch.Tensor] = None,  # (B, k) this block's predicted experts (rule 6)
+        next_layer: Optional["DecoderLayer"] = None,  # the block whose experts to predict
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+        """Rule 3; returns ``(x, cache_a, cache_b, next_hint)`` where ``next_hint`` ``(B, k)``
+        is ``next_layer``'s predicted experts (rule 6), None without a ``next_layer``."""
         normed = self.input_layernorm(x)
         if self.layer_type == "full_attention":
             mixed, cache_a, cache_b = self.self_attn(normed, position, rope, cache_a, cache_b)
         else:
             mixed, cache_a, cache_b = self.linear_attn(normed, cache_a, cache_b)
         h = x + mixed
-        return h + self.mlp(self.post_attention_layernorm(h)), cache_a, cache_b
+        moe_in = self.post_attention_layernorm(h)
+        if next_layer is None:
+            return h + self.mlp(moe_in, hint), cache_a, cache_b, None
+        moe_out, next_hint = self.mlp(moe_in, hint, lambda: next_layer.predict_experts(h))
+        return h + moe_out, cache_a, cache_b, next_hint
+
+    def predict_experts(self, h: torch.Tensor) -> torch.Tensor:
+        """The experts this block's router would pick for an earlier block's post-attention
+        hidden state ``h`` ``(B, H)``: post-attention norm, router, top-k → ``(B, k)`` int64."""
+        return self.mlp.route(self.post_attention_layernorm(h))[1]
 
 
 class QwenMoEDecoder(nn.Module):
     """Qwen-3.5-MoE-shaped decoder; ``forward`` is one decode step (see module rules)."""
 
-    def __init__(self, config: MoEConfig, seed: int = 0) -> None:
+    def __init__(self, config: MoEConfig, seed: int = 0, expert_prefetch: bool = False) -> None:
         super().__init__()
         if not isinstance(config, MoEConfig):
             raise TypeError(f"config must be a MoEConfig, got {type(config).__name__}")
+        if not isinstance(expert_prefetch, bool):
+            raise TypeError(f"expert_prefetch must be True or False, got {expert_prefetch!r}")
         self.config = config
+        # A constructor flag, not a config field: it changes the captured graph (rule 6),
+        # never the architecture, the weights or the outputs, and a config is the
+        # published model's hyperparameters.
+        self.expert_prefetch = expert_prefetch
         dt = config.torch_dtype
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size, dt)
         self.layers = nn.ModuleList(DecoderLayer(config, t) for t in config.layer_types)
@@ -165,8 +192,11 @@ class QwenMoEDecoder(nn.Module):
         x = self.embed_tokens(tokens[:, 0])  # (B, H)
         rope = rotary_cos_sin(position, self.config.rotary_dim, self.config.rope_theta, x.dtype)
         new_caches: list[torch.Tensor] = []
-        for i, layer in enumerate(self.layers):
-            x, a, b = layer(x, position, rope, caches[2 * i], caches[2 * i + 1])
+        hint: Optional[torch.Tensor] = None  # (B, k) experts predicted for layer i (rule 6)
+        layers = list(self.layers)
+        for i, layer in enumerate(layers):
+            nxt = layers[i + 1] if self.expert_prefetch and i + 1 < len(layers) else None
+            x, a, b, hint = layer(x, position, rope, caches[2 * i], caches[2 * i + 1], hint, nxt)
             new_caches += [a, b]
         logits = self.lm_head(self.norm(x))  # (B, V)
         return (logits, *new_caches)

@@ -43,7 +43,7 @@ from .cuda import (
 )
 from .tensors import buffer_of, clone_to, device_of, to_device, to_host, typed_view
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
-from .executor import ExecutorError, InputError, RunResult, Session, estimate, load, run, steps_of
+from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Session, estimate, load, run, steps_of
 
 __all__ = [
     "BACKENDS",
@@ -51,6 +51,7 @@ __all__ = [
     "EVENT_KINDS",
     "ExecutorError",
     "InputError",
+    "PrefetchStat",
     "RunResult",
     "Session",
     "Allocation",

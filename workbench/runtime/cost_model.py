@@ -9,6 +9,12 @@ Rules:
 3. FLOPs are counted by ``torch.utils.flop_counter.FlopCounterMode``, never by hand;
    bytes touched are the bytes of the tensors an op reads plus those it writes.
 4. Everything is deterministic: same inputs, same numbers, on every machine.
+5. A reuse copy (``gather_h2d_reuse_copy``: rows a prefetch already holds are copied on
+   the device, the rest come over the link) is one launch doing both at once: it takes
+   ``h2d latency + max(link bytes / h2d bandwidth, 2 × device bytes / device memory
+   bandwidth)``. Shape-only estimates do not know which rows the prefetch holds; they
+   charge ``(1 - prefetch_hit_rate)`` of the rows to the link. ``prefetch_hit_rate``
+   defaults to 0.0, the pessimistic bound: every row crosses, as if nothing was prefetched.
 
 Figures in the presets are published datasheet peaks or typical achieved rates, as each
 comment says; they are leads for modeling, not measurements of this machine.
@@ -16,6 +22,7 @@ comment says; they are leads for modeling, not measurements of this machine.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, NamedTuple
@@ -125,11 +132,22 @@ class CostModel:
     host_flops: float = 3e12  # FLOP/s, any dtype
     host_memory_bandwidth: float = 300e9  # bytes/s
     host_op_overhead: float = 2e-6  # s per host op
+    # Expert prefetch: the share of a reuse copy's rows a prefetch is expected to hold, for
+    # shape-only estimates (a run counts the real hits). 0.0 = every row crosses (rule 5).
+    prefetch_hit_rate: float = 0.0
     name: str = "h200+pcie_gen5+x86_server"
 
     def __post_init__(self) -> None:
         for f in fields(self):
             if f.name == "name":
+                continue
+            if f.name == "prefetch_hit_rate":
+                value = self.prefetch_hit_rate
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                    raise ValueError(
+                        f"CostModel.prefetch_hit_rate must be a number in [0, 1] (the share of a reuse "
+                        f"copy's rows a prefetch holds), got {value!r}"
+                    )
                 continue
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -161,6 +179,10 @@ class CostModel:
         name[1:2] = [link]
         return replace(self, **_choice("link", link, _LINKS), name="+".join(name))
 
+    def with_prefetch_hit_rate(self, rate: float) -> "CostModel":
+        """This model expecting a prefetch to hold ``rate`` of a reuse copy's rows (rule 5)."""
+        return replace(self, prefetch_hit_rate=rate)
+
     # -- times -----------------------------------------------------------------------------
     def copy_time_us(self, kind: str, nbytes: int, pinned: bool = True) -> float:
         """Microseconds to copy ``nbytes`` in direction ``kind`` (rule 1)."""
@@ -172,6 +194,16 @@ class CostModel:
         if not pinned and kind != "d2d":
             bandwidth *= self.pageable_factor
         return (getattr(self, f"{kind}_latency") + nbytes / bandwidth) * 1e6
+
+    def reuse_copy_time_us(self, link_bytes: int, device_bytes: int, pinned: bool = True) -> float:
+        """Microseconds for a reuse copy moving ``link_bytes`` over h2d and ``device_bytes``
+        within device memory, in one launch (rule 5)."""
+        for name, value in (("link_bytes", link_bytes), ("device_bytes", device_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        bandwidth = self.h2d_bandwidth * (1.0 if pinned else self.pageable_factor)
+        moving = max(link_bytes / bandwidth, 2 * device_bytes / self.device_memory_bandwidth)
+        return (self.h2d_latency + moving) * 1e6
 
     def peak_flops(self, device: DeviceLike, dtype: torch.dtype) -> float:
         """Peak FLOP/s for ``dtype`` ops on ``device`` (host: ``host_flops``)."""
@@ -306,13 +338,17 @@ def op_cost(
     return OpCost(flops, read + written)
 
 
+@functools.lru_cache(maxsize=1)
 def _row_gather_ops() -> dict[Any, int]:
+    from .. import copy_ops  # noqa: F401  (registers workbench::select_rows)
+
     aten = torch.ops.aten
     return {
         aten.index_select.default: 0,  # index_select(source, dim, index)
         aten.embedding.default: 0,  # embedding(weight, indices)
         aten.gather.default: 0,  # gather(source, dim, index)
         aten.index.Tensor: 0,  # source[indices]
+        torch.ops.workbench.select_rows.default: 0,  # select_rows(source, index, hint)
     }
 
 

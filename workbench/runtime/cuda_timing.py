@@ -14,13 +14,15 @@ Rules:
    on each; device times are ``start.elapsed_time(event)``, host times are wall clock
    since the same instant, both in µs.
 5. FLOPs and bytes touched of compute steps come from the cost callables, evaluated
-   only after the call has finished, so counting never delays a launch.
+   only after the call has finished, so counting never delays a launch. A copy whose
+   bytes the device decides (a reuse copy: only missed rows cross) passes ``nbytes`` as
+   a callable, also evaluated after the call has finished.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -98,7 +100,9 @@ class CudaClock:
         start.record(stream)
         self._open = (step, start)
 
-    def after(self, step: Step, cost: Callable[[], tuple[float, int, int]], nbytes: int) -> None:
+    def after(
+        self, step: Step, cost: Callable[[], tuple[float, int, int]], nbytes: Union[int, Callable[[], int]]
+    ) -> None:
         """Mark the end of the step opened by ``before``."""
         opened, start = self._open
         assert opened is step, f"after({step.name}) does not close before({opened.name})"
@@ -124,6 +128,8 @@ class CudaClock:
                 origin = self._start[_index(step.lane)]
                 t0, t1 = origin.elapsed_time(start) * 1e3, origin.elapsed_time(end) * 1e3
             flops = 0
+            if callable(nbytes):
+                nbytes = nbytes()
             if step.event in ("compute", "host") and step.op == "call_function":
                 _, nbytes, flops = cost()
             device, stream = step.lane

@@ -10,6 +10,8 @@ real GPU lives here, behind the same small surface:
 - ``patch_kwargs``: factory ops of device steps allocate on the device they run on.
 - ``device_of``, ``as_tensor``: what a caller's tensor is and where it lives.
 - ``gather``: rows of a host tensor into a device slot in one copy.
+- ``gather_reuse``: the same rows, those a prefetch holds taken from its device buffer;
+  returns a callable giving the number of such rows (hits) once the call has finished.
 - ``clock()``: modeled time (sim) or CUDA events (cuda).
 
 Rules:
@@ -17,15 +19,19 @@ Rules:
    separate allocations); on ``cuda`` as CUDA torch ops on the device's compute stream.
 2. A torch fallback copy (strided source, memory from outside the workbench) runs on the
    lane's copy stream, like the kernel path, so stream ordering is the same.
+3. A reuse gather reads each selected row once, from the prefetched device buffer when
+   the prefetch holds it (a hit), else from host memory (sim: ``copy_ops.reuse_sources``
+   decides; cuda: the kernel decides per row and records a hit flag).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
+from ..copy_ops import reuse_sources
 from ..devices import Device
 from .allocators import AllocatorRegistry
 from .cost_model import CostModel
@@ -90,6 +96,30 @@ class SimExecBackend:
         """An index_select from host memory straight into the device slot."""
         rows = dst.view((-1,) + tuple(src.shape[1:]))
         torch.index_select(src, 0, index.reshape(-1).to(torch.long), out=rows)
+
+    def gather_reuse(
+        self,
+        dst: torch.Tensor,
+        src: torch.Tensor,
+        index: torch.Tensor,
+        cached: torch.Tensor,
+        cached_index: torch.Tensor,
+        stream: Any,
+    ) -> Callable[[], int]:
+        """Rule 3: hit rows from the device buffer ``cached``, missed rows from host ``src``."""
+        row_shape = tuple(src.shape[1:])
+        rows = dst.view((-1,) + row_shape)  # (N, *row), the device slot
+        hit, position = reuse_sources(index, cached_index)
+        ids = index.reshape(-1).to(torch.long)
+        hit_rows = hit.nonzero().reshape(-1)
+        miss_rows = (~hit).nonzero().reshape(-1)
+        if hit_rows.numel():
+            held = cached.reshape((-1,) + row_shape)  # (C, *row), the prefetched rows
+            rows.index_copy_(0, hit_rows, held.index_select(0, position[hit_rows].to(torch.long)))
+        if miss_rows.numel():
+            rows.index_copy_(0, miss_rows, src.index_select(0, ids[miss_rows]))
+        hits = int(hit_rows.numel())
+        return lambda: hits
 
     def new_host(self, shape, dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(tuple(shape), dtype=dtype)
@@ -159,6 +189,45 @@ class CudaExecBackend:
         engine = self.registry.get("cuda").engine(dst.device.index)
         engine.gather_rows(dst.data_ptr(), src, index.reshape(-1), stream)
 
+    def gather_reuse(
+        self,
+        dst: torch.Tensor,
+        src: torch.Tensor,
+        index: torch.Tensor,
+        cached: torch.Tensor,
+        cached_index: torch.Tensor,
+        stream: Any,
+    ) -> Callable[[], int]:
+        """Rule 3: one reuse-gather kernel over mapped host memory and the prefetched
+        buffer; a pageable source falls back to torch (hits found on the device)."""
+        from ..kernels.copies import pointer_kind
+
+        if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
+            return self._torch_gather_reuse(dst, src, index, cached, cached_index, stream)
+        engine = self.registry.get("cuda").engine(dst.device.index)
+        flags = engine.gather_reuse_rows(
+            dst.data_ptr(), src, index.reshape(-1), cached, cached_index.reshape(-1), stream
+        )
+        return _once(lambda: int(flags.sum()))  # read after the call has synchronized
+
+    def _torch_gather_reuse(self, dst, src, index, cached, cached_index, stream) -> Callable[[], int]:
+        row_shape = tuple(src.shape[1:])
+        with torch.cuda.stream(stream):
+            hit, position = reuse_sources(index, cached_index)
+            hit_host = hit.cpu()  # the host must know which rows to read
+            rows = dst.view((-1,) + row_shape)
+            ids = index.reshape(-1).to(torch.long)
+            hit_rows = hit.nonzero().reshape(-1)
+            if hit_rows.numel():
+                held = cached.reshape((-1,) + row_shape)
+                rows.index_copy_(0, hit_rows, held.index_select(0, position[hit_rows].to(torch.long)))
+            miss_ids = ids.cpu()[~hit_host]
+            if miss_ids.numel():
+                fetched = torch.index_select(src, 0, miss_ids).to(dst.device, non_blocking=True)
+                rows.index_copy_(0, (~hit).nonzero().reshape(-1), fetched)
+        hits = int(hit_host.sum())
+        return lambda: hits
+
     def new_host(self, shape, dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(tuple(shape), dtype=dtype)
 
@@ -169,6 +238,18 @@ class CudaExecBackend:
 
     def synchronize(self) -> None:
         self.streams.synchronize()
+
+
+def _once(fn: Callable[[], int]) -> Callable[[], int]:
+    """``fn`` evaluated on the first call only (a device read is done once)."""
+    box: list[int] = []
+
+    def get() -> int:
+        if not box:
+            box.append(fn())
+        return box[0]
+
+    return get
 
 
 def make_exec_backend(name: str, registry: AllocatorRegistry, cost_model: CostModel, devices) -> Any:

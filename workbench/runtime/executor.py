@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 from .allocators import AllocatorRegistry
 from .cost_model import CostModel
-from .run_result import RunResult
+from .run_result import PrefetchStat, RunResult
 from .session import ExecutorError, InputError, RunNode, Session, _check_plan, _flatten, _resolve_backend, check_inputs, load
 from .sim_timing import default_cost_model, estimate
 from .steps import Step, Steps, steps_of
@@ -36,6 +36,7 @@ from .steps import Step, Steps, steps_of
 __all__ = [
     "ExecutorError",
     "InputError",
+    "PrefetchStat",
     "RunResult",
     "Session",
     "Step",

@@ -8,7 +8,39 @@ from typing import Any, Optional
 from .cost_model import CostModel
 from .timeline import COPY_EVENT_KINDS, Timeline
 
-__all__ = ["RunResult"]
+__all__ = ["PrefetchStat", "RunResult"]
+
+
+@dataclass(frozen=True)
+class PrefetchStat:
+    """What one reuse copy (``gather_h2d_reuse_copy``) of a call did.
+
+    Rules: ``0 <= hits <= rows``; ``link_bytes + device_bytes == rows * row_bytes``; the
+    copy's timeline event carries ``link_bytes`` (the bytes that crossed the link).
+    """
+
+    node: str  # the reuse copy's node name
+    rows: int  # rows selected
+    hits: int  # rows found in the prefetched buffer (copied on the device)
+    row_bytes: int  # bytes of one row
+
+    @property
+    def misses(self) -> int:
+        return self.rows - self.hits
+
+    @property
+    def link_bytes(self) -> int:
+        """Bytes that crossed the host→device link: the missed rows."""
+        return self.misses * self.row_bytes
+
+    @property
+    def device_bytes(self) -> int:
+        """Bytes copied within device memory from the prefetched buffer: the hit rows."""
+        return self.hits * self.row_bytes
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.rows if self.rows else 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -21,6 +53,7 @@ class RunResult:
     ``timeline`` holds one event per copy and compute step of the call (modeled on
     ``sim``, measured with CUDA events on ``cuda``); ``load_timeline`` the placement of
     the constants when the session was loaded (once per session, shared by its calls).
+    ``prefetch`` says, per reuse copy, how many selected rows the prefetch already held.
     """
 
     outputs: Any
@@ -28,6 +61,13 @@ class RunResult:
     backend: str  # "sim" | "cuda"
     load_timeline: Timeline
     cost_model: Optional[CostModel] = None  # the model that timed a sim run (None on cuda)
+    prefetch: tuple[PrefetchStat, ...] = ()  # one per reuse copy of the call, in issue order
+
+    @property
+    def prefetch_hit_rate(self) -> Optional[float]:
+        """Hits over rows summed over every reuse copy of the call; None without any."""
+        rows = sum(p.rows for p in self.prefetch)
+        return sum(p.hits for p in self.prefetch) / rows if rows else None
 
     def copy_bytes_by_kind(self) -> dict[str, int]:
         """Bytes moved by the call's copies, per kind (h2d, d2h, d2d; every kind present)."""
@@ -54,7 +94,9 @@ class RunResult:
     def __repr__(self) -> str:
         moved = self.copy_bytes_by_kind()
         copies = ", ".join(f"{k} {v} B" for k, v in moved.items() if v) or "no copies"
+        rate = self.prefetch_hit_rate
+        prefetch = f", prefetch hits {100 * rate:.1f}%" if rate is not None else ""
         return (
             f"RunResult(backend={self.backend!r}, {len(self.timeline)} events, "
-            f"{self.time_us:.3f} µs, {copies}, overlap {100 * self.overlap_fraction:.1f}%)"
+            f"{self.time_us:.3f} µs, {copies}, overlap {100 * self.overlap_fraction:.1f}%{prefetch})"
         )

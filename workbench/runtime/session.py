@@ -11,7 +11,10 @@ Rules:
    the value an op computes is written into its slot and later ops read the slot.
    Constants are read from the resident copy on the device of the step that reads them.
 2. Copy nodes are real copies through the registered allocators (CuPy copy kernels on
-   ``cuda``); ``gather_h2d_copy`` is one gather of rows into the device slot.
+   ``cuda``); ``gather_h2d_copy`` is one gather of rows into the device slot;
+   ``gather_h2d_reuse_copy`` one gather that takes the rows its prefetch holds from the
+   prefetched device buffer and only the others from the host: its event's ``nbytes``
+   is the bytes that crossed the link, and ``RunResult.prefetch`` counts its hits.
 3. Caller-owned memory (``plan.unplanned``): inputs are used where the caller supplied
    them and must already be on the input's device — a host tensor where a device tensor
    is required is an error, never a silent copy; caller-owned device outputs are written
@@ -48,8 +51,8 @@ from .allocators import AllocatorRegistry, check_backend, find_allocation, share
 from .buffers import DeviceBuffer
 from .cost_model import CostModel
 from .exec_backends import make_exec_backend
-from .run_result import RunResult
-from .sim_timing import bind_cost, copy_cost, default_cost_model, op_step_cost
+from .run_result import PrefetchStat, RunResult
+from .sim_timing import bind_cost, copy_cost, default_cost_model, op_step_cost, reuse_cost
 from .steps import HOST_LANE, Step, Steps, steps_of
 from .tensors import _is_cupy_array, _owned, clone_to, typed_view
 from .timeline import Timeline
@@ -386,6 +389,7 @@ class Session:
             backend=self.backend,
             load_timeline=self.load_timeline,
             cost_model=self.cost_model if self.backend == "sim" else None,
+            prefetch=call.prefetch_stats(),
         )
 
     # -- per-node caches shared by calls -------------------------------------------------------
@@ -521,6 +525,7 @@ class _Call:
         self.owned: list[DeviceBuffer] = []
         self.clock = self.exec.clock()
         self.model = session.cost_model
+        self._reuses: list[tuple[str, int, int, Callable[[], int]]] = []  # (node, rows, row bytes, hits)
 
     def execute(self, flat: list) -> tuple[Any, Timeline]:
         self.clock.begin()
@@ -541,6 +546,10 @@ class _Call:
                 self.owned.clear()  # the returned tensors own these buffers now
                 return result, timeline
         raise ExecutorError("the graph has no output node")
+
+    def prefetch_stats(self) -> tuple[PrefetchStat, ...]:
+        """What each reuse copy of the finished call did (hits are read only now)."""
+        return tuple(PrefetchStat(name, rows, hits(), row_bytes) for name, rows, row_bytes, hits in self._reuses)
 
     def abandon(self) -> None:
         """Rule 6: free what this call allocated for the caller."""
@@ -670,6 +679,9 @@ class _Call:
             self._check_reads(node, x, entry.src, "copy")
         dst = self._destination(node, entry.dst, x.dtype, shape)
         nbytes = dst.numel() * dst.element_size()
+        if step.reuse:
+            self._reuse_copy(entry, dst, x, index)
+            return
         self.clock.before(step)
         if step.gather:
             if nbytes:
@@ -677,6 +689,26 @@ class _Call:
         else:
             self._transfer(entry, dst, x)
         self.clock.after(step, lambda: copy_cost(self.model, step, nbytes), nbytes)
+        self.env[node.name] = dst
+
+    def _reuse_copy(self, entry: "_Entry", dst: torch.Tensor, x: torch.Tensor, index: torch.Tensor) -> None:
+        """Rule 2 for ``gather_h2d_reuse_copy(x, index, cached, cached_index, src, dst)``."""
+        step, node = entry.step, entry.node
+        cached = self._value(node.args[2], step.dst)
+        cached_index = self._value(node.args[3], step.dst)
+        if self.s.validate:
+            self._check_reads(node, cached, entry.dst, "reuse copy reading its prefetched rows")
+        rows = index.numel()
+        row_bytes = (dst.numel() * dst.element_size()) // rows if rows else 0
+        self.clock.before(step)
+        if rows and row_bytes:
+            hits = self.exec.gather_reuse(dst, x, index, cached, cached_index, self.exec.copy_stream(entry.lane))
+        else:
+            hits = lambda: 0  # noqa: E731
+        model = self.model
+        link = lambda: (rows - hits()) * row_bytes  # noqa: E731  (cuda: known once the call finished)
+        self.clock.after(step, lambda: reuse_cost(model, step, link(), hits() * row_bytes), link)
+        self._reuses.append((node.name, rows, row_bytes, hits))
         self.env[node.name] = dst
 
     def _destination(self, node: torch.fx.Node, device: Device, dtype: torch.dtype, shape: tuple) -> torch.Tensor:

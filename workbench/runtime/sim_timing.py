@@ -3,7 +3,11 @@
 Rules:
 
 1. A copy of N bytes lasts ``CostModel.copy_time_us(kind, N, pinned)`` (latency + N /
-   bandwidth); the gather copy is an h2d of the rows it moves.
+   bandwidth); the gather copy is an h2d of the rows it moves. A reuse copy lasts
+   ``CostModel.reuse_copy_time_us(link, device)``: in a run, ``link`` is the bytes of the
+   rows its prefetch missed and ``device`` those of the rows it held; in ``estimate``
+   (no data) ``link`` is ``(1 - prefetch_hit_rate)`` of its rows' bytes. Its event's
+   ``nbytes`` is ``link``: the bytes that crossed the link.
 2. An op lasts ``CostModel.compute_time_us(flops, bytes touched, device, dtype)``, its
    roofline, with FLOPs and bytes from ``op_cost`` and ``dtype`` the first floating-point
    input's (else the output's, else fp32). Binding a planned input on the host is a
@@ -29,7 +33,7 @@ from .cost_model import CostModel, OpCost, _concrete, op_cost
 from .steps import Step, steps_of
 from .timeline import Event, StreamScheduler, Timeline
 
-__all__ = ["SimClock", "cached_op_cost", "default_cost_model", "estimate", "step_dtype"]
+__all__ = ["SimClock", "cached_op_cost", "default_cost_model", "estimate", "expected_link_bytes", "reuse_cost", "step_dtype"]
 
 _CACHE: dict[Any, OpCost] = {}
 _CACHE_LIMIT = 1 << 16
@@ -97,6 +101,18 @@ def copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, in
     return model.copy_time_us(step.event, int(nbytes), pinned=step.pinned), int(nbytes), 0
 
 
+def reuse_cost(model: CostModel, step: Step, link_bytes: int, device_bytes: int) -> tuple[float, int, int]:
+    """(µs, bytes over the link, flops) of a reuse copy step (rule 1)."""
+    link_bytes, device_bytes = int(link_bytes), int(device_bytes)
+    return model.reuse_copy_time_us(link_bytes, device_bytes, pinned=step.pinned), link_bytes, 0
+
+
+def expected_link_bytes(model: CostModel, nbytes: int) -> int:
+    """Bytes of a reuse copy of ``nbytes`` expected to cross the link: the share
+    ``1 - prefetch_hit_rate`` its prefetch is expected to miss (rule 1)."""
+    return int(round((1.0 - model.prefetch_hit_rate) * int(nbytes)))
+
+
 def bind_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
     """(µs, bytes, flops) of binding a planned input into its slot (rule 2)."""
     if step.event == "d2d":
@@ -153,7 +169,8 @@ def estimate(plan, cost_model: Optional[CostModel] = None) -> Timeline:
     Runs no op and allocates no memory: FLOPs and bytes come from ``op_cost`` on meta
     copies of the traced values, so it works on shape-only plans (a full-size model) and
     gives, for a program with static shapes, exactly the timeline ``run(plan, ...,
-    backend="sim")`` records.
+    backend="sim")`` records — except reuse copies, whose bytes depend on which rows the
+    prefetch holds: they are charged ``cost_model.prefetch_hit_rate`` (rule 1).
     """
     from ..planning.plan import MemoryPlan
 
@@ -174,6 +191,10 @@ def estimate(plan, cost_model: Optional[CostModel] = None) -> Timeline:
 def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> Callable[[], tuple[float, int, int]]:
     if node.op == "placeholder":
         return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
+    if step.reuse:
+        total = node_nbytes(node, unbounded="hint")  # every selected row
+        link = expected_link_bytes(model, total)
+        return lambda: reuse_cost(model, step, link, total - link)
     if step.event in ("h2d", "d2h", "d2d"):
         moved = node if step.gather else node.args[0]
         return lambda: copy_cost(model, step, node_nbytes(moved, unbounded="hint"))

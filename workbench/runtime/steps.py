@@ -27,6 +27,9 @@ Rules:
    waiting for it covers the earlier ones); ``reuse_deps`` are the deps rule 4 or 5 added.
 7. A copy's ``pinned`` says whether its host side lies in planned (arena or constant)
    memory, which the ``cuda`` backend allocates page-locked; else it is pageable.
+8. A gather copy (``gather_h2d_copy`` or ``gather_h2d_reuse_copy``) has ``gather``; the
+   reuse copy also has ``reuse``: it reads its prefetched buffer on the destination
+   device, so it waits for the prefetch like for any other input (rule 3).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Mapping, Optional
 import torch.fx
 
 from .._tensors import aliased_input, is_inplace_op, is_view_op, produces_tensors
-from ..copy_ops import GATHER_H2D, KIND_FOR_OP, is_copy_node
+from ..copy_ops import GATHER_OPS, GATHER_REUSE, KIND_FOR_OP, is_copy_node
 from ..devices import CPU, Device
 
 __all__ = ["HOST_LANE", "Step", "Steps", "steps_of"]
@@ -64,6 +67,7 @@ class Step:
     dst: str = ""  # copies: the device written to
     pinned: bool = True  # copies: host side in planned (page-locked on cuda) memory (rule 7)
     gather: bool = False  # a gather copy (rows of a host tensor by index)
+    reuse: bool = False  # a reuse copy: rows a prefetch holds come from the device (rule 8)
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,10 +205,11 @@ class _Analysis:
             self.producers[name] = self._producers_of_inputs(node)
             return Step(index, name, node.op, str(device) if device is not None else "", None, None, (), ())
         src = dst = device
-        gather = False
+        gather = reuse_copy = False
         if node.op == "call_function" and is_copy_node(node):
             src, dst = self._copy_ends(node)
-            gather = node.target is GATHER_H2D
+            gather = node.target in GATHER_OPS
+            reuse_copy = node.target is GATHER_REUSE
         elif kind == "d2d":  # a device-planned input, bound from the caller's device tensor
             src = dst = device
         lane = _lane(kind, device, src, dst)
@@ -243,6 +248,7 @@ class _Analysis:
             dst=str(dst) if node.op == "call_function" and is_copy_node(node) else "",
             pinned=pinned,
             gather=gather,
+            reuse=reuse_copy,
         )
         return step
 

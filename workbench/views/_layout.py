@@ -203,7 +203,7 @@ def _parse_devices(dg: DeviceGraph, devices: Optional[Iterable[str]]) -> Optiona
 def node_devices(dg: DeviceGraph, node: torch.fx.Node) -> set[str]:
     """Every device a node touches: copies both ends, constants every resident device."""
     if is_copy_node(node):
-        return {str(node.args[1]), str(node.args[2])}
+        return {str(node.args[-2]), str(node.args[-1])}  # (…, src, dst) for every copy op
     if node.name in dg.residency:
         return {str(d) for d in dg.residency[node.name]}
     device = dg.node_device.get(node.name)
