@@ -3,6 +3,8 @@ Program is never modified by later stages)."""
 
 import functools
 
+import torch
+
 import workbench as wb
 from workbench.examples import example
 
@@ -12,3 +14,63 @@ def captured(name: str, decompose: bool = False, shape_only: bool = False):
     """(model, inputs, program) for a built-in example, exported once per session."""
     model, inputs = example(name)
     return model, inputs, wb.capture(model, inputs, decompose=decompose, shape_only=shape_only)
+
+
+def run_with_layer_hooks(model, inputs, register):
+    """Call ``model(*inputs)`` once without grad, with ``register(layer)`` (which returns a
+    hook handle) applied to every decoder layer; the hooks are removed even if the call
+    fails, so a cached model is left clean for the next test. The prefetch tests read
+    per-layer routing this way."""
+    hooks = [register(layer) for layer in model.layers]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def reference_routing(model, inputs):
+    """Per layer, from the plain model: (chosen, predicted), chosen = layer i's top-k
+    experts, predicted = layer i's post-attention norm + router + top-k applied to layer
+    i-1's post-attention hidden state (None for layer 0). Shared by the model and the
+    executor prefetch tests, so both check against the same hand-computed routing."""
+    states = []
+    run_with_layer_hooks(
+        model,
+        inputs,
+        lambda layer: layer.post_attention_layernorm.register_forward_pre_hook(lambda mod, args: states.append(args[0])),
+    )
+    layers = list(model.layers)
+    with torch.no_grad():
+        chosen = [layer.mlp.route(layer.post_attention_layernorm(h))[1] for layer, h in zip(layers, states)]
+        predicted = [None] + [
+            layers[i].mlp.route(layers[i].post_attention_layernorm(states[i - 1]))[1] for i in range(1, len(layers))
+        ]
+    return chosen, predicted
+
+
+@functools.lru_cache(maxsize=None)
+def moe_tiny():
+    """(config, model, inputs, program) for the tiny MoE decoder, exported once per session."""
+    from workbench.models import MoEConfig, QwenMoEDecoder
+
+    cfg = MoEConfig.tiny()
+    model = QwenMoEDecoder(cfg)
+    inputs = model.example_inputs()
+    return cfg, model, inputs, wb.capture(model, inputs)
+
+
+def assert_no_cross_device_reads(dg) -> None:
+    """Every op (copies aside) reads tensors that live on its own device, or resident constants."""
+    import torch
+
+    from workbench.copy_ops import is_copy_node
+
+    for node in dg.graph.nodes:
+        if node.op != "call_function" or is_copy_node(node):
+            continue
+        for arg in node.all_input_nodes:
+            if arg.name in dg.residency or not isinstance(arg.meta.get("val"), torch.Tensor):
+                continue
+            assert dg.node_device[arg.name] == dg.node_device[node.name], (arg.name, node.name)

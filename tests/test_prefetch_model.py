@@ -16,6 +16,8 @@ import workbench as wb
 from workbench.copy_ops import GATHER_REUSE, SELECT_ROWS, reuse_sources
 from workbench.models import MoEConfig, QwenMoEDecoder
 
+from conftest import reference_routing, run_with_layer_hooks
+
 
 @functools.lru_cache(maxsize=None)
 def _models(seed=0):
@@ -32,43 +34,14 @@ def _models(seed=0):
     return pair
 
 
-def reference_routing(model, inputs):
-    """Per layer, from the plain model: (chosen, predicted), chosen = layer i's top-k
-    experts, predicted = layer i's post-attention norm + router + top-k applied to layer
-    i-1's post-attention hidden state (None for layer 0)."""
-    states = []
-    hooks = [
-        layer.post_attention_layernorm.register_forward_pre_hook(lambda mod, args: states.append(args[0]))
-        for layer in model.layers
-    ]
-    try:
-        with torch.no_grad():
-            model(*inputs)
-    finally:
-        for h in hooks:
-            h.remove()
-    layers = list(model.layers)
-    with torch.no_grad():
-        chosen = [layer.mlp.route(layer.post_attention_layernorm(h))[1] for layer, h in zip(layers, states)]
-        predicted = [None] + [
-            layers[i].mlp.route(layers[i].post_attention_layernorm(states[i - 1]))[1] for i in range(1, len(layers))
-        ]
-    return chosen, predicted
-
-
 def _hints_seen(model, inputs):
     """(expert_idx, hint) that each layer's Experts received, in layer order."""
     seen = []
-    hooks = [
-        layer.mlp.experts.register_forward_hook(lambda mod, args, out: seen.append((args[1], args[2])))
-        for layer in model.layers
-    ]
-    try:
-        with torch.no_grad():
-            model(*inputs)
-    finally:
-        for h in hooks:
-            h.remove()
+    run_with_layer_hooks(
+        model,
+        inputs,
+        lambda layer: layer.mlp.experts.register_forward_hook(lambda mod, args, out: seen.append((args[1], args[2]))),
+    )
     return seen
 
 

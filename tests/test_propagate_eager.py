@@ -6,10 +6,9 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.copy_ops import is_copy_node
 from workbench.examples import EXAMPLES
 
-from conftest import captured
+from conftest import assert_no_cross_device_reads, captured
 
 DEVICES = ["cpu", "cuda:0", "cuda:1"]
 
@@ -42,13 +41,7 @@ def test_random_placements_equal_eager(name, decompose, seed):
         for skip_d2h in (False, True):
             dg = wb.propagate(placed, skip_h2d, skip_d2h)
             _assert_same(dg.module()(*inputs), expected)
-            for node in dg.graph.nodes:
-                if node.op != "call_function" or is_copy_node(node):
-                    continue
-                for arg in node.all_input_nodes:
-                    if arg.name in dg.residency or not isinstance(arg.meta.get("val"), torch.Tensor):
-                        continue
-                    assert dg.node_device[arg.name] == dg.node_device[node.name]
+            assert_no_cross_device_reads(dg)
 
 
 def test_copy_nodes_really_copy():

@@ -8,7 +8,7 @@ from workbench import CPU, Device
 from workbench.copy_ops import is_copy_node
 from workbench.examples import example
 
-from conftest import captured
+from conftest import assert_no_cross_device_reads, captured
 
 CUDA0, CUDA1 = Device("cuda", 0), Device("cuda", 1)
 
@@ -55,13 +55,7 @@ def test_rule3_every_crossing_reads_through_a_copy_of_the_right_kind():
     for c in dg.copies:
         expected = "h2d" if c.src.is_host else ("d2h" if c.dst.is_host else "d2d")
         assert c.kind == expected
-    for node in dg.graph.nodes:
-        if node.op != "call_function" or is_copy_node(node):
-            continue
-        for arg in node.all_input_nodes:
-            if arg.name in dg.residency or not isinstance(arg.meta.get("val"), torch.Tensor):
-                continue
-            assert dg.node_device[arg.name] == dg.node_device[node.name], (arg.name, node.name)
+    assert_no_cross_device_reads(dg)
     for c in dg.copies:
         if c.kind == "d2d":
             assert _node(dg, c.name).args[0].name == c.value  # read straight from the device value

@@ -1,24 +1,19 @@
 """Streamed constants: weights kept on the host, only the selected rows gathered to the device."""
 
-import functools
 
 import pytest
 import torch
 
 import workbench as wb
+from conftest import moe_tiny
 from workbench import CPU, Device
 from workbench.copy_ops import GATHER_H2D
-from workbench.models import MoEConfig, QwenMoEDecoder
 
 EXPERTS = "layers.*.mlp.experts.*"
 
 
-@functools.lru_cache(maxsize=None)
 def _moe():
-    cfg = MoEConfig.tiny()
-    model = QwenMoEDecoder(cfg)
-    inputs = model.example_inputs()
-    return cfg, model, inputs, wb.capture(model, inputs)
+    return moe_tiny()
 
 
 def test_index_select_of_a_streamed_weight_becomes_one_gather():

@@ -1,14 +1,13 @@
 """MoE placement strategies: what each puts where, and that each computes the model."""
 
-import functools
 
 import pytest
 import torch
 
 import workbench as wb
+from conftest import moe_tiny
 from workbench import CPU, Device
 from workbench.copy_ops import GATHER_H2D
-from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.planning.bound import run_in_arenas
 from workbench.strategies import (
     STRATEGIES,
@@ -21,12 +20,8 @@ from workbench.strategies import (
 CUDA0 = Device("cuda", 0)
 
 
-@functools.lru_cache(maxsize=None)
 def _moe():
-    cfg = MoEConfig.tiny()
-    model = QwenMoEDecoder(cfg)
-    inputs = model.example_inputs()
-    return cfg, model, inputs, wb.capture(model, inputs)
+    return moe_tiny()
 
 
 def test_variants_cover_every_strategy_with_and_without_skips():

@@ -75,6 +75,19 @@ class CopyRecord:
     consumers: tuple[str, ...]  # nodes reading the copy ("output" for a returned value)
     reason: str  # one sentence: who needs it where, and where it lives
 
+    def to_dict(self) -> dict:
+        """Plain JSON-able data (devices as strings)."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "value": self.value,
+            "src": str(self.src),
+            "dst": str(self.dst),
+            "nbytes": self.nbytes,
+            "consumers": list(self.consumers),
+            "reason": self.reason,
+        }
+
 
 @dataclass(frozen=True, eq=False)
 class DeviceGraph:
@@ -137,19 +150,7 @@ class DeviceGraph:
     def copies_dataframe(self) -> pd.DataFrame:
         """One row per copy."""
         columns = ["name", "kind", "value", "src", "dst", "nbytes", "consumers", "reason"]
-        rows = [
-            {
-                "name": c.name,
-                "kind": c.kind,
-                "value": c.value,
-                "src": str(c.src),
-                "dst": str(c.dst),
-                "nbytes": c.nbytes,
-                "consumers": ", ".join(c.consumers),
-                "reason": c.reason,
-            }
-            for c in self.copies
-        ]
+        rows = [{**c.to_dict(), "consumers": ", ".join(c.consumers)} for c in self.copies]
         return pd.DataFrame(rows, columns=columns)
 
     def to_dataframe(self) -> pd.DataFrame:

@@ -18,6 +18,8 @@ from workbench.runtime.exec_backends import SimExecBackend
 from workbench.runtime.executor import estimate, run
 from workbench.strategies import expert_streaming
 
+from conftest import reference_routing
+
 E, R, C = 16, 8, 4  # toy weight: 16 rows of (8, 4) float32 = 128 B each
 ROW = R * C * 4
 MODEL = CostModel(
@@ -164,29 +166,6 @@ def _moe():
     return cfg, plain, hinted, inputs, wb.capture(hinted, inputs)
 
 
-def _reference(model, inputs):
-    """Per layer (chosen, predicted) experts from the plain model, computed by hand from
-    each layer's post-attention hidden state (see tests/test_prefetch_model.py)."""
-    states = []
-    hooks = [
-        layer.post_attention_layernorm.register_forward_pre_hook(lambda mod, args: states.append(args[0]))
-        for layer in model.layers
-    ]
-    try:
-        with torch.no_grad():
-            model(*inputs)
-    finally:
-        for h in hooks:
-            h.remove()
-    layers = list(model.layers)
-    with torch.no_grad():
-        chosen = [layer.mlp.route(layer.post_attention_layernorm(h))[1] for layer, h in zip(layers, states)]
-        predicted = [None] + [
-            layers[i].mlp.route(layers[i].post_attention_layernorm(states[i - 1]))[1] for i in range(1, len(layers))
-        ]
-    return chosen, predicted
-
-
 def _stage(dg, inputs):
     names = dg.program.user_inputs
     return tuple(x if dg.input_devices[n].is_host else to_device(x, dg.input_devices[n], backend="sim") for x, n in zip(inputs, names))
@@ -212,7 +191,7 @@ def test_prefetch_gathers_exactly_the_predicted_experts():
     """Each prefetch gathers layer i+1's predicted experts (checked against the hint
     computed by hand), and each reuse copy selects the layer's own router choice."""
     cfg, plain, hinted, inputs, prog = _moe()
-    chosen, predicted = _reference(plain, inputs)
+    chosen, predicted = reference_routing(plain, inputs)
     dg = expert_streaming(prefetch=True).apply(prog)
     seen = []
 
@@ -237,7 +216,7 @@ def test_timeline_moves_misses_times_row_bytes_per_router_choices():
     bytes, with hits counted from the router's choices and the hand-computed hints; the
     run's hit rate is their total."""
     cfg, plain, hinted, inputs, prog = _moe()
-    chosen, predicted = _reference(plain, inputs)
+    chosen, predicted = reference_routing(plain, inputs)
     dg = expert_streaming(prefetch=True).apply(prog)
     res = run(wb.plan(dg, "best"), *_stage(dg, inputs), backend="sim")
     H, I = cfg.hidden_size, cfg.moe_intermediate_size

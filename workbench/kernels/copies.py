@@ -381,12 +381,7 @@ class CopyEngine:
 
     def h2d_pinned(self, dst_ptr: int, src_ptr: int, nbytes: int, stream: Any = None) -> None:
         """One ``cudaMemcpyAsync`` from pinned host memory (rule 1)."""
-        cp = _cp()
-        s, sync = _stream(stream)
-        with self._device:
-            cp.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, cp.cuda.runtime.memcpyHostToDevice, s.ptr)
-            if sync:
-                s.synchronize()
+        self._memcpy_pinned(dst_ptr, src_ptr, nbytes, "memcpyHostToDevice", stream)
 
     def h2d_pageable(self, dst_ptr: int, src: torch.Tensor, stream: Any = None) -> None:
         """Double-buffered staged copy from pageable host memory (rules 2, 3)."""
@@ -418,12 +413,7 @@ class CopyEngine:
 
     def d2h_pinned(self, dst_ptr: int, src_ptr: int, nbytes: int, stream: Any = None) -> None:
         """One ``cudaMemcpyAsync`` into pinned host memory (rule 1)."""
-        cp = _cp()
-        s, sync = _stream(stream)
-        with self._device:
-            cp.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, cp.cuda.runtime.memcpyDeviceToHost, s.ptr)
-            if sync:
-                s.synchronize()
+        self._memcpy_pinned(dst_ptr, src_ptr, nbytes, "memcpyDeviceToHost", stream)
 
     def d2h_pageable(self, dst: torch.Tensor, src_ptr: int, stream: Any = None) -> None:
         """Double-buffered staged copy into pageable host memory (rules 2, 3)."""
@@ -452,6 +442,18 @@ class CopyEngine:
         events[c.slot].synchronize()
         dst[c.offset : c.offset + c.nbytes].copy_(staging[c.slot][: c.nbytes])
 
+    def _memcpy_pinned(self, dst_ptr: int, src_ptr: int, nbytes: int, kind: str, stream: Any) -> None:
+        """One ``cudaMemcpyAsync`` of direction ``kind`` (a ``cudaMemcpyKind`` name on
+        ``cp.cuda.runtime``) between pinned host and device memory, synchronized as rule 4
+        says; both pinned directions differ only in that name.
+        """
+        cp = _cp()
+        s, sync = _stream(stream)
+        with self._device:
+            cp.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, getattr(cp.cuda.runtime, kind), s.ptr)
+            if sync:
+                s.synchronize()
+
     # -- device -> device -------------------------------------------------------------------
     def d2d(self, dst_ptr: int, src_ptr: int, nbytes: int, stream: Any = None, src_device: int | None = None) -> None:
         """Copy between device addresses; across GPUs with a peer copy."""
@@ -478,18 +480,7 @@ class CopyEngine:
         cp = _cp()
         if not isinstance(src, torch.Tensor) or src.dim() < 1:
             raise ValueError("src must be a torch tensor with at least one dimension (the rows)")
-        num_rows = src.shape[0]
-        row_bytes = (src[0].numel() if num_rows else 0) * src.element_size()
-        row_stride = src.stride(0) * src.element_size()
-        if num_rows and not src[0].is_contiguous():
-            raise ValueError("each row of src (src[i]) must be contiguous")
-        if src.device.type == "cpu":
-            src_dev_ptr = device_address(src.data_ptr())
-        elif src.device.type == "cuda":
-            src_dev_ptr = src.data_ptr()
-        else:
-            raise ValueError(f"src must be a pinned host tensor or a CUDA tensor, not one on {src.device}")
-        src_span = (num_rows - 1) * row_stride + row_bytes if num_rows else 0
+        num_rows, row_bytes, row_stride, src_dev_ptr, src_span = self._gather_source(src)
         s, sync = _stream(stream)
         with self._device, s:
             offsets = self._device_offsets(cp, indices, num_rows, row_stride)
@@ -530,18 +521,7 @@ class CopyEngine:
             raise ValueError("src must be a torch tensor with at least one dimension (the rows)")
         if not isinstance(cached, torch.Tensor) or cached.device.type != "cuda" or not cached.is_contiguous():
             raise ValueError("cached must be a contiguous CUDA tensor holding the prefetched rows")
-        num_rows = src.shape[0]
-        row_bytes = (src[0].numel() if num_rows else 0) * src.element_size()
-        row_stride = src.stride(0) * src.element_size()
-        if num_rows and not src[0].is_contiguous():
-            raise ValueError("each row of src (src[i]) must be contiguous")
-        if src.device.type == "cpu":
-            src_dev_ptr = device_address(src.data_ptr())
-        elif src.device.type == "cuda":
-            src_dev_ptr = src.data_ptr()
-        else:
-            raise ValueError(f"src must be a pinned host tensor or a CUDA tensor, not one on {src.device}")
-        src_span = (num_rows - 1) * row_stride + row_bytes if num_rows else 0
+        num_rows, row_bytes, row_stride, src_dev_ptr, src_span = self._gather_source(src)
         s, sync = _stream(stream)
         with self._device, s:
             ids = self._device_ids(cp, indices, num_rows, "indices")
@@ -575,6 +555,28 @@ class CopyEngine:
             if sync:
                 s.synchronize()
         return flags
+
+    @staticmethod
+    def _gather_source(src: torch.Tensor) -> tuple[int, int, int, int, int]:
+        """``(num_rows, row_bytes, row_stride, src_dev_ptr, src_span)`` of a gather's ``src``.
+
+        Both gathers read their source the same way (rule 5), so its row geometry, its
+        checks and its device address are worked out here once. Sizes are in bytes;
+        ``src_span`` is how far the kernel may read past ``src_dev_ptr``.
+        """
+        num_rows = src.shape[0]
+        row_bytes = (src[0].numel() if num_rows else 0) * src.element_size()
+        row_stride = src.stride(0) * src.element_size()
+        if num_rows and not src[0].is_contiguous():
+            raise ValueError("each row of src (src[i]) must be contiguous")
+        if src.device.type == "cpu":
+            src_dev_ptr = device_address(src.data_ptr())
+        elif src.device.type == "cuda":
+            src_dev_ptr = src.data_ptr()
+        else:
+            raise ValueError(f"src must be a pinned host tensor or a CUDA tensor, not one on {src.device}")
+        src_span = (num_rows - 1) * row_stride + row_bytes if num_rows else 0
+        return num_rows, row_bytes, row_stride, src_dev_ptr, src_span
 
     @staticmethod
     def _device_ids(cp: Any, indices: Any, num_rows: int, what: str) -> Any:

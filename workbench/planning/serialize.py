@@ -37,19 +37,6 @@ def _export_bytes(ep) -> bytes:
     return buffer.getvalue()
 
 
-def _copy_json(c) -> dict:
-    return {
-        "name": c.name,
-        "kind": c.kind,
-        "value": c.value,
-        "src": str(c.src),
-        "dst": str(c.dst),
-        "nbytes": c.nbytes,
-        "consumers": list(c.consumers),
-        "reason": c.reason,
-    }
-
-
 def save_plan(plan, path: Union[str, Path]) -> None:
     """Write ``plan`` (and the program and graph it was made from) to ``path``."""
     dg = plan.graph
@@ -65,7 +52,7 @@ def save_plan(plan, path: Union[str, Path]) -> None:
         },
         "device_graph": {
             "node_device": {k: str(v) for k, v in dg.node_device.items()},
-            "copies": [_copy_json(c) for c in dg.copies],
+            "copies": [c.to_dict() for c in dg.copies],
             "residency": {k: [str(d) for d in v] for k, v in dg.residency.items()},
             "input_devices": {k: str(v) for k, v in dg.input_devices.items()},
             "user_outputs": list(dg.user_outputs),
