@@ -259,3 +259,25 @@ def test_acyclicity_check_can_fail():
     c = g.call_function(torch.ops.aten.add.Tensor, (a, b))
     g.output(c)
     assert not _quotient_is_acyclic(g, [(CUDA0, [a.name, c.name])])
+
+
+def test_wrapped_ops_are_named_and_placed_like_the_op_they_wrap():
+    """An op object wrapping an aten overload in ``_op`` (as ExecuTorch's edge ops do) is
+    named by that overload, so op patterns place it without special cases."""
+    from workbench._tensors import op_name, packet_name
+
+    class Wrapped:
+        def __init__(self, op):
+            self._op = op
+
+        def __call__(self, *args):
+            return self._op(*args)
+
+    add = Wrapped(torch.ops.aten.add.Tensor)
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    node = g.call_function(add, (x, x))
+    assert op_name(node) == "aten.add.Tensor" and packet_name(node) == "aten.add"
+    from workbench.place import _matches
+
+    assert _matches(node, "op", "aten.add") and not _matches(node, "op", "aten.mul")

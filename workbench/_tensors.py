@@ -102,19 +102,29 @@ def op_name(node: torch.fx.Node) -> str:
     return _target_name(node.target)
 
 
+def _overload(target: Any) -> torch._ops.OpOverload | None:
+    """The aten/library overload behind a target; wrappers such as ExecuTorch's edge ops
+    keep the op they wrap in ``_op``, so they are named (and matched) like it."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target
+    inner = getattr(target, "_op", None)
+    return inner if isinstance(inner, torch._ops.OpOverload) else None
+
+
 @functools.lru_cache(maxsize=4096)
 def _target_name(target: Any) -> str:
     if target is operator.getitem:
         return "getitem"
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)
+    overload = _overload(target)
+    if overload is not None:
+        return str(overload)
     return getattr(target, "__name__", str(target))
 
 
 def packet_name(node: torch.fx.Node) -> str:
     """The op name without its overload: ``aten.mm``."""
     name = op_name(node)
-    if isinstance(node.target, torch._ops.OpOverload):
+    if node.op == "call_function" and _overload(node.target) is not None:
         return name.rsplit(".", 1)[0]
     return name
 

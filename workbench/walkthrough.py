@@ -33,7 +33,7 @@ from .models import MoEConfig, QwenMoEDecoder, param_count
 from .planning.plan import MemoryPlan, plan
 from .runtime.cost_model import CostModel, op_cost
 from .runtime.executor import RunResult, estimate, run
-from .runtime.tensors import to_device, to_host
+from .runtime.tensors import stage_inputs, to_host
 from .strategies import Strategy, expert_streaming, strategy_variants
 
 __all__ = [
@@ -73,20 +73,6 @@ class StrategyResult:
 
 def _quiet(items: Iterable, desc: str) -> Iterable:
     return items
-
-
-def stage_inputs(dg, inputs: Sequence[Any], backend: str) -> tuple:
-    """Put each graph input where the propagated graph expects the caller to supply it
-    (its device when ``skip_h2d_for_method_inputs`` moved it there), as a user would."""
-    flat = list(inputs)
-    names = list(dg.program.user_inputs)
-    if len(flat) != len(names):
-        raise ValueError(f"expected {len(names)} inputs ({', '.join(names)}), got {len(flat)}")
-    staged = []
-    for name, value in zip(names, flat):
-        device = dg.input_devices[name]
-        staged.append(value if device.is_host else to_device(value, str(device), backend=backend))
-    return tuple(staged)
 
 
 def _same(got: Any, want: Any) -> bool:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import fnmatch
 import functools
 import logging
 import types
@@ -42,7 +41,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..capture import Program, capture
-from ..place import Placement, PlacementError, _matches, _parse_rules, place
+from .._tensors import _overload, packet_name
+from ..place import Placement, PlacementError, _parse_rules, place
 from ..propagate import propagate
 from .models import Case
 
@@ -308,14 +308,15 @@ def _partitioner_class() -> type:
 
         def __init__(self, rules: Mapping[str, Sequence[str] | str]) -> None:
             super().__init__()
-            self.parsed = _parse_edge_rules(rules)
+            _parse_edge_rules(rules)  # refuse what cannot be cross-checked before lowering
+            self.rules = rules
             self.delegates: tuple[DelegateOps, ...] = ()
             self.failure: Exception | None = None  # raised by our own code, not ExecuTorch's
 
         def partition(self, exported_program):  # noqa: ANN001, ANN201 - ExecuTorch's signature
             try:
                 program = Program.from_exported(exported_program, shape_only=False)
-                placement = place(program, _edge_rule(self.parsed))
+                placement = place(program, self.rules)  # edge ops are named like the aten ops they wrap
             except Exception as exc:
                 self.failure = exc
                 raise
@@ -355,48 +356,15 @@ def _parse_edge_rules(rules: Mapping) -> list[tuple[Any, str, str, str]]:
     return parsed
 
 
-def _edge_rule(parsed: list[tuple[Any, str, str, str]]):
-    """A ``place`` callable for an edge graph: the device its matching patterns name
-    (None when none match; patterns naming two devices for one op are an error)."""
-
-    def rule(node: torch.fx.Node):
-        claims = {device for device, kind, glob, _ in parsed if _edge_matches(node, kind, glob)}
-        if len(claims) > 1:
-            raise PlacementError(
-                f"op {node.name!r} is claimed for {sorted(map(str, claims))}; make the patterns disjoint"
-            )
-        return next(iter(claims), None)
-
-    return rule
-
-
-def _edge_matches(node: torch.fx.Node, kind: str, glob: str) -> bool:
-    if _matches(node, kind, glob):
-        return True
-    # An edge op is its own type; match it by the aten overload it wraps, as the workbench
-    # matches aten ops: by full name and by the name without overload.
-    return kind == "op" and any(fnmatch.fnmatchcase(name, glob) for name in _aten_names(node))
-
-
-def _aten_names(node: torch.fx.Node) -> tuple[str, ...]:
-    target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
-        target = getattr(target, "_op", None)  # an edge op wraps an aten OpOverload
-    if isinstance(target, torch._ops.OpOverload):
-        full = str(target)
-        return full, full.rsplit(".", 1)[0]
-    return ()
-
-
 def _delegate_ops(placement: Placement) -> tuple[DelegateOps, ...]:
     nodes = {n.name: n for n in placement.program.graph.nodes}
     out = []
     for d in placement.delegates:
         ops = []
         for name in d.nodes:
-            names = _aten_names(nodes[name])
-            if names:
-                ops.append(names[1])
+            node = nodes[name]
+            if _overload(node.target) is not None:
+                ops.append(packet_name(node))
         out.append(DelegateOps(str(d.device), tuple(ops)))
     return tuple(out)
 

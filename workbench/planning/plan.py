@@ -24,6 +24,7 @@ from typing import Mapping, Optional
 import pandas as pd
 
 from .._tensors import node_nbytes
+from .._units import format_bytes
 from ..devices import Device, DeviceError
 from .algorithms import ALGORITHMS, Assignment, assign_offsets
 from .buffers import Buffer, check_alignment
@@ -276,13 +277,6 @@ def _parse_capacity(capacity: Optional[Mapping[str, int]]) -> dict[str, int]:
     return caps
 
 
-def _fmt(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.2f} {unit}"
-    return f"{nbytes} B"
-
-
 def _check_capacity(result: MemoryPlan, caps: Mapping[str, int]) -> None:
     totals = result.total_bytes()
     dg = result.graph
@@ -295,9 +289,9 @@ def _check_capacity(result: MemoryPlan, caps: Mapping[str, int]) -> None:
         for name, held in dg.residency.items():
             if any(str(d) == device for d in held):
                 sizes.append((node_nbytes(placeholders[name]), f"{dg.program.constants[name]} (constant)"))
-        largest = ", ".join(f"{label} {_fmt(n)}" for n, label in sorted(sizes, reverse=True)[:5])
+        largest = ", ".join(f"{label} {format_bytes(n, 2)}" for n, label in sorted(sizes, reverse=True)[:5])
         raise CapacityError(
-            f"{device} needs {needed} bytes ({_fmt(needed)}: arena {_fmt(result.arena_bytes.get(device, 0))} + "
-            f"constants {_fmt(result.constant_bytes.get(device, 0))}) but has {available} bytes "
-            f"({_fmt(available)}); largest tensors: {largest}"
+            f"{device} needs {needed} bytes ({format_bytes(needed, 2)}: arena {format_bytes(result.arena_bytes.get(device, 0), 2)} + "
+            f"constants {format_bytes(result.constant_bytes.get(device, 0), 2)}) but has {available} bytes "
+            f"({format_bytes(available, 2)}); largest tensors: {largest}"
         )

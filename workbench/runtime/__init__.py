@@ -41,7 +41,7 @@ from .cuda import (
     cuda_unavailable_reason,
     default_backend,
 )
-from .tensors import buffer_of, clone_to, device_of, to_device, to_host, typed_view
+from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to_host, typed_view
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
 from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Session, estimate, load, run, steps_of
 
@@ -92,6 +92,7 @@ __all__ = [
     "run",
     "shared_registry",
     "steps_of",
+    "stage_inputs",
     "to_device",
     "to_host",
     "typed_view",

@@ -217,3 +217,24 @@ def _device_to_device(
     except BaseException:
         buffer.free()
         raise
+
+
+def stage_inputs(dg: Any, inputs: Sequence[Any], backend: str | None = None) -> tuple:
+    """The model's inputs, each put where the propagated graph ``dg`` expects the caller
+    to supply it: graph inputs moved to a device by ``skip_h2d_for_method_inputs`` are
+    copied there with ``to_device`` (as a user staging inputs would), the rest are left as
+    they are. Inputs that do not match the captured signature are returned unchanged, so
+    the run reports the mismatch with its own message."""
+    import torch.utils._pytree as pytree
+
+    flat, spec = pytree.tree_flatten(tuple(inputs))
+    names = dg.program.user_inputs
+    if len(flat) != len(names):
+        return tuple(inputs)
+    staged = [
+        to_device(value, dg.input_devices[name], backend)
+        if isinstance(value, torch.Tensor) and not dg.input_devices[name].is_host
+        else value
+        for value, name in zip(flat, names)
+    ]
+    return tuple(pytree.tree_unflatten(staged, spec))

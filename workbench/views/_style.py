@@ -12,6 +12,7 @@ Rules:
 from __future__ import annotations
 
 from ..devices import Device
+from .._units import format_bytes, format_us  # noqa: F401  (re-exported for the views)
 
 CPU_COLOUR = "#4E79A7"
 _CUDA_COLOURS = ("#59A14F", "#EDC948", "#B07AA1", "#76B7B2", "#FF9DA7", "#BAB0AC", "#86BCB6", "#D37295")
@@ -66,22 +67,6 @@ def timeline_colour(kind: str, device: str) -> str:
     if kind in COPY_COLOURS:
         return COPY_COLOURS[kind]
     return device_colour(device)
-
-
-def format_bytes(nbytes: int | float) -> str:
-    """``4096`` → ``"4.0 KiB"``; below 1 KiB, whole bytes (``"512 B"``)."""
-    value = float(nbytes)
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{int(value)} B"
-
-
-def format_us(us: float) -> str:
-    """Microseconds, shown as µs below 1 ms and as ms above."""
-    if abs(us) >= 1000.0:
-        return f"{us / 1000.0:.3f} ms"
-    return f"{us:.3f} µs"
 
 
 def copy_label(kind: str, nbytes: int) -> str:

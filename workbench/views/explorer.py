@@ -36,6 +36,7 @@ from ..capture import Program, capture
 from ..devices import Device
 from ..place import place
 from ..propagate import DeviceGraph, propagate
+from ..runtime.tensors import stage_inputs
 from ._inputs import plan_function, run_function
 from ._style import format_bytes, format_us
 
@@ -104,7 +105,7 @@ def explore(
     memory = plan_fn(dg, algorithm=algorithm) if plan_fn is not None else None
     result = None
     if memory is not None and run_fn is not None and inputs is not None:
-        result = run_fn(memory, *_stage_inputs(dg, inputs, backend), backend=backend)
+        result = run_fn(memory, *stage_inputs(dg, inputs, backend), backend=backend)
     return ExplorerState(
         rules=frozen_rules,
         skip_h2d=bool(skip_h2d),
@@ -119,24 +120,6 @@ def explore(
         lower_bound=dict(memory.lower_bound) if memory is not None else {},
         constant_bytes=dict(dg.constant_bytes),
     )
-
-
-def _stage_inputs(dg: DeviceGraph, inputs: Sequence[Any], backend: str) -> tuple:
-    """Rule 6: inputs the graph expects on a device (skip-h2d) are copied there first;
-    the run stage then checks every input against the plan."""
-    flat, spec = pytree.tree_flatten(tuple(inputs))
-    names = dg.program.user_inputs
-    if len(flat) != len(names):
-        return tuple(inputs)  # the run stage reports the mismatch with its own message
-    from ..runtime import to_device
-
-    staged = [
-        to_device(value, dg.input_devices[name], backend)
-        if isinstance(value, torch.Tensor) and not dg.input_devices[name].is_host
-        else value
-        for value, name in zip(flat, names)
-    ]
-    return tuple(pytree.tree_unflatten(staged, spec))
 
 
 def default_groups(program: Program) -> dict[str, tuple[str, ...]]:
