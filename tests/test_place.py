@@ -267,6 +267,8 @@ def test_wrapped_ops_are_named_and_placed_like_the_op_they_wrap():
     from workbench._tensors import op_name, packet_name
 
     class Wrapped:
+        __name__ = "wrapped"
+
         def __init__(self, op):
             self._op = op
 
