@@ -86,3 +86,18 @@ def test_export_failure_is_wrapped():
 
     with pytest.raises(wb.CaptureError, match="DataDependent"):
         wb.capture(DataDependent(), (torch.ones(3),))
+
+
+def test_inputs_of_another_structure_are_refused_by_name():
+    """A call with a different input structure than the capture is an InputSignatureError
+    naming the inputs — for the propagated module and planned execution alike."""
+    from workbench.capture import InputSignatureError
+    from workbench.planning.bound import run_in_arenas
+
+    model, (x, y) = example("fanout")
+    prog = wb.capture(model, (x, y))
+    assert len(prog.flatten_inputs((x, y))) == 2
+    dg = wb.propagate(wb.place(prog, {}))
+    for call in (lambda: prog.flatten_inputs((x,)), lambda: dg.module()(x), lambda: run_in_arenas(wb.plan(dg), x)):
+        with pytest.raises(InputSignatureError, match="x, y"):
+            call()

@@ -12,14 +12,19 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
+import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-__all__ = ["CaptureError", "Program", "capture"]
+__all__ = ["CaptureError", "InputSignatureError", "Program", "capture"]
 
 
 class CaptureError(ValueError):
     """The model or its example inputs cannot be captured."""
+
+
+class InputSignatureError(TypeError):
+    """Inputs that do not have the structure the program was captured with."""
 
 
 #: Graph-signature input kinds that hold weights or state rather than per-call data.
@@ -92,6 +97,18 @@ class Program:
         if target in self.exported.state_dict:
             return self.exported.state_dict[target]
         return self.exported.constants[target]
+
+    def flatten_inputs(self, args: tuple, kwargs: Mapping[str, Any] | None = None) -> list:
+        """The call's inputs as the flat list the user-input placeholders take, in order;
+        a structure other than the captured one is an ``InputSignatureError``."""
+        flat, got = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
+        spec = self.exported.call_spec.in_spec
+        if spec is not None and got != spec:
+            raise InputSignatureError(
+                f"inputs do not match the captured signature: expected {spec.num_leaves} inputs "
+                f"({', '.join(self.user_inputs)}) structured as {spec}, got {got}"
+            )
+        return flat
 
     def num_ops(self) -> int:
         """Number of ``call_function`` nodes."""

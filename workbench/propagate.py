@@ -216,7 +216,7 @@ class _PropagatedModule(torch.nn.Module):
         super().__init__()
         self.gm = dg.graph_module
         ep = dg.program.exported
-        self._in_spec = ep.call_spec.in_spec
+        self._program = dg.program
         self._out_spec = ep.call_spec.out_spec
         self._slots = [
             (spec.kind.name, dg.program.constants.get(spec.arg.name))
@@ -231,12 +231,7 @@ class _PropagatedModule(torch.nn.Module):
         ]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        flat, spec = pytree.tree_flatten((args, kwargs))
-        if self._in_spec is not None and spec != self._in_spec:
-            raise TypeError(
-                f"inputs do not match the captured signature: expected {self._in_spec}, got {spec}"
-            )
-        flat_iter = iter(flat)
+        flat_iter = iter(self._program.flatten_inputs(args, kwargs))
         call_args = [
             self._constants[name] if name in self._constants else next(flat_iter)
             for name in self._names

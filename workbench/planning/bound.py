@@ -109,10 +109,7 @@ def _run(plan, inputs, arenas, run_node):
     ep = program.exported
     arenas = dict(arenas) if arenas is not None else host_arenas(plan)
     slots = Slots(plan, arenas)
-    flat, spec = pytree.tree_flatten((inputs, {}))
-    if ep.call_spec.in_spec is not None and spec != ep.call_spec.in_spec:
-        raise TypeError(f"inputs do not match the captured signature: expected {ep.call_spec.in_spec}, got {spec}")
-    user = iter(flat)
+    user = iter(program.flatten_inputs(inputs))
     env: dict[torch.fx.Node, Any] = {}
     for node in dg.graph.nodes:
         if node.op == "placeholder":

@@ -43,6 +43,7 @@ import torch.utils._pytree as pytree
 from torch.export.graph_signature import OutputKind
 
 from .._tensors import value_of
+from ..capture import InputSignatureError
 from ..copy_ops import is_copy_node
 from ..devices import Device
 from ..planning.bound import Slots
@@ -91,15 +92,10 @@ def _input_specs(plan) -> tuple[_InputSpec, ...]:
 
 
 def _flatten(plan, inputs: tuple) -> list:
-    spec = plan.graph.program.exported.call_spec.in_spec
-    flat, got = pytree.tree_flatten((tuple(inputs), {}))
-    if spec is not None and got != spec:
-        names = ", ".join(plan.graph.program.user_inputs)
-        raise InputError(
-            f"inputs do not match the captured signature: expected {spec.num_leaves} inputs "
-            f"({names}) structured as {spec}, got {got}"
-        )
-    return flat
+    try:
+        return plan.graph.program.flatten_inputs(inputs)
+    except InputSignatureError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _staging_hint(device: Device, backend: str) -> str:
