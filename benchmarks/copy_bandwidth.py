@@ -33,6 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from workbench._units import format_bytes  # noqa: E402
+
 SIZES = [4 << 10 << (2 * i) for i in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB
 BIG = 64 << 20
 EXPERTS, TOP_K = 256, 8
@@ -49,10 +51,7 @@ def _size(text: str) -> int:
 
 
 def _label(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n} B"
+    return format_bytes(n, digits=0)  # every size here is a whole number of its unit
 
 
 def _repeats(nbytes: int, cap: int) -> int:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from workbench.compare import (
     CASES,
+    FLAG_LABELS,
     INSTALL_HINT,
     CopyComparison,
     compare_case,
@@ -29,18 +30,10 @@ from workbench.compare import (
     executorch_available,
 )
 
-_FLAGS = {
-    (False, False): "none",
-    (True, False): "skip-h2d",
-    (False, True): "skip-d2h",
-    (True, True): "both",
-}
-
-
 def _display(results: list[CopyComparison]) -> pd.DataFrame:
     """The comparison table, trimmed to what fits a terminal."""
     table = comparison_table(results)
-    table["flags"] = [_FLAGS[(r.skip_h2d, r.skip_d2h)] for r in results]
+    table["flags"] = [FLAG_LABELS[(r.skip_h2d, r.skip_d2h)] for r in results]
     table["wb_resident"] = table["wb_resident"].where(table["wb_resident"] > 0, 0)
     table["saved"] = [
         None if r.et_total is None else r.et_total - r.wb_total for r in results
@@ -54,10 +47,6 @@ def _display(results: list[CopyComparison]) -> pd.DataFrame:
     for col in ("et_h2d", "et_d2h", "et_bytes", "saved"):
         out[col] = out[col].astype("Int64")
     return out
-
-
-def _rules_text(rules) -> str:
-    return "; ".join(f"{device}: {', '.join(patterns)}" for device, patterns in rules.items())
 
 
 def _short(error: str | None, width: int = 48) -> str:
@@ -105,8 +94,9 @@ def main() -> int:
     print("Copies per call: workbench (wb) vs ExecuTorch 1.5.1 PropagateDevicePass (et)")
     print("bytes = bytes copied per call; wb_resident = parameter bytes the workbench keeps on")
     print("the device (loaded once, never copied); saved = et copies - wb copies\n")
+    rules = {r.model: r.rules_text for r in results}
     for case in CASES:
-        print(f"- {case.name}: {case.shows}  [{_rules_text(case.rules)}]")
+        print(f"- {case.name}: {case.shows}  [{rules[case.name]}]")
     print()
     print(_display(results).to_string(index=False))
     print()

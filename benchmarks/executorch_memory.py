@@ -36,6 +36,7 @@ import pandas as pd
 
 from workbench.compare import (
     ARENA_CASES,
+    FLAG_LABELS,
     FLAG_SETTINGS,
     INSTALL_HINT,
     ArenaComparison,
@@ -46,7 +47,6 @@ from workbench.compare import (
     executorch_available,
 )
 
-_FLAGS = {(False, False): "none", (True, False): "skip-h2d", (False, True): "skip-d2h", (True, True): "both"}
 _SHORT_REASONS = {
     "view_copy": "views",
     "unread_output": "unread",
@@ -73,7 +73,7 @@ def _display(results: list[ArenaComparison]) -> pd.DataFrame:
         {
             "case": table["case"],
             "rules": table["rules"],
-            "flags": [_FLAGS[(h, d)] for h, d in zip(table["skip_h2d"], table["skip_d2h"])],
+            "flags": [FLAG_LABELS[(h, d)] for h, d in zip(table["skip_h2d"], table["skip_d2h"])],
             "device": table["device"] + table["comparable"].map({True: "", False: "*"}),
             "et": table["et_bytes"].astype("Int64"),
             "wb_greedy": table["wb_greedy"],

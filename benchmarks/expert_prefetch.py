@@ -83,14 +83,15 @@ def kernel(repeats: int) -> bool:
     chosen = torch.arange(0, 2 * TOP_K, 2)  # (8,) experts the router picked
     dst = torch.empty(TOP_K, SLAB, dtype=torch.uint8, device="cuda")
     want = experts.index_select(0, chosen).cuda()
-    plain_us = median_us(lambda: engine.gather_rows(dst.data_ptr(), experts, chosen.cuda(), stream))
+    chosen_d = chosen.cuda()  # staged once: the timed loops launch kernels only
+    plain_us = median_us(lambda: engine.gather_rows(dst.data_ptr(), experts, chosen_d, stream))
     print(f"\nreuse gather, {TOP_K} of {EXPERTS} slabs of {SLAB >> 20} MiB (µs, median of {repeats})")
     print(f"  plain gather          {plain_us:9.1f}")
     rows = {}
     for hits in (0, TOP_K // 2, TOP_K):
         hint = torch.cat([chosen[:hits], torch.arange(1, 2 * (TOP_K - hits), 2)])  # odd ids never chosen
         cached = experts.index_select(0, hint).cuda()
-        hint_d, chosen_d = hint.cuda(), chosen.cuda()
+        hint_d = hint.cuda()
         us = median_us(lambda: engine.gather_reuse_rows(dst.data_ptr(), experts, chosen_d, cached, hint_d, stream))
         stream.synchronize()
         correct = bool(torch.equal(dst, want))

@@ -65,8 +65,9 @@ import torch
 
 import workbench as wb
 from workbench.models import MoEConfig, QwenMoEDecoder
-from workbench.runtime import CostModel, cuda_available, cuda_unavailable_reason, to_device, to_host
+from workbench.runtime import CostModel, cuda_available, cuda_unavailable_reason, stage_inputs, to_host
 from workbench.runtime.executor import estimate, load
+from workbench.strategies import strategy_variants
 
 out_dir, backend = sys.argv[1], sys.argv[2]
 repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 20
@@ -80,33 +81,17 @@ inputs = model.example_inputs()
 program = wb.capture(model, inputs)
 expected = model(*inputs)
 
-try:
-    from workbench.strategies import strategy_variants
-
-    recipes = [(s.label, s.apply) for s in strategy_variants()]
-except ImportError:  # before the strategies existed: the two basic placements by rules
-    experts = lambda n: any("experts" in str(p) for p in n.meta.get("nn_module_stack", {}).values())  # noqa: E731
-    recipes = []
-    for skip in (False, True):
-        tag = "+skip" if skip else ""
-        recipes.append((f"all_on_device{tag}", lambda p, s=skip: wb.propagate(wb.place(p, lambda n: "cuda:0"), s, s)))
-        recipes.append(
-            (f"experts_on_host{tag}", lambda p, s=skip: wb.propagate(wb.place(p, lambda n: None if experts(n) else "cuda:0"), s, s))
-        )
-
 models = {"h200": CostModel.preset("h200", link="pcie_gen5"), "h200_measured": CostModel.preset("h200_measured", link="pcie_gen5")}
 rows, events = [], []
-for label, apply in recipes:
+for strategy in strategy_variants():
+    label = strategy.label
     row = {"strategy": label}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dg = apply(program)
+            dg = strategy.apply(program)
         plan = wb.plan(dg, "best")
-        staged = tuple(
-            x if dg.input_devices[n].is_host else to_device(x, dg.input_devices[n], backend=backend)
-            for x, n in zip(inputs, program.user_inputs)
-        )
+        staged = stage_inputs(dg, inputs, backend)
         modeled = {k: estimate(plan, m) for k, m in models.items()}
         with load(plan, backend) as session:
             session.run(*staged)  # warm-up: kernels, cuBLAS handles, op costs

@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -43,11 +44,17 @@ from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.planning import ALGORITHMS
 from workbench.strategies import all_on_device, experts_on_host, strategy_variants
 
-from planning_algorithms import TIMING_CASES, rows as synthetic_rows, suite as synthetic_suite, timing_rows
+from planning_algorithms import (
+    TIMING_CASES,
+    clock,
+    print_timing,
+    rows as synthetic_rows,
+    suite as synthetic_suite,
+    timing_rows,
+)
 
-_clock = time.process_time  # see the module docstring
 ALIGNMENT = 16
-NAMES = [name for name in ALGORITHMS]  # naive, greedy, search, best
+NAMES = list(ALGORITHMS)  # naive, greedy, search, best
 
 #: (example, placement label, rules); rules None = host only.
 SMALL_PLACEMENTS: tuple[tuple[str, str, dict | None], ...] = (
@@ -107,14 +114,14 @@ def graph_rows(group: str, name: str, dg) -> list[dict]:
     """One dict per device arena with tensors: lower bound, every algorithm's arena,
     ratio and seconds; every plan verified. ``plan_s`` is ``plan(dg, "greedy")`` end to
     end (lifetimes included); an algorithm's seconds re-place the same lifetimes."""
-    t0 = _clock()
+    t0 = clock()
     first = wb.plan(dg, "greedy", alignment=ALIGNMENT)
-    plan_s = _clock() - t0
+    plan_s = clock() - t0
     plans, seconds = {}, {}
     for algo in NAMES:
-        t0 = _clock()
+        t0 = clock()
         plans[algo] = first.with_algorithm(algo)
-        seconds[algo] = _clock() - t0
+        seconds[algo] = clock() - t0
         plans[algo].verify()  # a figure from an unsafe plan is never printed
     out = []
     for device, lb in first.lower_bound.items():
@@ -162,21 +169,17 @@ def _print_quality(table: list[dict]) -> None:
 
 def _print_graph_times(table: list[dict]) -> None:
     print(f"{'graph':<44}{'tensors':>9}{'plan(greedy)':>14}" + "".join(f"{n:>10}" for n in NAMES))
+    tensors: Counter = Counter()  # a graph's tensors over all its device arenas
+    for row in table:
+        tensors[row["graph"]] += row["n"]
     seen = set()
     for row in table:
         if row["plan_s"] is None or row["graph"] in seen:
             continue
         seen.add(row["graph"])
-        n = sum(r["n"] for r in table if r["graph"] == row["graph"])
+        n = tensors[row["graph"]]
         cells = "".join(f"{row[a + '_s']:>9.3f}s" for a in NAMES)
         print(f"{row['graph']:<44}{n:>9}{row['plan_s']:>13.3f}s{cells}")
-
-
-def _print_timing(table: list[dict]) -> None:
-    print(f"{'n':>7}" + "".join(f"{n:>19}" for n in NAMES) + f"{'verify':>10}")
-    for row in table:
-        cells = "".join(f"{row[n]:>9.3f}s {row[n + '_ratio']:>7.3f}x" for n in NAMES)
-        print(f"{row['n']:>7}{cells}{row['verify']:>9.3f}s")
 
 
 def _verdict(ok: bool) -> str:
@@ -222,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for title, make in kinds:
         print(f"\n== planning time: {title} (median of 3, CPU seconds, ratio to LB) ==")
         timings[title] = timing_rows(sizes, make=make)
-        _print_timing(timings[title])
+        print_timing(timings[title], NAMES)
 
     print("\n== targets ==")
     ok_mean = mean_best <= 1.01

@@ -12,7 +12,8 @@ Targets: ``best`` within 1.01x of the lower bound on average and never above
     python benchmarks/planning_algorithms.py --quick    # suite + 1,000 / 10,000 only
 
 Other benchmarks import ``suite()`` (the named cases), ``rows(cases)`` (one dict
-per case, every plan verified), ``timing_rows(...)`` and the generators.
+per case, every plan verified), ``timing_rows(...)`` with ``print_timing``, ``clock``
+and the generators.
 
 Generators model what planned tensors of an inference graph look like: most
 values die within a few steps of their definition, a few live long (graph
@@ -34,7 +35,7 @@ KB, MB = 1 << 10, 1 << 20
 
 # CPU seconds of this process: planning is single-threaded Python, so on an idle
 # machine this equals wall time, and on a shared one it leaves out the waiting.
-_clock = time.process_time
+clock = time.process_time
 
 
 def _activation(rng: random.Random) -> int:
@@ -241,9 +242,9 @@ def rows(cases: Sequence[tuple[str, Sequence[Buffer]]], alignment: int = 16,
         lb = lower_bound(buffers, alignment)
         row: dict = {"case": case, "n": len(buffers), "lower_bound": lb}
         for name in names:
-            t0 = _clock()
+            t0 = clock()
             assignment = assign_offsets(buffers, name, alignment)
-            row[f"{name}_s"] = _clock() - t0
+            row[f"{name}_s"] = clock() - t0
             verify(buffers, assignment, alignment)
             row[name] = assignment.arena_bytes
             row[f"{name}_ratio"] = assignment.arena_bytes / lb if lb else 1.0
@@ -260,20 +261,21 @@ def timing_rows(sizes: Sequence[int] = (1_000, 10_000, 50_000), repeats: int = 3
     out = []
     for n in sizes:
         buffers = make(n, 100 + n)
+        lb = max(lower_bound(buffers), 1)
         row: dict = {"n": len(buffers)}
         for name in names:
             times = []
             for _ in range(repeats):
-                t0 = _clock()
+                t0 = clock()
                 assignment = assign_offsets(buffers, name)
-                times.append(_clock() - t0)
+                times.append(clock() - t0)
             row[name] = statistics.median(times)
-            row[f"{name}_ratio"] = assignment.arena_bytes / max(lower_bound(buffers), 1)
+            row[f"{name}_ratio"] = assignment.arena_bytes / lb
         times = []
         for _ in range(repeats):
-            t0 = _clock()
+            t0 = clock()
             verify(buffers, assignment)
-            times.append(_clock() - t0)
+            times.append(clock() - t0)
         row["verify"] = statistics.median(times)
         out.append(row)
     return out
@@ -294,11 +296,11 @@ def _print_quality(table: list[dict], names: Sequence[str]) -> None:
         print(f"best above greedy: {', '.join(worse) if worse else 'never'}")
 
 
-def _print_timing(table: list[dict], names: Sequence[str]) -> None:
-    print(f"{'n':>7}" + "".join(f"{n:>18}" for n in names) + f"{'verify':>10}"
-          + "   (median of 3: CPU seconds, ratio to LB)")
+def print_timing(table: list[dict], names: Sequence[str]) -> None:
+    """Print ``timing_rows``: per size, each algorithm's seconds and ratio to the lower bound."""
+    print(f"{'n':>7}" + "".join(f"{n:>19}" for n in names) + f"{'verify':>10}")
     for row in table:
-        cells = "".join(f"{row[n]:>9.3f}s {row[n + '_ratio']:>7.3f}" for n in names)
+        cells = "".join(f"{row[n]:>9.3f}s {row[n + '_ratio']:>7.3f}x" for n in names)
         print(f"{row['n']:>7}{cells}{row['verify']:>9.3f}s")
 
 
@@ -312,8 +314,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     sizes = (1_000, 10_000) if args.quick else (1_000, 10_000, 50_000)
     for title, make in TIMING_CASES.items():
         print()
-        print(f"== planning time: {title} ==")
-        _print_timing(timing_rows(sizes, make=make), names)
+        print(f"== planning time: {title} (median of 3, CPU seconds, ratio to LB) ==")
+        print_timing(timing_rows(sizes, make=make), names)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from typing import Callable
 import workbench as wb
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.views import BufferView, GraphView, TimelineView
-from workbench.views._inputs import run_function
 
 TARGET_S = 2.0
 
@@ -44,10 +43,7 @@ def main() -> None:
     prog = wb.capture(model, inputs)
     dg = wb.propagate(wb.place(prog, {"cuda:0": ["aten.linear", "aten.bmm"]}))
     plan = wb.plan(dg)
-    run = run_function()
-    if run is None:
-        raise SystemExit("this build has no run stage (workbench.run), so there is no timeline to draw")
-    timeline = run(plan, *inputs, backend="sim").timeline
+    timeline = wb.run(plan, *inputs, backend="sim").timeline
     print(f"tiny MoE: {len(dg.graph.nodes)} graph nodes, {len(dg.copies)} copies, {len(plan.allocations)} planned tensors, "
           f"{len(timeline)} timeline events (sim run); set-up {time.perf_counter() - t0:.1f} s")
 

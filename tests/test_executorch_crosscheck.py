@@ -27,7 +27,7 @@ from workbench.compare import (  # noqa: E402 - after the skip, on purpose
     executorch_copies,
 )
 from workbench.compare import executorch as et_module  # noqa: E402
-from workbench.place import PlacementError  # noqa: E402
+from workbench.place import PlacementError, _matches  # noqa: E402
 
 slow_et = [pytest.mark.executorch, pytest.mark.slow]
 
@@ -230,18 +230,18 @@ def test_missing_executorch_says_how_to_install(monkeypatch):
 @pytest.mark.executorch
 @pytest.mark.slow  # the first import of ExecuTorch's compiler takes several seconds
 def test_edge_ops_match_by_their_aten_name():
-    """The partitioner's matcher claims an edge op by the aten name the workbench uses:
-    'aten.add' (no overload) and 'aten.add.Tensor' both match edge aten.add.Tensor, and
-    'aten.addmm' does not match it."""
+    """The workbench's matcher (the partitioner runs ``place``) claims an edge op by the
+    aten name the workbench uses: 'aten.add' (no overload) and 'aten.add.Tensor' both
+    match edge aten.add.Tensor, and 'aten.addmm' does not match it."""
     from executorch.exir.dialects._ops import ops as exir_ops
 
     graph = torch.fx.Graph()
     a = graph.placeholder("a")
     node = graph.call_function(exir_ops.edge.aten.add.Tensor, (a, a))
-    assert et_module._edge_matches(node, "op", "aten.add")
-    assert et_module._edge_matches(node, "op", "aten.add.Tensor")
-    assert et_module._edge_matches(node, "op", "aten.*")
-    assert not et_module._edge_matches(node, "op", "aten.addmm")
+    assert _matches(node, "op", "aten.add")
+    assert _matches(node, "op", "aten.add.Tensor")
+    assert _matches(node, "op", "aten.*")
+    assert not _matches(node, "op", "aten.addmm")
 
 
 @pytest.mark.executorch

@@ -50,12 +50,12 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
-from ._tensors import gc_paused, is_view_op, node_nbytes, op_name, value_of
+from ._tensors import gc_paused, is_view_op, node_nbytes, op_name, packet_name, value_of
 from .copy_ops import GATHER_H2D, GATHER_REUSE, OP_FOR_KIND, SELECT_ROWS, is_copy_node
 from .devices import CPU, Device
 from .place import Placement
 
-__all__ = ["CopyRecord", "DeviceGraph", "PropagationError", "propagate"]
+__all__ = ["CopyRecord", "DeviceGraph", "PropagationError", "node_role", "propagate"]
 
 
 class PropagationError(ValueError):
@@ -165,7 +165,7 @@ class DeviceGraph:
                 {
                     "node": node.name,
                     "op": op_name(node),
-                    "role": _role(self, node),
+                    "role": node_role(self, node),
                     "device": str(self.node_device[node.name]),
                     "delegate": delegates.get(node.name),
                     "shape": tuple(val.shape) if isinstance(val, torch.Tensor) else None,
@@ -243,7 +243,8 @@ class _PropagatedModule(torch.nn.Module):
         return pytree.tree_unflatten(user, self._out_spec)
 
 
-def _role(dg: DeviceGraph, node: torch.fx.Node) -> str:
+def node_role(dg: DeviceGraph, node: torch.fx.Node) -> str:
+    """What a node is: parameter, buffer, constant, input, copy, output or op."""
     if node.op == "placeholder":
         return dg.program.constant_kinds.get(node.name, "input")
     if is_copy_node(node):
@@ -305,10 +306,10 @@ class _Propagator:
         self.copy_for: dict[tuple[torch.fx.Node, Device], torch.fx.Node] = {}
         self.copy_info: dict[torch.fx.Node, tuple[str, Device, Device, list[str]]] = {}
         self.view_for: dict[tuple[torch.fx.Node, Device], torch.fx.Node] = {}
-        self.gathers: dict[torch.fx.Node, str] = {}  # gather copy → the index_select it replaced
         self.prefetch_for: dict[tuple[torch.fx.Node, torch.fx.Node, Device], torch.fx.Node] = {}
-        self.prefetches: dict[torch.fx.Node, list[str]] = {}  # prefetch copy → select_rows it serves
-        self.reuses: dict[torch.fx.Node, str] = {}  # reuse copy → the select_rows it replaced
+        # copy of a streamed weight → (role, captured ops it serves): role is "gather" (an
+        # index_select), "prefetch" (predicted rows) or "reuse" (a select_rows completed from a prefetch)
+        self.streamed_copies: dict[torch.fx.Node, tuple[str, list[str]]] = {}
         self.reserved = {n.name for n in self.program.graph.nodes}
         self.used_names: set[str] = set()
         self.constants: dict[torch.fx.Node, None] = {}  # new constant placeholders, in order
@@ -431,17 +432,9 @@ class _Propagator:
         source = self.env[old.args[0]]
         name = self._fresh_name(f"{old.name}_gather")
         index = self._read(old.args[2], target, name)  # the gather is the index's consumer
-        new = self.graph.create_node(
-            "call_function",
-            GATHER_H2D,
-            (source, index, str(CPU), str(target)),
-            {},
-            name=name,
-        )
+        new = self._emit_copy(GATHER_H2D, (source, index, str(CPU), str(target)), name, "h2d", CPU, target)
         new.meta = copy.copy(old.meta)
-        self.device[new] = target
-        self.copy_info[new] = ("h2d", CPU, target, [])
-        self.gathers[new] = old.name
+        self.streamed_copies[new] = ("gather", [old.name])
         return new
 
     def _is_streamed_select(self, old: torch.fx.Node) -> bool:
@@ -462,32 +455,29 @@ class _Propagator:
         prefetch = self.prefetch_for.get(key)
         if prefetch is None:
             prefetch_name = self._fresh_name(f"{old.name}_prefetch")
-            self._read(old.args[2], target, prefetch_name)
-            prefetch = self.graph.create_node(
-                "call_function",
-                GATHER_H2D,
-                (source, hint, str(CPU), str(target)),
-                {},
-                name=prefetch_name,
+            self._read(old.args[2], target, prefetch_name)  # the prefetch reads the hint too
+            prefetch = self._emit_copy(
+                GATHER_H2D, (source, hint, str(CPU), str(target)), prefetch_name, "h2d", CPU, target
             )
             prefetch.meta["val"] = _rows_like(value_of(source), value_of(hint))
-            self.device[prefetch] = target
-            self.copy_info[prefetch] = ("h2d", CPU, target, [])
             self.prefetch_for[key] = prefetch
-            self.prefetches[prefetch] = []
-        self.prefetches[prefetch].append(old.name)
-        new = self.graph.create_node(
-            "call_function",
-            GATHER_REUSE,
-            (source, index, prefetch, hint, str(CPU), str(target)),
-            {},
-            name=name,
+            self.streamed_copies[prefetch] = ("prefetch", [])
+        self.streamed_copies[prefetch][1].append(old.name)
+        new = self._emit_copy(
+            GATHER_REUSE, (source, index, prefetch, hint, str(CPU), str(target)), name, "h2d", CPU, target
         )
         new.meta = copy.copy(old.meta)
-        self.device[new] = target
-        self.copy_info[new] = ("h2d", CPU, target, [])
-        self.reuses[new] = old.name
+        self.streamed_copies[new] = ("reuse", [old.name])
         return new
+
+    def _emit_copy(
+        self, op: Any, args: tuple, name: str, kind: str, src: Device, dst: Device
+    ) -> torch.fx.Node:
+        """Append a copy node on ``dst`` and register it for its ``CopyRecord``."""
+        node = self.graph.create_node("call_function", op, args, {}, name=name)
+        self.device[node] = dst
+        self.copy_info[node] = (kind, src, dst, [])
+        return node
 
     def _fresh_name(self, base: str) -> str:
         """A node name that no captured node has, so captured names never change."""
@@ -503,20 +493,12 @@ class _Propagator:
         if found is None:
             src = self.device[value]
             kind = "h2d" if src.is_host else ("d2h" if target.is_host else "d2d")
-            tag = "cpu" if target.is_host else f"{target.type}{target.index}"
-            found = self.graph.create_node(
-                "call_function",
-                OP_FOR_KIND[kind],
-                (value, str(src), str(target)),
-                {},
-                name=self._fresh_name(f"{value.name}_to_{tag}"),
-            )
+            name = self._fresh_name(f"{value.name}_to_{_tag(target)}")
+            found = self._emit_copy(OP_FOR_KIND[kind], (value, str(src), str(target)), name, kind, src, target)
             found.meta["val"] = value.meta.get("val")
             if "tensor_meta" in value.meta:
                 found.meta["tensor_meta"] = value.meta["tensor_meta"]
-            self.device[found] = target
             self.copy_for[key] = found
-            self.copy_info[found] = (kind, src, target, [])
         self.copy_info[found][3].append(consumer)
         return found
 
@@ -531,8 +513,7 @@ class _Propagator:
             name = old.name
             self.used_names.add(name)
         else:
-            tag = "cpu" if target.is_host else f"{target.type}{target.index}"
-            name = self._fresh_name(f"{old.name}_on_{tag}")
+            name = self._fresh_name(f"{old.name}_on_{_tag(target)}")
         args = torch.fx.node.map_arg(old.args, lambda a: self._view_input(a, target))
         kwargs = torch.fx.node.map_arg(old.kwargs, lambda a: self._view_input(a, target))
         found = self.graph.create_node("call_function", old.target, args, kwargs, name=name)
@@ -584,19 +565,8 @@ class _Propagator:
     def _record(self, node: torch.fx.Node, by_name: Mapping[str, torch.fx.Node]) -> CopyRecord:
         kind, src, dst, consumers = self.copy_info[node]
         value = node.args[0]
-        if node in self.prefetches or node in self.reuses:
-            return self._streamed_select_record(node, by_name)
-        if node in self.gathers:
-            consumers = [u.name for u in node.users]
-            readers = ", ".join(f"{n} ({op_name(by_name[n])})" for n in consumers) or "no op"
-            target = self.program.constants[value.name]
-            reason = (
-                f"{readers} on {dst} read{'s' if len(consumers) == 1 else ''} the rows of streamed host weight "
-                f"{target!r} selected by {node.args[1].name!r} ({self.gathers[node]} gathered to {dst})"
-            )
-            return CopyRecord(
-                node.name, kind, value.name, src, dst, node_nbytes(node, unbounded="hint"), tuple(consumers), reason
-            )
+        if node in self.streamed_copies:
+            return self._streamed_record(node, by_name)
         if value.op == "placeholder" and value.name in self.streamed:
             where = f"the streamed host weight {self.program.constants[value.name]!r}"
         elif value.op == "placeholder":
@@ -607,38 +577,47 @@ class _Propagator:
             "the graph output" if name == "output" else f"{name} ({op_name(by_name[name])})"
             for name in consumers
         ]
-        reason = (
-            f"{', '.join(needers)} on {dst} read{'s' if len(needers) == 1 else ''} "
-            f"{value.name!r}, {where} on {src}"
-        )
+        reason = f"{', '.join(needers)} on {dst} {_reads(needers)} {value.name!r}, {where} on {src}"
         return CopyRecord(
             node.name, kind, value.name, src, dst, node_nbytes(value, unbounded="hint"), tuple(consumers), reason
         )
 
-
-    def _streamed_select_record(self, node: torch.fx.Node, by_name: Mapping[str, torch.fx.Node]) -> CopyRecord:
-        """Rule 9 for the two copies of rule 10."""
+    def _streamed_record(self, node: torch.fx.Node, by_name: Mapping[str, torch.fx.Node]) -> CopyRecord:
+        """Rule 9 for copies of streamed weights: gathers, prefetches and reuse copies."""
         kind, src, dst, _ = self.copy_info[node]
-        value = node.args[0]
+        role, served = self.streamed_copies[node]
+        value, index = node.args[0], node.args[1]
         weight = self.program.constants[value.name]
         consumers = [u.name for u in node.users]
-        nbytes = node_nbytes(node, unbounded="hint")
-        if node in self.prefetches:
-            served = ", ".join(self.prefetches[node])
+        readers = [f"{n} ({op_name(by_name[n])})" for n in consumers] or ["no op"]
+        rows = f"the rows of streamed host weight {weight!r}"
+        if role == "prefetch":
             reason = (
-                f"prefetches the rows of streamed host weight {weight!r} predicted by {node.args[1].name!r} "
-                f"for {served} on {dst}, before its router has chosen, so the copy overlaps earlier compute"
+                f"prefetches {rows} predicted by {index.name!r} for {', '.join(served)} on {dst}, "
+                "before its router has chosen, so the copy overlaps earlier compute"
+            )
+        elif role == "reuse":
+            reason = (
+                f"{', '.join(readers)} on {dst} {_reads(readers)} {rows} selected by {index.name!r} "
+                f"({served[0]}); rows the prefetch {node.args[2].name!r} already holds are copied on {dst}, "
+                "only the rows it missed cross the link (nbytes is the upper bound: every selected row missed)"
             )
         else:
-            readers = ", ".join(f"{n} ({op_name(by_name[n])})" for n in consumers) or "no op"
-            prefetch = node.args[2].name
             reason = (
-                f"{readers} on {dst} read{'s' if len(consumers) == 1 else ''} the rows of streamed host weight "
-                f"{weight!r} selected by {node.args[1].name!r} ({self.reuses[node]}); rows the prefetch "
-                f"{prefetch!r} already holds are copied on {dst}, only the rows it missed cross the link "
-                f"(nbytes is the upper bound: every selected row missed)"
+                f"{', '.join(readers)} on {dst} {_reads(readers)} {rows} selected by {index.name!r} "
+                f"({served[0]} gathered to {dst})"
             )
+        nbytes = node_nbytes(node, unbounded="hint")
         return CopyRecord(node.name, kind, value.name, src, dst, nbytes, tuple(consumers), reason)
+
+
+def _reads(readers: Sequence[str]) -> str:
+    return "reads" if len(readers) == 1 else "read"
+
+
+def _tag(device: Device) -> str:
+    """``cpu``, ``cuda0``: a device as a node-name suffix."""
+    return "cpu" if device.is_host else f"{device.type}{device.index}"
 
 
 def _rows_like(source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -655,7 +634,7 @@ _METADATA_OPS = frozenset(
 
 def _reads_metadata_only(node: torch.fx.Node) -> bool:
     """Ops that look only at shapes, dtypes and strides, never at data."""
-    return op_name(node).rsplit(".", 1)[0] in _METADATA_OPS or op_name(node) in _METADATA_OPS
+    return packet_name(node) in _METADATA_OPS
 
 
 def _streamed_constants(program, patterns: Sequence[str]) -> set[str]:

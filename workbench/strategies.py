@@ -34,7 +34,9 @@ import torch.fx
 
 from .copy_ops import SELECT_ROWS
 from .devices import Device
-from .place import _module_paths
+from .place import _module_paths, place
+from .propagate import propagate
+from .schedule import schedule
 
 __all__ = [
     "Strategy",
@@ -82,12 +84,7 @@ class Strategy:
         return replace(self, schedule=order)
 
     def apply(self, program, *, strict: bool = False):
-        """Place and propagate ``program`` under this strategy → ``DeviceGraph``."""
-        from .place import place
-        from .propagate import propagate
-
-        from .schedule import schedule
-
+        """Place, propagate and schedule ``program`` under this strategy → ``DeviceGraph``."""
         self._check_program(program)
         placed = place(program, self.rules, strict=strict)
         dg = propagate(
@@ -97,7 +94,6 @@ class Strategy:
             stream_constants=self.stream_constants,
         )
         return schedule(dg, self.schedule)
-
 
     def _check_program(self, program) -> None:
         """A prefetching strategy needs the hints in the graph; a plain streaming strategy

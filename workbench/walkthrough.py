@@ -29,9 +29,9 @@ import pandas as pd
 import torch
 
 from .capture import capture
-from .models import MoEConfig, QwenMoEDecoder, param_count
+from .models import MoEConfig, QwenMoEDecoder
 from .planning.plan import MemoryPlan, plan
-from .runtime.cost_model import CostModel, op_cost
+from .runtime.cost_model import CostModel, dtype_class, op_cost
 from .runtime.executor import RunResult, estimate, run
 from .runtime.tensors import stage_inputs, to_host
 from .strategies import Strategy, expert_streaming, strategy_variants
@@ -65,6 +65,7 @@ class StrategyResult:
     matches_eager: Optional[bool] = None  # tiny model: outputs equal eager PyTorch
     estimates: Optional[dict[str, Any]] = None  # full size: link → modeled Timeline
     prefetch_hit_rate: Optional[float] = None  # prefetch variants: measured (tiny) or assumed (full size)
+    device_preset: Optional[str] = None  # full size: the CostModel device preset of ``estimates``
 
     @property
     def graph(self):
@@ -250,7 +251,13 @@ def full_size_results(
             models = {link: m.with_prefetch_hit_rate(rate) for link, m in models.items()}
         estimates = {link: estimate(memory, m) for link, m in models.items()}
         results.append(
-            StrategyResult(strategy, memory, estimates=estimates, prefetch_hit_rate=rate if strategy.prefetch else None)
+            StrategyResult(
+                strategy,
+                memory,
+                estimates=estimates,
+                prefetch_hit_rate=rate if strategy.prefetch else None,
+                device_preset=device_preset,
+            )
         )
     return results
 
@@ -295,7 +302,8 @@ def prefetch_sensitivity(
 
     ``results`` come from ``full_size_results`` and hold both ``expert_streaming`` and
     ``expert_streaming+prefetch`` with ``skip_copies``. Default hit rates: 0 (every slab
-    is fetched twice), the tiny model's ``measured_hit_rate()``, and 1.
+    is fetched twice), the rate the prefetching result was timed with, and 1. Timelines
+    ``full_size_results`` already estimated (same link, preset and rate) are reused.
     """
     def find(prefetch: bool) -> StrategyResult:
         for r in results:
@@ -305,16 +313,24 @@ def prefetch_sensitivity(
         want = expert_streaming(skip_copies=skip_copies, prefetch=prefetch).label
         raise ValueError(f"results hold no {want!r}; run full_size_results with that strategy")
 
+    def timeline_of(result: StrategyResult, link: str, rate: Optional[float]):
+        cached = (result.estimates or {}).get(link)
+        if cached is not None and result.device_preset == device_preset and result.prefetch_hit_rate == rate:
+            return cached
+        model = CostModel.preset(device_preset, link=link)
+        return estimate(result.plan, model if rate is None else model.with_prefetch_hit_rate(rate))
+
     plain, hinted = find(False), find(True)
-    rates = list(hit_rates) if hit_rates is not None else [0.0, measured_hit_rate(), 1.0]
+    if hit_rates is None:
+        timed = hinted.prefetch_hit_rate
+        hit_rates = [0.0, measured_hit_rate() if timed is None else timed, 1.0]
     rows = []
-    for label, memory, rate in [("expert_streaming", plain.plan, None)] + [
-        ("expert_streaming+prefetch", hinted.plan, float(h)) for h in rates
+    for label, result, rate in [("expert_streaming", plain, None)] + [
+        ("expert_streaming+prefetch", hinted, float(h)) for h in hit_rates
     ]:
         row: dict[str, Any] = {"strategy": label, "prefetch_hit_rate": None if rate is None else round(rate, 3)}
         for link in links:
-            model = CostModel.preset(device_preset, link=link)
-            timeline = estimate(memory, model if rate is None else model.with_prefetch_hit_rate(rate))
+            timeline = timeline_of(result, link, rate)
             row.setdefault("h2d_MiB/token", _mib(timeline.bytes_moved()["h2d"]))
             row[f"tok/s {link}"] = round(1e6 / timeline.span_us, 2)
             row[f"overlap {link}"] = round(timeline.overlap_fraction(), 3)
@@ -358,7 +374,7 @@ def streaming_breakeven(
         while lo < hi:  # smallest token count whose compute covers the copy
             mid = (lo + hi) // 2
             lo, hi = (mid + 1, hi) if expert_us(model, mid) < copy_us else (lo, mid)
-        flops_per_byte = getattr(model, f"device_flops_{'bf16' if dtype in (torch.bfloat16, torch.float16) else 'fp32'}") / model.h2d_bandwidth
+        flops_per_byte = getattr(model, f"device_flops_{dtype_class(dtype)}") / model.h2d_bandwidth
         rows.append(
             {
                 "link": link,
@@ -370,9 +386,3 @@ def streaming_breakeven(
             }
         )
     return pd.DataFrame(rows)
-
-
-def parameter_check(config: Optional[MoEConfig] = None) -> dict[str, int]:
-    """Parameters counted by hand from the config (``param_count``) — the reference that
-    the full-size analysis' resident bytes are checked against."""
-    return param_count(config or MoEConfig.full())

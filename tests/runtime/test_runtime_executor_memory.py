@@ -18,6 +18,7 @@ from workbench.runtime import (
     device_of,
     live_bytes_by_device,
     registry_for_backend,
+    stage_inputs,
     to_device,
     to_host,
 )
@@ -33,13 +34,6 @@ def settled():
     """Live bytes per device, without a garbage collection: the executor frees its memory
     explicitly or by reference counting, never by waiting for the cycle collector."""
     return live_bytes_by_device()
-
-
-def stage(inputs, dg, backend):
-    return tuple(
-        x if dg.input_devices[n].is_host else to_device(x, dg.input_devices[n], backend=backend)
-        for x, n in zip(inputs, dg.program.user_inputs)
-    )
 
 
 def attention_plan(skip):
@@ -71,7 +65,7 @@ def test_run_leaves_no_live_bytes(skip, backend):
     """After ``run`` (and once its outputs are dropped) live bytes return to their starting
     value on every device; while outputs are held, only caller-owned outputs stay live."""
     model, inputs, dg, plan = attention_plan(skip)
-    staged = stage(inputs, dg, backend)
+    staged = stage_inputs(dg, inputs, backend)
     start = settled()
     res = run(plan, *staged, backend=backend)
     held = settled()
@@ -90,7 +84,7 @@ def test_failure_midway_leaves_no_live_bytes(skip, backend):
     back to their starting value on every device at once: freed by the executor, not left
     to the frames of the traceback."""
     model, inputs, dg, plan = attention_plan(skip)
-    staged = stage(inputs, dg, backend)
+    staged = stage_inputs(dg, inputs, backend)
     compute = sum(1 for n in dg.graph.nodes if n.op == "call_function" and "copy" not in str(n.target) and n.target.__name__ != "getitem")
     start = settled()
     for k in range(1, compute + 1):
@@ -104,7 +98,7 @@ def test_failed_call_keeps_the_session_usable():
     """A call that fails midway frees its own allocations but not the session's arenas; the
     next call succeeds, and closing frees everything."""
     model, inputs, dg, plan = attention_plan(True)
-    staged = stage(inputs, dg, "sim")
+    staged = stage_inputs(dg, inputs, "sim")
     start = settled()
     hooks = {"fail": True}
 
@@ -222,7 +216,7 @@ def test_outputs_outlive_the_session(backend):
     """Outputs never alias the session's arenas: after close they keep their values (host
     outputs were copied out, device outputs own their buffer)."""
     model, inputs, dg, plan = attention_plan(True)
-    staged = stage(inputs, dg, backend)
+    staged = stage_inputs(dg, inputs, backend)
     with load(plan, backend) as session:
         res = session.run(*staged)
         snapshot = [to_host(o).clone() for o in res.outputs]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.runtime import cuda_available, cuda_unavailable_reason, to_device, to_host
+from workbench.runtime import cuda_available, cuda_unavailable_reason, stage_inputs, to_host
 from workbench.runtime.cuda import device_count
 from workbench.runtime.executor import ExecutorError, estimate, run
 
@@ -38,15 +38,6 @@ def place_quietly(prog, rules):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", wb.PlacementWarning)
         return wb.place(prog, rules)
-
-
-def stage(inputs, dg, backend):
-    """Inputs as the plan wants them: caller-owned device inputs staged on their device."""
-    names = dg.program.user_inputs
-    return tuple(
-        x if dg.input_devices[n].is_host else to_device(x, dg.input_devices[n], backend=backend)
-        for x, n in zip(inputs, names)
-    )
 
 
 def same(got, want, backend):
@@ -84,7 +75,7 @@ def test_examples_equal_eager(name, rules, backend):
         dg = wb.propagate(place_quietly(prog, RULES[rules]), skip, skip)
         plan = wb.plan(dg, "best")
         _skip_if_missing_gpus(plan, backend)
-        res = run(plan, *stage(inputs, dg, backend), backend=backend, validate=True)
+        res = run(plan, *stage_inputs(dg, inputs, backend), backend=backend, validate=True)
         same(res.outputs, expected, backend)
         assert res.backend == backend
 
@@ -101,7 +92,7 @@ def test_random_three_device_placements_equal_eager(seed, backend):
     dg = wb.propagate(placed, skip, skip)
     plan = wb.plan(dg, "best")
     _skip_if_missing_gpus(plan, backend)
-    res = run(plan, *stage(inputs, dg, backend), backend=backend, validate=True)
+    res = run(plan, *stage_inputs(dg, inputs, backend), backend=backend, validate=True)
     same(res.outputs, model(*inputs), backend)
     assert res.copy_bytes_by_kind() == dg.copy_bytes()
     assert res.copy_counts() == dg.copy_counts()
@@ -170,7 +161,7 @@ def test_moe_decode_step_equals_eager(moe, rules, backend):
         dg = wb.propagate(wb.place(prog, MOE_RULES[rules]), skip, skip)
         plan = wb.plan(dg, "best")
         _skip_if_missing_gpus(plan, backend)
-        res = run(plan, *stage(inputs, dg, backend), backend=backend, validate=True)
+        res = run(plan, *stage_inputs(dg, inputs, backend), backend=backend, validate=True)
         same(res.outputs, expected, backend)
 
 
@@ -186,6 +177,6 @@ def test_moe_strategies_equal_eager(moe, backend):
     for strategy in strategy_variants():
         dg = strategy.apply(prog)
         plan = wb.plan(dg, "best")
-        res = run(plan, *stage(inputs, dg, backend), backend=backend, validate=True)
+        res = run(plan, *stage_inputs(dg, inputs, backend), backend=backend, validate=True)
         same(res.outputs, expected, backend)
         assert res.copy_bytes_by_kind() == dg.copy_bytes(), strategy.label

@@ -13,7 +13,7 @@ from workbench.copy_ops import GATHER_H2D, GATHER_REUSE, SELECT_ROWS
 from workbench.kernels import gather_reuse_variant
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.planning.bound import run_in_arenas
-from workbench.runtime import CostModel, op_cost, to_device, to_host
+from workbench.runtime import CostModel, op_cost, stage_inputs, to_host
 from workbench.runtime.exec_backends import SimExecBackend
 from workbench.runtime.executor import estimate, run
 from workbench.strategies import expert_streaming
@@ -87,7 +87,7 @@ def test_reuse_copy_moves_exactly_the_missed_rows(idx, hint, hits):
 def test_sim_reuse_gather_reads_hits_from_the_device_buffer():
     """On sim the hit rows really come from the prefetched device buffer (a buffer that
     differs from the host rows shows it) and the missed rows from host memory."""
-    backend = SimExecBackend(registry=None, cost_model=MODEL)
+    backend = SimExecBackend(cost_model=MODEL)
     src = torch.arange(E * 3, dtype=torch.float32).reshape(E, 3)
     cached_index = torch.tensor([5, 2])
     cached = src[cached_index] - 500.0  # marked
@@ -166,11 +166,6 @@ def _moe():
     return cfg, plain, hinted, inputs, wb.capture(hinted, inputs)
 
 
-def _stage(dg, inputs):
-    names = dg.program.user_inputs
-    return tuple(x if dg.input_devices[n].is_host else to_device(x, dg.input_devices[n], backend="sim") for x, n in zip(inputs, names))
-
-
 @pytest.mark.parametrize("skip", [False, True])
 def test_prefetch_decode_step_equals_eager_and_plain_streaming(skip):
     """The prefetching decode step (batch 2) on sim equals eager PyTorch and the plain
@@ -179,9 +174,9 @@ def test_prefetch_decode_step_equals_eager_and_plain_streaming(skip):
     with torch.no_grad():
         expected = plain(*inputs)
     dg = expert_streaming(skip_copies=skip, prefetch=True).apply(prog)
-    res = run(wb.plan(dg, "best"), *_stage(dg, inputs), backend="sim", validate=True)
+    res = run(wb.plan(dg, "best"), *stage_inputs(dg, inputs, "sim"), backend="sim", validate=True)
     plain_dg = expert_streaming(skip_copies=skip).apply(wb.capture(plain, inputs))
-    plain_res = run(wb.plan(plain_dg, "best"), *_stage(plain_dg, inputs), backend="sim")
+    plain_res = run(wb.plan(plain_dg, "best"), *stage_inputs(plain_dg, inputs, "sim"), backend="sim")
     for got, other, want in zip(res.outputs, plain_res.outputs, expected):
         assert torch.equal(to_host(got), to_host(other))
         torch.testing.assert_close(to_host(got), want, rtol=1e-5, atol=1e-5)
@@ -218,7 +213,7 @@ def test_timeline_moves_misses_times_row_bytes_per_router_choices():
     cfg, plain, hinted, inputs, prog = _moe()
     chosen, predicted = reference_routing(plain, inputs)
     dg = expert_streaming(prefetch=True).apply(prog)
-    res = run(wb.plan(dg, "best"), *_stage(dg, inputs), backend="sim")
+    res = run(wb.plan(dg, "best"), *stage_inputs(dg, inputs, "sim"), backend="sim")
     H, I = cfg.hidden_size, cfg.moe_intermediate_size
     slab = {"w1": 2 * I * H * 4, "w2": H * I * 4}
     events = {e.node: e for e in res.timeline}

@@ -7,7 +7,7 @@ import torch
 import workbench as wb
 from workbench.copy_ops import reuse_sources
 from workbench.models import MoEConfig, QwenMoEDecoder
-from workbench.runtime import cuda_available, cuda_unavailable_reason, to_device, to_host
+from workbench.runtime import cuda_available, cuda_unavailable_reason, stage_inputs, to_host
 from workbench.runtime.executor import run
 from workbench.strategies import expert_streaming
 
@@ -62,11 +62,7 @@ def test_prefetch_decode_step_on_cuda_matches_sim():
     plan = wb.plan(dg, "best")
     results = {}
     for backend in ("sim", "cuda"):
-        staged = tuple(
-            x if dg.input_devices[n].is_host else to_device(x, dg.input_devices[n], backend=backend)
-            for x, n in zip(inputs, dg.program.user_inputs)
-        )
-        results[backend] = run(plan, *staged, backend=backend, validate=True)
+        results[backend] = run(plan, *stage_inputs(dg, inputs, backend), backend=backend, validate=True)
     for got, want in zip(results["cuda"].outputs, expected):
         torch.testing.assert_close(to_host(got), want, rtol=1e-4, atol=1e-4)
     assert results["cuda"].prefetch == results["sim"].prefetch

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 
 import workbench as wb
-from workbench.views._inputs import run_function
 
 from conftest import captured  # noqa: F401  (tests/conftest.py, on sys.path under pytest)
 
@@ -49,11 +48,9 @@ def residual_plan(algorithm: str = "greedy"):
 @functools.lru_cache(maxsize=None)
 def residual_run():
     """(plan, RunResult) of the two-device residual example run once on ``sim``."""
-    model, inputs, _ = residual_two_devices()
+    _, inputs, _ = residual_two_devices()
     plan = residual_plan()
-    run = run_function()
-    assert run is not None, "the pipeline has no run stage"
-    return plan, run(plan, *inputs, backend="sim")
+    return plan, wb.run(plan, *inputs, backend="sim")
 
 
 @functools.lru_cache(maxsize=None)

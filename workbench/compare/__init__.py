@@ -7,6 +7,7 @@ optional: this package imports without it, and its functions say how to install 
 """
 
 from .executorch import (
+    FLAG_LABELS,
     FLAG_SETTINGS,
     INSTALL_HINT,
     CopyComparison,
@@ -45,6 +46,7 @@ __all__ = [
     "ArenaCase",
     "ArenaComparison",
     "CASES",
+    "FLAG_LABELS",
     "FLAG_SETTINGS",
     "INSTALL_HINT",
     "Case",

@@ -34,20 +34,21 @@ import logging
 import types
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 import torch
 import torch.utils._pytree as pytree
 
 from ..capture import Program, capture
-from .._tensors import _overload, packet_name
+from .._tensors import _overload, packet_name, tensor_nbytes, value_of
 from ..place import Placement, PlacementError, _parse_rules, place
 from ..propagate import propagate
 from .models import Case
 
 __all__ = [
     "INSTALL_HINT",
+    "FLAG_LABELS",
     "FLAG_SETTINGS",
     "CopyComparison",
     "DelegateOps",
@@ -66,8 +67,14 @@ __all__ = [
 
 INSTALL_HINT = "pip install executorch==1.5.1"
 
-#: Every (skip_h2d, skip_d2h) setting, in the order tables show them.
-FLAG_SETTINGS: tuple[tuple[bool, bool], ...] = ((False, False), (True, False), (False, True), (True, True))
+#: Every (skip_h2d, skip_d2h) setting, in the order tables show them, with its short label.
+FLAG_LABELS: Mapping[tuple[bool, bool], str] = {
+    (False, False): "none",
+    (True, False): "skip-h2d",
+    (False, True): "skip-d2h",
+    (True, True): "both",
+}
+FLAG_SETTINGS: tuple[tuple[bool, bool], ...] = tuple(FLAG_LABELS)
 
 #: Name of the CompileSpec key ExecuTorch's PropagateDevicePass reads a delegate's device from.
 TARGET_DEVICE_KEY = "target_device"
@@ -96,7 +103,8 @@ _NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
 
 
 @contextlib.contextmanager
-def _quiet(names: Sequence[str]):
+def _quiet(names: Sequence[str] = ()):
+    """Ignore warnings, and log only errors on the loggers ``names``, inside the block."""
     loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
@@ -257,7 +265,7 @@ class CopyComparison:
 
     @property
     def rules_text(self) -> str:
-        return "; ".join(f"{dev}: {', '.join(pats)}" for dev, pats in self.rules)
+        return _rules_text(self.rules)
 
     def row(self) -> dict[str, Any]:
         """A flat dict for a DataFrame row."""
@@ -412,32 +420,22 @@ def executorch_copies_for(
     """
     _parse_edge_rules(rules)  # bad rules fail here, before ExecuTorch is imported
     settings = _check_settings(settings)
-    et = _et()
     partitioner = rule_partitioner(rules)
-    exported = torch.export.export(model, _as_tuple(example_inputs))
-    stage = "to_edge"
-    with warnings.catch_warnings():
-        # ExecuTorch's deprecation chatter is not part of the result
-        warnings.simplefilter("ignore")
-        try:
-            edge = et.to_edge(exported, compile_config=et.EdgeCompileConfig(_check_ir_validity=False))
-            stage = "to_backend"
-            lowered = edge.to_backend(partitioner)
-        except Exception as exc:  # any failure inside ExecuTorch is the answer we report
-            if partitioner.failure is not None:
-                raise partitioner.failure  # the workbench failed, not ExecuTorch
-            failed = _failure(exc, stage, partitioner.delegates)
-            return tuple(failed for _ in settings)
-        return tuple(
-            _finish(et, copy.deepcopy(lowered), skip_h2d, skip_d2h, partitioner.delegates)
-            for skip_h2d, skip_d2h in settings
-        )
+
+    def read(program: Any, _config: Any) -> ExecuTorchCopies:
+        graph = program.exported_program().graph_module.graph
+        return ExecuTorchCopies(_read_copies(graph), partitioner.delegates)
+
+    def failed(exc: BaseException, stage: str, _config: Any) -> ExecuTorchCopies:
+        error, detail = _error_text(exc)
+        return ExecuTorchCopies((), partitioner.delegates, error, stage, detail)
+
+    return tuple(_lower(model, example_inputs, partitioner, settings, read, failed))
 
 
-def _finish(
-    et: Any, lowered: Any, skip_h2d: bool, skip_d2h: bool, delegates: tuple[DelegateOps, ...]
-) -> ExecuTorchCopies:
-    config = et.ExecutorchBackendConfig(
+def _backend_config(et: Any, skip_h2d: bool, skip_d2h: bool) -> Any:
+    """``to_executorch``'s config for one flag setting, the same for every cross-check."""
+    return et.ExecutorchBackendConfig(
         enable_non_cpu_memory_planning=True,
         propagate_device_config=et.PropagateDeviceConfig(
             skip_h2d_for_method_inputs=skip_h2d,
@@ -448,19 +446,74 @@ def _finish(
             alloc_graph_input=not skip_h2d, alloc_graph_output=not skip_d2h
         ),
     )
-    try:
-        program = lowered.to_executorch(config)
-        graph = program.exported_program().graph_module.graph
-    except Exception as exc:  # a refusal or crash of to_executorch is a result
-        return _failure(exc, "to_executorch", delegates)
-    return ExecuTorchCopies(_read_copies(graph), delegates)
 
 
-def _failure(exc: BaseException, stage: str, delegates: tuple[DelegateOps, ...]) -> ExecuTorchCopies:
+def _lower(
+    model: torch.nn.Module,
+    example_inputs: Any,
+    partitioner: Any,
+    settings: Sequence[tuple[bool, bool]],
+    read: Callable[[Any, Any], Any],
+    failed: Callable[[BaseException, str, Any], Any],
+) -> list:
+    """ExecuTorch's pipeline: ``torch.export`` → ``to_edge`` → ``to_backend(partitioner)``
+    (skipped when None) once, then ``to_executorch`` per ``(skip_h2d, skip_d2h)``.
+
+    Each setting gives ``read(program, config)``, or ``failed(exc, stage, config)`` when
+    ExecuTorch raised (every setting fails alike when ``to_edge`` or ``to_backend`` did); a
+    failure of the workbench's own code inside the partitioner is raised instead.
+    """
+    et = _et()
+    configs = [_backend_config(et, skip_h2d, skip_d2h) for skip_h2d, skip_d2h in settings]
+    exported = torch.export.export(model, _as_tuple(example_inputs))
+    stage = "to_edge"
+    with _quiet():  # ExecuTorch's deprecation chatter is not part of the result
+        try:
+            program = et.to_edge(exported, compile_config=et.EdgeCompileConfig(_check_ir_validity=False))
+            if partitioner is not None:
+                stage = "to_backend"
+                program = program.to_backend(partitioner)
+        except Exception as exc:  # any failure inside ExecuTorch is the answer we report
+            if partitioner is not None and partitioner.failure is not None:
+                raise partitioner.failure  # the workbench failed, not ExecuTorch
+            return [failed(exc, stage, config) for config in configs]
+        results = []
+        for config in configs:
+            lowered = copy.deepcopy(program) if len(configs) > 1 else program
+            try:
+                final = lowered.to_executorch(config)
+            except Exception as exc:  # a refusal or crash of to_executorch is a result
+                results.append(failed(exc, "to_executorch", config))
+            else:
+                results.append(read(final, config))
+    return results
+
+
+def _error_text(exc: BaseException) -> tuple[str, str]:
+    """``("<exception type>: <first line>", whole message)``: InternalError appends a dump
+    of the whole graph; its first line is the message."""
     text = str(exc).strip()
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    # InternalError appends a dump of the whole graph; its first line is the message
-    return ExecuTorchCopies((), delegates, f"{type(exc).__name__}: {first}", stage, text)
+    return f"{type(exc).__name__}: {first}", text
+
+
+#: ExecuTorch's names for ops the workbench names otherwise.
+_ET_OP_ALIASES = {
+    "_h2d_copy": "h2d_copy",
+    "_d2h_copy": "d2h_copy",
+    "_clone_dim_order": "clone",
+    "_to_dim_order_copy": "_to_copy",
+}
+
+#: The kind of each ExecuTorch copy op, by ``_short_op_name``.
+_ET_COPY_KINDS = {"h2d_copy": "h2d", "d2h_copy": "d2h"}
+
+
+def _short_op_name(node: torch.fx.Node) -> str:
+    """An op's name without namespace or overload (``aten.addmm.out`` → ``addmm``; an edge
+    op is named by the aten op it wraps), ExecuTorch's under the workbench's names."""
+    name = packet_name(node).rsplit(".", 1)[-1]
+    return _ET_OP_ALIASES.get(name, name)
 
 
 def _read_copies(graph: torch.fx.Graph) -> tuple[ETCopy, ...]:
@@ -468,8 +521,7 @@ def _read_copies(graph: torch.fx.Graph) -> tuple[ETCopy, ...]:
     for node in graph.nodes:
         if node.op != "call_function":
             continue
-        target = str(node.target)
-        kind = "h2d" if "h2d_copy" in target else "d2h" if "d2h_copy" in target else None
+        kind = _ET_COPY_KINDS.get(_short_op_name(node))
         if kind is None:
             continue
         source = node.args[0] if node.args else None
@@ -482,10 +534,8 @@ def _et_nbytes(node: torch.fx.Node) -> int | None:
     spec = node.meta.get("spec")
     if spec is not None and hasattr(spec, "nbytes"):
         return int(spec.nbytes())
-    val = node.meta.get("val")
-    if isinstance(val, torch.Tensor):
-        return val.numel() * val.element_size()
-    return None
+    val = value_of(node)
+    return tensor_nbytes(val) if isinstance(val, torch.Tensor) else None
 
 
 def compare_copies(
@@ -587,6 +637,10 @@ def comparison_table(cases: Iterable[CopyComparison]) -> pd.DataFrame:
             )
         rows.append(item.row())
     return pd.DataFrame(rows)
+
+
+def _rules_text(rules: Iterable[tuple[str, Sequence[str]]]) -> str:
+    return "; ".join(f"{dev}: {', '.join(pats)}" for dev, pats in rules)
 
 
 def _freeze_rules(parsed: list) -> tuple[tuple[str, tuple[str, ...]], ...]:

@@ -46,7 +46,6 @@ from __future__ import annotations
 import functools
 import operator
 import types
-import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
@@ -54,6 +53,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 import pandas as pd
 import torch
 
+from .._tensors import is_view_op
 from ..capture import capture
 from ..copy_ops import KIND_FOR_OP
 from ..place import place
@@ -61,14 +61,18 @@ from ..planning import Assignment, Buffer, assign_offsets, lower_bound, verify
 from ..planning.plan import plan as _plan
 from ..propagate import propagate
 from .executorch import (
+    _ET_COPY_KINDS,
     DelegateOps,
     _as_tuple,
     _check_settings,
     _delegate_ops,
+    _error_text,
     _et,
-    _failure,
     _freeze_rules,
+    _lower,
     _parse_edge_rules,
+    _rules_text,
+    _short_op_name,
     rule_partitioner,
 )
 
@@ -117,15 +121,6 @@ ARENA_REASONS: Mapping[str, str] = {
     ),
 }
 
-# ExecuTorch's names for ops the workbench sees under their aten names.
-_ET_OP_ALIASES = {
-    "_h2d_copy": "h2d_copy",
-    "_d2h_copy": "d2h_copy",
-    "_clone_dim_order": "clone",
-    "_to_dim_order_copy": "_to_copy",
-}
-
-
 @functools.cache
 def _et_memory() -> Any:
     """ExecuTorch's memory-planning names, imported on first use (after ``_et``)."""
@@ -162,6 +157,10 @@ class ETTensor:
     source: Optional[str] = None  # for a copy: the node it copies
     of_constant: bool = False  # a view of a weight, or a copy of a weight or such a view
 
+    def buffer(self) -> Buffer:
+        """This tensor as planning input: its bytes and lifetime."""
+        return Buffer(self.name, self.nbytes, self.start, self.end)
+
 
 @dataclass(frozen=True)
 class ExecuTorchArenas:
@@ -189,7 +188,7 @@ class ExecuTorchArenas:
 
     def buffers(self, device: str) -> list[Buffer]:
         """ExecuTorch's tensors of one device as planning input (same sizes and lifetimes)."""
-        return [Buffer(t.name, t.nbytes, t.start, t.end) for t in self.tensors if t.device == device]
+        return [t.buffer() for t in self.tensors if t.device == device]
 
     def verify(self) -> None:
         """Check ExecuTorch's own plan with the workbench's verifier: no two of its tensors
@@ -199,7 +198,7 @@ class ExecuTorchArenas:
         for t in self.tensors:
             by_buffer[t.mem_id].append(t)
         for mem_id, group in sorted(by_buffer.items()):
-            buffers = [Buffer(t.name, t.nbytes, t.start, t.end) for t in group]
+            buffers = [t.buffer() for t in group]
             offsets = {t.name: t.offset for t in group}
             verify(buffers, Assignment(offsets, self.buffer_sizes[mem_id], "executorch"), self.alignment)
 
@@ -255,7 +254,7 @@ class ArenaComparison:
 
     @property
     def rules_text(self) -> str:
-        return "; ".join(f"{dev}: {', '.join(p)}" for dev, p in self.rules) or "(cpu only)"
+        return _rules_text(self.rules) or "(cpu only)"
 
     def one_sided_bytes(self, side: str, device: str) -> dict[str, int]:
         """Bytes planned by ``side`` only on ``device``, per reason."""
@@ -322,51 +321,32 @@ def executorch_arena_bytes(
     _check_settings(((skip_h2d, skip_d2h),))
     if rules:
         _parse_edge_rules(rules)  # bad rules fail before ExecuTorch runs
-    et = _et()
     mem = _et_memory()
     partitioner = rule_partitioner(rules) if rules else None
-    planning_pass = et.MemoryPlanningPass(alloc_graph_input=not skip_h2d, alloc_graph_output=not skip_d2h)
-    alignment = int(planning_pass.alignment)
-    exported = torch.export.export(model, _as_tuple(example_inputs))
-    stage = "to_edge"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # ExecuTorch's deprecation chatter is not the result
-        try:
-            program = et.to_edge(exported, compile_config=et.EdgeCompileConfig(_check_ir_validity=False))
-            if partitioner is not None:
-                stage = "to_backend"
-                program = program.to_backend(partitioner)
-            stage = "to_executorch"
-            config = et.ExecutorchBackendConfig(
-                enable_non_cpu_memory_planning=True,
-                propagate_device_config=et.PropagateDeviceConfig(
-                    skip_h2d_for_method_inputs=skip_h2d, skip_d2h_for_method_outputs=skip_d2h
-                ),
-                memory_planning_pass=planning_pass,
-            )
-            final = program.to_executorch(config)
-            plan = final.executorch_program.execution_plan[0]
-            graph_module = final.exported_program().graph_module
-        except Exception as exc:  # any failure inside ExecuTorch is the answer we report
-            if partitioner is not None and partitioner.failure is not None:
-                raise partitioner.failure  # the workbench's partitioner failed, not ExecuTorch
-            delegates = partitioner.delegates if partitioner is not None else ()
-            failed = _failure(exc, stage, delegates)
-            return ExecuTorchArenas({}, (), (), (), alignment, delegates, failed.error, stage, failed.detail)
-    sizes = tuple(int(s) for s in plan.non_const_buffer_sizes)
-    devices = _buffer_devices(sizes, plan.non_const_buffer_device)
-    arena: dict[str, int] = {}
-    for index in range(1, len(sizes)):  # rule 1: index 0 is reserved
-        arena[devices[index]] = arena.get(devices[index], 0) + sizes[index]
-    tensors = _read_tensors(graph_module, devices, mem)
-    return ExecuTorchArenas(
-        arena_bytes=arena,
-        buffer_sizes=sizes,
-        buffer_devices=devices,
-        tensors=tensors,
-        alignment=alignment,
-        delegates=partitioner.delegates if partitioner is not None else (),
-    )
+
+    def delegates() -> tuple[DelegateOps, ...]:  # as the partitioner tagged them, once it ran
+        return partitioner.delegates if partitioner is not None else ()
+
+    def read(program: Any, config: Any) -> ExecuTorchArenas:
+        plan = program.executorch_program.execution_plan[0]
+        sizes = tuple(int(s) for s in plan.non_const_buffer_sizes)
+        devices = _buffer_devices(sizes, plan.non_const_buffer_device)
+        arena: dict[str, int] = {}
+        for index in range(1, len(sizes)):  # rule 1: index 0 is reserved
+            arena[devices[index]] = arena.get(devices[index], 0) + sizes[index]
+        tensors = _read_tensors(program.exported_program().graph_module, devices, mem)
+        return ExecuTorchArenas(arena, sizes, devices, tensors, _alignment(config), delegates())
+
+    def failed(exc: BaseException, stage: str, config: Any) -> ExecuTorchArenas:
+        error, detail = _error_text(exc)
+        return ExecuTorchArenas({}, (), (), (), _alignment(config), delegates(), error, stage, detail)
+
+    return _lower(model, example_inputs, partitioner, ((skip_h2d, skip_d2h),), read, failed)[0]
+
+
+def _alignment(config: Any) -> int:
+    """The alignment of the config's ``MemoryPlanningPass`` (its default, 16 bytes)."""
+    return int(config.memory_planning_pass.alignment)
 
 
 def _buffer_devices(sizes: tuple[int, ...], listed: Any) -> tuple[str, ...]:
@@ -377,29 +357,11 @@ def _buffer_devices(sizes: tuple[int, ...], listed: Any) -> tuple[str, ...]:
     return tuple(devices)
 
 
-def _op_name(target: Any) -> str:
-    """An op's name without namespace or overload (``aten.addmm.out`` → ``addmm``)."""
-    if not isinstance(target, torch._ops.OpOverload):
-        target = getattr(target, "_op", target)  # an edge op wraps an aten OpOverload
-    if isinstance(target, torch._ops.OpOverload):
-        name = target._opname
-    else:
-        name = getattr(target, "__name__", None) or str(target)
-    return _ET_OP_ALIASES.get(name, name)
-
-
+@functools.cache
 def _is_view_copy(op: str) -> bool:
-    """An edge ``*_copy`` op whose aten base op returns a view of its input."""
-    if not op.endswith("_copy"):
-        return False
-    packet = getattr(torch.ops.aten, op[: -len("_copy")], None)
-    if packet is None:
-        return False
-    for overload in packet.overloads():
-        returns = getattr(packet, overload)._schema.returns
-        if returns and returns[0].alias_info is not None:
-            return True
-    return False
+    """An edge ``*_copy`` op whose aten base op is a view op (``permute_copy`` of ``permute``)."""
+    packet = getattr(torch.ops.aten, op.removesuffix("_copy"), None) if op.endswith("_copy") else None
+    return packet is not None and any(is_view_op(getattr(packet, o)) for o in packet.overloads())
 
 
 def _delegate_output_ops(graph_module: torch.fx.GraphModule, call: torch.fx.Node) -> list[str]:
@@ -408,7 +370,7 @@ def _delegate_output_ops(graph_module: torch.fx.GraphModule, call: torch.fx.Node
     graph = lowered.original_module.graph_module.graph
     outputs = next(n for n in graph.nodes if n.op == "output").args[0]
     outputs = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
-    return [_op_name(o.target) if isinstance(o, torch.fx.Node) and o.op == "call_function" else "input" for o in outputs]
+    return [_short_op_name(o) if isinstance(o, torch.fx.Node) and o.op == "call_function" else "input" for o in outputs]
 
 
 def _read_tensors(graph_module: torch.fx.GraphModule, devices: tuple[str, ...], mem: Any) -> tuple[ETTensor, ...]:
@@ -445,8 +407,8 @@ def _read_tensors(graph_module: torch.fx.GraphModule, devices: tuple[str, ...], 
             elif delegate_ops is not None:
                 op, kind = delegate_ops[index], "delegate_output"
             else:
-                op = _op_name(node.target)
-                kind = "copy" if op in ("h2d_copy", "d2h_copy") else "view_copy" if _is_view_copy(op) else "activation"
+                op = _short_op_name(node)
+                kind = "copy" if op in _ET_COPY_KINDS else "view_copy" if _is_view_copy(op) else "activation"
             if multi and kind != "view_copy" and id(spec) not in read:
                 kind = "unread_output"
             first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
@@ -558,7 +520,7 @@ def _wb_tensors(memory, placement) -> list[_WBTensor]:
         elif writer.target in KIND_FOR_OP:
             op = f"{KIND_FOR_OP[writer.target]}_copy"
         else:
-            op = _op_name(writer.target)
+            op = _short_op_name(writer)
         delegate = placement.node_delegate.get(writer.name)
         readers = [u for name in (alloc.name, *alloc.aliases) for u in nodes[name].users]
         internal = (

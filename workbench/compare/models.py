@@ -35,26 +35,25 @@ _WIDTH = 16
 _BATCH = 4
 
 
-class TwoDelegateMLP(nn.Module):
-    """relu (device) → linear (host) → relu (device): two delegates, a host op between."""
+class _TwoLinears(nn.Module):
+    """Two ``width × width`` linear layers, ``fc1`` and ``fc2``; subclasses give ``forward``."""
 
     def __init__(self, width: int = _WIDTH) -> None:
         super().__init__()
         self.fc1 = nn.Linear(width, width)
         self.fc2 = nn.Linear(width, width)
+
+
+class TwoDelegateMLP(_TwoLinears):
+    """relu (device) → linear (host) → relu (device): two delegates, a host op between."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.fc1(x))  # (B, W) on the device
         return torch.relu(self.fc2(h))  # (B, W) fc2 on the host, relu on the device
 
 
-class SharedValueMLP(nn.Module):
+class SharedValueMLP(_TwoLinears):
     """``h`` (host) is read by relu in one delegate and by add in another."""
-
-    def __init__(self, width: int = _WIDTH) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(width, width)
-        self.fc2 = nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc1(x)  # (B, W) on the host
@@ -98,13 +97,8 @@ class TwoDevices(nn.Module):
         return a * a  # on cuda:1
 
 
-class ParamOnDevice(nn.Module):
+class ParamOnDevice(_TwoLinears):
     """Two linear layers whose matmuls run on the device (their weights are delegate inputs)."""
-
-    def __init__(self, width: int = _WIDTH) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(width, width)
-        self.fc2 = nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(torch.relu(self.fc1(x)))

@@ -483,13 +483,13 @@ class CopyEngine:
         num_rows, row_bytes, row_stride, src_dev_ptr, src_span = self._gather_source(src)
         s, sync = _stream(stream)
         with self._device, s:
-            offsets = self._device_offsets(cp, indices, num_rows, row_stride)
+            offsets = self._device_ids(cp, indices, num_rows, "indices", scale=row_stride)
             n = int(offsets.size)
             if n == 0 or row_bytes == 0:
                 return 0
             variant = gather_variant(src_dev_ptr, dst_ptr, row_bytes, row_stride)
             grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
-            self._kernel(variant)(
+            self._kernel(_GATHER_SOURCE, f"wb_gather_rows_{variant}")(
                 grid,
                 block,
                 (np.uint64(src_dev_ptr), np.int64(src_span), offsets, np.uint64(dst_ptr), np.int64(row_bytes)),
@@ -543,7 +543,7 @@ class CopyEngine:
                 raise ValueError(f"at most {MAX_GATHER_ROWS} rows per gather, got {n}")
             variant = gather_reuse_variant(src_dev_ptr, cached.data_ptr(), dst_ptr, row_bytes, row_stride)
             grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
-            self._reuse_kernel(variant)(
+            self._kernel(_GATHER_REUSE_SOURCE, f"wb_gather_reuse_rows_{variant}")(
                 grid,
                 block,
                 (
@@ -579,39 +579,23 @@ class CopyEngine:
         return num_rows, row_bytes, row_stride, src_dev_ptr, src_span
 
     @staticmethod
-    def _device_ids(cp: Any, indices: Any, num_rows: int, what: str) -> Any:
-        """Row ids as a 1-D int64 device array; host ids are range-checked first."""
+    def _device_ids(cp: Any, indices: Any, num_rows: int, what: str, scale: int = 1) -> Any:
+        """Row ids times ``scale`` (1: the ids; a row stride: byte offsets) as a 1-D int64
+        device array; host ids are range-checked first."""
         if isinstance(indices, torch.Tensor) and indices.device.type == "cuda":
             indices = cp.from_dlpack(indices.reshape(-1))
         if isinstance(indices, cp.ndarray):
             if indices.ndim != 1:
                 raise ValueError(f"{what} must be 1-D, got shape {indices.shape}")
-            return cp.ascontiguousarray(indices.astype(cp.int64))
-        offsets = gather_row_offsets(indices, num_rows, 1)  # checks: 1-D ints in range
-        return cp.asarray(offsets)
+            ids = indices.astype(cp.int64)
+            return ids * scale if scale != 1 else cp.ascontiguousarray(ids)
+        return cp.asarray(gather_row_offsets(indices, num_rows, scale))  # checks: 1-D ints in range
 
-    def _reuse_kernel(self, variant: str) -> Any:
-        key = f"reuse_{variant}"
-        if key not in self._kernels:
-            cp = _cp()
-            self._kernels[key] = cp.RawKernel(_GATHER_REUSE_SOURCE, f"wb_gather_reuse_rows_{variant}")
-        return self._kernels[key]
-
-    @staticmethod
-    def _device_offsets(cp: Any, indices: Any, num_rows: int, row_stride: int) -> Any:
-        if isinstance(indices, torch.Tensor) and indices.device.type == "cuda":
-            indices = cp.from_dlpack(indices)
-        if isinstance(indices, cp.ndarray):
-            if indices.ndim != 1:
-                raise ValueError(f"indices must be 1-D, got shape {indices.shape}")
-            return indices.astype(cp.int64) * row_stride
-        return cp.asarray(gather_row_offsets(indices, num_rows, row_stride))
-
-    def _kernel(self, variant: str) -> Any:
-        if variant not in self._kernels:
-            cp = _cp()
-            self._kernels[variant] = cp.RawKernel(_GATHER_SOURCE, f"wb_gather_rows_{variant}")
-        return self._kernels[variant]
+    def _kernel(self, source: str, name: str) -> Any:
+        """The compiled kernel ``name`` of ``source`` (compiled once per engine)."""
+        if name not in self._kernels:
+            self._kernels[name] = _cp().RawKernel(source, name)
+        return self._kernels[name]
 
     def _staging_buffers(self) -> tuple[list[torch.Tensor], list[Any]]:
         if not self._staging:

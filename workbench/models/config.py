@@ -129,13 +129,10 @@ class MoEConfig:
         if "dtype" not in merged:
             # HF writes the dtype as "dtype" (new) or "torch_dtype" (old), at
             # either nesting level.
-            for src in (merged, raw):
-                for key in ("dtype", "torch_dtype"):
-                    if src.get(key) is not None:
-                        merged["dtype"] = src[key]
-                        break
-                if "dtype" in merged:
-                    break
+            found = [src[key] for src in (merged, raw) for key in ("dtype", "torch_dtype")
+                     if src.get(key) is not None]
+            if found:
+                merged["dtype"] = found[0]
 
         names = [f.name for f in dataclasses.fields(cls)]
         missing = [n for n in names if n not in merged and n not in _OPTIONAL_DEFAULTS]
@@ -273,7 +270,7 @@ def _validate(c: MoEConfig) -> None:
         c.partial_rotary_factor <= 1.0,
         f"partial_rotary_factor={c.partial_rotary_factor} must be in (0, 1]",
     )
-    rot = int(c.head_dim * c.partial_rotary_factor)
+    rot = c.rotary_dim
     need(
         rot >= 2 and rot % 2 == 0,
         f"head_dim * partial_rotary_factor = {c.head_dim} * {c.partial_rotary_factor} "

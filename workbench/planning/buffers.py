@@ -25,7 +25,8 @@ class PlanningInputError(ValueError):
     """Input to planning that cannot be planned: it says what was wrong and what is valid."""
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """An int that is not a bool (rule 1)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -47,7 +48,7 @@ class Buffer:
             ) from None
         for field_name in ("size", "start", "end"):
             value = getattr(self, field_name)
-            if not _is_int(value):
+            if not is_int(value):
                 raise PlanningInputError(
                     f"buffer {self.id!r}: {field_name} must be an int, "
                     f"got {type(value).__name__} {value!r}"
@@ -70,7 +71,7 @@ class Buffer:
 
 def check_alignment(alignment: object) -> int:
     """Return ``alignment`` if it is a positive power of two (rule 4), else raise."""
-    if not _is_int(alignment) or alignment <= 0 or alignment & (alignment - 1):
+    if not is_int(alignment) or alignment <= 0 or alignment & (alignment - 1):
         raise PlanningInputError(
             f"alignment must be a positive power of two (1, 2, 4, 8, 16, ...), got {alignment!r}"
         )

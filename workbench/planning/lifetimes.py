@@ -69,16 +69,24 @@ def _storage_key(val: Any) -> int | None:
         return None
 
 
-def _aliased(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The input whose traced storage ``node``'s value shares (rule 2), or None."""
-    key = _storage_key(value_of(node))
+def _aliased(node: torch.fx.Node, keys: dict[torch.fx.Node, int | None]) -> torch.fx.Node | None:
+    """The input whose traced storage ``node``'s value shares (rule 2), or None.
+
+    ``keys`` caches each node's storage key: a node is read by all its users."""
+
+    def key_of(n: torch.fx.Node) -> int | None:
+        if n not in keys:
+            keys[n] = _storage_key(value_of(n))
+        return keys[n]
+
+    key = key_of(node)
     if key is None or is_copy_node(node):
         return None
     inputs = node.all_input_nodes
     if node.target is operator.getitem and inputs:
         inputs = inputs[0].all_input_nodes  # the tuple's producer's inputs
     for arg in inputs:
-        if _storage_key(value_of(arg)) == key:
+        if key_of(arg) == key:
             return arg
     return None
 
@@ -97,6 +105,7 @@ def tensor_lifetimes(
     end: dict[torch.fx.Node, int] = {}
     kind: dict[torch.fx.Node, str] = {}
     constant_bases: set[torch.fx.Node] = set()
+    storage_keys: dict[torch.fx.Node, int | None] = {}
 
     for node in nodes:
         if node.op == "output":
@@ -111,7 +120,7 @@ def tensor_lifetimes(
             else:
                 start[node], kind[node] = 0, "input"
             continue
-        source = _aliased(node)
+        source = _aliased(node, storage_keys)
         if source is not None and source in base:
             base[node] = base[source]
             continue

@@ -27,7 +27,7 @@ from .._tensors import node_nbytes
 from .._units import format_bytes
 from ..devices import Device, DeviceError
 from .algorithms import ALGORITHMS, Assignment, assign_offsets
-from .buffers import Buffer, check_alignment
+from .buffers import Buffer, aligned_size, check_alignment
 from .lifetimes import TensorLifetime, tensor_lifetimes
 from .lower_bound import lower_bound as _lower_bound
 from .verify import PlanVerificationError, verify as _verify
@@ -250,7 +250,7 @@ def _place(lives: list[TensorLifetime], algorithm: str, alignment: int, dg):
                 device=key,
                 arena=0,
                 offset=assignment.offsets[life.name],
-                size=-(-life.nbytes // alignment) * alignment,
+                size=aligned_size(life.nbytes, alignment),
                 nbytes=life.nbytes,
                 start=life.start,
                 end=life.end,

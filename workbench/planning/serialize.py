@@ -97,11 +97,6 @@ def _read(archive: zipfile.ZipFile, name: str, path: Path) -> bytes:
 def load_plan(path: Union[str, Path]):
     """Read a file written by ``MemoryPlan.save``; returns the ``MemoryPlan`` with its
     ``DeviceGraph``, ``Placement`` and ``Program``."""
-    from ..capture import Program
-    from ..place import Delegate, Placement
-    from ..propagate import CopyRecord, DeviceGraph
-    from .plan import MemoryPlan, TensorAllocation
-
     path = Path(path)
     if not path.exists():
         raise PlanFileError(f"no plan file at {path}")
@@ -130,14 +125,17 @@ def load_plan(path: Union[str, Path]):
         except Exception as exc:
             raise PlanFileError(f"{path}: the saved programs cannot be loaded: {type(exc).__name__}: {exc}") from None
     try:
-        return _rebuild(document, original, propagated, Program, Delegate, Placement, CopyRecord, DeviceGraph,
-                        MemoryPlan, TensorAllocation)
+        return _rebuild(document, original, propagated)
     except (KeyError, TypeError, ValueError) as exc:
         raise PlanFileError(f"{path} is corrupt: plan.json is missing or has a bad field ({type(exc).__name__}: {exc})") from None
 
 
-def _rebuild(doc: dict, original, propagated, Program, Delegate, Placement, CopyRecord, DeviceGraph,
-             MemoryPlan, TensorAllocation) -> Any:
+def _rebuild(doc: dict, original, propagated) -> Any:
+    from ..capture import Program
+    from ..place import Delegate, Placement
+    from ..propagate import CopyRecord, DeviceGraph
+    from .plan import MemoryPlan, TensorAllocation
+
     program = Program(original, bool(doc["program"]["shape_only"]))
     p = doc["placement"]
     node_device = {k: Device.parse(v) for k, v in p["node_device"].items()}

@@ -34,7 +34,7 @@ from bisect import bisect_left
 from collections.abc import Hashable, Iterable
 
 from .algorithms.base import Assignment
-from .buffers import Buffer, PlanningInputError, check_alignment, check_buffers
+from .buffers import Buffer, PlanningInputError, check_alignment, check_buffers, is_int
 
 DEFAULT_LIMIT = 1000
 
@@ -132,7 +132,7 @@ def _field_problems(bufs: tuple[Buffer, ...], assignment: Assignment, alignment:
     problems: list[str] = []
     offsets = assignment.offsets
     arena = assignment.arena_bytes
-    if not isinstance(arena, int) or isinstance(arena, bool) or arena < 0:
+    if not is_int(arena) or arena < 0:
         problems.append(f"arena_bytes is {arena!r}; it must be an int >= 0")
         arena = None
     ids: set[Hashable] = {b.id for b in bufs}
@@ -145,7 +145,7 @@ def _field_problems(bufs: tuple[Buffer, ...], assignment: Assignment, alignment:
             problems.append(f"buffer {buf.id!r} has no offset")
             continue
         offset = offsets[buf.id]
-        if not isinstance(offset, int) or isinstance(offset, bool):
+        if not is_int(offset):
             problems.append(f"buffer {buf.id!r}: offset {offset!r} is not an int")
         elif offset < 0:
             problems.append(f"buffer {buf.id!r}: offset {offset} is negative")
@@ -166,7 +166,7 @@ def _placed(bufs: tuple[Buffer, ...], offsets) -> list[int]:
     out = []
     for p, b in enumerate(bufs):
         offset = offsets.get(b.id)
-        if b.size and isinstance(offset, int) and not isinstance(offset, bool):
+        if b.size and is_int(offset):
             out.append(p)
     return out
 

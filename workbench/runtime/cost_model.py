@@ -23,6 +23,7 @@ comment says; they are leads for modeling, not measurements of this machine.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, NamedTuple
@@ -245,10 +246,7 @@ class OpCost(NamedTuple):
 
 
 def _nbytes(t: torch.Tensor) -> int:
-    numel = 1
-    for d in t.shape:
-        numel *= _concrete(d)
-    return numel * t.element_size()
+    return math.prod(_concrete(d) for d in t.shape) * t.element_size()
 
 
 def _concrete(d: Any) -> int:
@@ -339,27 +337,27 @@ def op_cost(
 
 
 @functools.lru_cache(maxsize=1)
-def _row_gather_ops() -> dict[Any, int]:
-    from .. import copy_ops  # noqa: F401  (registers workbench::select_rows)
+def _row_gather_ops() -> frozenset:
+    """Ops whose first argument is the source they pick rows of (built once)."""
+    from ..copy_ops import SELECT_ROWS  # select_rows(source, index, hint)
 
     aten = torch.ops.aten
-    return {
-        aten.index_select.default: 0,  # index_select(source, dim, index)
-        aten.embedding.default: 0,  # embedding(weight, indices)
-        aten.gather.default: 0,  # gather(source, dim, index)
-        aten.index.Tensor: 0,  # source[indices]
-        torch.ops.workbench.select_rows.default: 0,  # select_rows(source, index, hint)
-    }
+    return frozenset({
+        aten.index_select.default,  # index_select(source, dim, index)
+        aten.embedding.default,  # embedding(weight, indices)
+        aten.gather.default,  # gather(source, dim, index)
+        aten.index.Tensor,  # source[indices]
+        SELECT_ROWS,
+    })  # fmt: skip
 
 
 def _row_gather_read(fn: Any, args: tuple, read: int, written: int) -> int:
     """Ops that pick rows out of a big source read only the rows they pick: counting the
     whole source (an embedding table, a stack of 256 experts) as read would charge a
     decode step gigabytes it never touches."""
-    position = _row_gather_ops().get(fn)
-    if position is None or position >= len(args) or not isinstance(args[position], torch.Tensor):
+    if fn not in _row_gather_ops() or not args or not isinstance(args[0], torch.Tensor):
         return read
-    return read - _nbytes(args[position]) + min(written, _nbytes(args[position]))
+    return read - _nbytes(args[0]) + min(written, _nbytes(args[0]))
 
 
 def _is_fake(t: torch.Tensor) -> bool:

@@ -47,9 +47,8 @@ class CudaStreams:
         return self._copy[index]
 
     def for_lane(self, lane: tuple[str, str]) -> "torch.cuda.Stream":
-        device, stream = lane
-        index = int(device.partition(":")[2] or 0)
-        return self._copy[index] if stream == "copy" else self._compute[index]
+        index = _index(lane)
+        return self._copy[index] if lane[1] == "copy" else self._compute[index]
 
     def synchronize(self) -> None:
         for i in self.indices:

@@ -62,13 +62,32 @@ class _SimRunClock:
         return self._clock.timeline()
 
 
-class SimExecBackend:
+class _ExecBackend:
+    """What both backends do alike."""
+
+    name: str
+
+    def device_of(self, t: Any) -> Device:
+        return device_of(t, self.name)
+
+    def new_host(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(tuple(shape), dtype=dtype)
+
+
+def _copy_hits(rows: torch.Tensor, cached: torch.Tensor, hit: torch.Tensor, position: torch.Tensor) -> None:
+    """Rule 3's hit rows: ``rows[k] = cached[position[k]]`` wherever ``hit[k]``."""
+    hit_rows = hit.nonzero().reshape(-1)
+    if hit_rows.numel():
+        held = cached.reshape((-1,) + tuple(rows.shape[1:]))  # (C, *row), the prefetched rows
+        rows.index_copy_(0, hit_rows, held.index_select(0, position[hit_rows].to(torch.long)))
+
+
+class SimExecBackend(_ExecBackend):
     """The simulated accelerator (rule 1)."""
 
     name = "sim"
 
-    def __init__(self, registry: AllocatorRegistry, cost_model: CostModel) -> None:
-        self.registry = registry
+    def __init__(self, cost_model: CostModel) -> None:
         self.cost_model = cost_model
 
     def arena(self, device: Device, buffer: Any) -> torch.Tensor:
@@ -85,9 +104,6 @@ class SimExecBackend:
 
     def as_tensor(self, x: Any) -> Any:
         return x
-
-    def device_of(self, t: Any) -> Device:
-        return device_of(t, "sim")
 
     def torch_copy(self, dst: torch.Tensor, src: torch.Tensor, stream: Any) -> None:
         dst.copy_(src)
@@ -107,22 +123,15 @@ class SimExecBackend:
         stream: Any,
     ) -> Callable[[], int]:
         """Rule 3: hit rows from the device buffer ``cached``, missed rows from host ``src``."""
-        row_shape = tuple(src.shape[1:])
-        rows = dst.view((-1,) + row_shape)  # (N, *row), the device slot
+        rows = dst.view((-1,) + tuple(src.shape[1:]))  # (N, *row), the device slot
         hit, position = reuse_sources(index, cached_index)
+        _copy_hits(rows, cached, hit, position)
         ids = index.reshape(-1).to(torch.long)
-        hit_rows = hit.nonzero().reshape(-1)
         miss_rows = (~hit).nonzero().reshape(-1)
-        if hit_rows.numel():
-            held = cached.reshape((-1,) + row_shape)  # (C, *row), the prefetched rows
-            rows.index_copy_(0, hit_rows, held.index_select(0, position[hit_rows].to(torch.long)))
         if miss_rows.numel():
             rows.index_copy_(0, miss_rows, src.index_select(0, ids[miss_rows]))
-        hits = int(hit_rows.numel())
+        hits = int(hit.sum())
         return lambda: hits
-
-    def new_host(self, shape, dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty(tuple(shape), dtype=dtype)
 
     def clock(self) -> _SimRunClock:
         return _SimRunClock(self.cost_model)
@@ -131,16 +140,15 @@ class SimExecBackend:
         pass
 
 
-class CudaExecBackend:
+class CudaExecBackend(_ExecBackend):
     """The real GPU through CuPy memory and torch CUDA streams (rule 1)."""
 
     name = "cuda"
 
-    def __init__(self, registry: AllocatorRegistry, cost_model: CostModel, indices) -> None:
+    def __init__(self, registry: AllocatorRegistry, indices) -> None:
         from .cuda_timing import CudaStreams
 
         self.registry = registry
-        self.cost_model = cost_model
         self.streams = CudaStreams(indices)
 
     def arena(self, device: Device, buffer: Any) -> torch.Tensor:
@@ -169,9 +177,6 @@ class CudaExecBackend:
 
     def as_tensor(self, x: Any) -> Any:
         return torch.from_dlpack(x) if _is_cupy_array(x) else x
-
-    def device_of(self, t: Any) -> Device:
-        return device_of(t, "cuda")
 
     def torch_copy(self, dst: torch.Tensor, src: torch.Tensor, stream: Any) -> None:
         with torch.cuda.stream(stream):
@@ -211,25 +216,18 @@ class CudaExecBackend:
         return _once(lambda: int(flags.sum()))  # read after the call has synchronized
 
     def _torch_gather_reuse(self, dst, src, index, cached, cached_index, stream) -> Callable[[], int]:
-        row_shape = tuple(src.shape[1:])
         with torch.cuda.stream(stream):
             hit, position = reuse_sources(index, cached_index)
             hit_host = hit.cpu()  # the host must know which rows to read
-            rows = dst.view((-1,) + row_shape)
+            rows = dst.view((-1,) + tuple(src.shape[1:]))
             ids = index.reshape(-1).to(torch.long)
-            hit_rows = hit.nonzero().reshape(-1)
-            if hit_rows.numel():
-                held = cached.reshape((-1,) + row_shape)
-                rows.index_copy_(0, hit_rows, held.index_select(0, position[hit_rows].to(torch.long)))
+            _copy_hits(rows, cached, hit, position)
             miss_ids = ids.cpu()[~hit_host]
             if miss_ids.numel():
                 fetched = torch.index_select(src, 0, miss_ids).to(dst.device, non_blocking=True)
                 rows.index_copy_(0, (~hit).nonzero().reshape(-1), fetched)
         hits = int(hit_host.sum())
         return lambda: hits
-
-    def new_host(self, shape, dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty(tuple(shape), dtype=dtype)
 
     def clock(self):
         from .cuda_timing import CudaClock
@@ -255,6 +253,6 @@ def _once(fn: Callable[[], int]) -> Callable[[], int]:
 def make_exec_backend(name: str, registry: AllocatorRegistry, cost_model: CostModel, devices) -> Any:
     """The executor backend for ``name`` ("sim" or "cuda") serving ``devices``."""
     if name == "sim":
-        return SimExecBackend(registry, cost_model)
+        return SimExecBackend(cost_model)
     indices = sorted({d.index for d in devices if not d.is_host})
-    return CudaExecBackend(registry, cost_model, indices or [0])
+    return CudaExecBackend(registry, indices or [0])

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .cost_model import CostModel
-from .timeline import COPY_EVENT_KINDS, Timeline
+from .timeline import Timeline
 
 __all__ = ["PrefetchStat", "RunResult"]
 
@@ -75,11 +75,7 @@ class RunResult:
 
     def copy_counts(self) -> dict[str, int]:
         """Number of copy events per kind (h2d, d2h, d2d; every kind present)."""
-        counts = dict.fromkeys(COPY_EVENT_KINDS, 0)
-        for e in self.timeline.events:
-            if e.kind in counts:
-                counts[e.kind] += 1
-        return counts
+        return self.timeline.copy_counts()
 
     @property
     def time_us(self) -> float:

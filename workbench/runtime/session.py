@@ -33,6 +33,7 @@ Rules:
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -47,6 +48,7 @@ from ..capture import InputSignatureError
 from ..copy_ops import is_copy_node
 from ..devices import Device
 from ..planning.bound import Slots
+from ..planning.buffers import aligned_size
 from ..propagate import _reads_metadata_only  # the propagation rule: these ops read no data
 from .allocators import AllocatorRegistry, check_backend, find_allocation, shared_registry
 from .buffers import DeviceBuffer
@@ -55,7 +57,7 @@ from .exec_backends import make_exec_backend
 from .run_result import PrefetchStat, RunResult
 from .sim_timing import bind_cost, copy_cost, default_cost_model, op_step_cost, reuse_cost
 from .steps import HOST_LANE, Step, Steps, steps_of
-from .tensors import _is_cupy_array, _owned, clone_to, typed_view
+from .tensors import _is_cupy_array, _owned, buffer_of, clone_to, device_of, typed_view
 from .timeline import Timeline
 
 __all__ = ["ExecutorError", "InputError", "Session", "check_inputs", "load"]
@@ -105,12 +107,6 @@ def _staging_hint(device: Device, backend: str) -> str:
     return hint
 
 
-def _where(x: Any, backend: str) -> Device:
-    from .tensors import device_of
-
-    return device_of(x, backend)
-
-
 def check_inputs(plan, backend: str, flat: list, specs: Optional[tuple[_InputSpec, ...]] = None) -> None:
     """Check every flattened input against the plan without touching memory (rule 3)."""
     for spec, value in zip(specs if specs is not None else _input_specs(plan), flat):
@@ -119,7 +115,7 @@ def check_inputs(plan, backend: str, flat: list, specs: Optional[tuple[_InputSpe
         if not (isinstance(value, torch.Tensor) or (backend == "cuda" and _is_cupy_array(value))):
             raise InputError(f"input {spec.name!r} must be a tensor, got {type(value).__name__}")
         try:
-            found = _where(value, backend)
+            found = device_of(value, backend)
         except (TypeError, ValueError) as exc:
             raise InputError(f"input {spec.name!r}: {exc}") from None
         if found != spec.device:
@@ -132,13 +128,11 @@ def check_inputs(plan, backend: str, flat: list, specs: Optional[tuple[_InputSpe
         if len(shape) != len(want) or any(isinstance(w, int) and w != s for w, s in zip(want, shape)):
             raise InputError(f"input {spec.name!r} must have shape {tuple(str(w) for w in want)}, got {shape}")
         if spec.planned:
-            numel = 1
-            for s in shape:
-                numel *= int(s)
+            nbytes = math.prod(shape) * dtype.itemsize
             room = plan.allocations[plan.storage_of[spec.name]].nbytes
-            if numel * dtype.itemsize > room:
+            if nbytes > room:
                 raise InputError(
-                    f"input {spec.name!r} of shape {shape} needs {numel * dtype.itemsize} B but its planned "
+                    f"input {spec.name!r} of shape {shape} needs {nbytes} B but its planned "
                     f"slot holds {room} B (the plan's upper bound)"
                 )
 
@@ -270,8 +264,7 @@ class Session:
         self._constants: dict[tuple[str, str], torch.Tensor] = {}
         self._own_ids: set[int] = set()
         self._closed = False
-        self._nodes = list(plan.graph.graph.nodes)
-        self._entries = tuple(_Entry.of(step, node) for step, node in zip(self.steps.steps, self._nodes))
+        self._entries = tuple(_Entry.of(step, node) for step, node in zip(self.steps.steps, plan.graph.graph.nodes))
         self._slot_views: dict[tuple, torch.Tensor] = {}  # arena views, reused by every call
         self._op_times: dict[str, tuple[Any, tuple[float, int, int]]] = {}  # node → (signature, cost)
         self._inputs = _input_specs(plan)
@@ -301,16 +294,14 @@ class Session:
     def _residency(self) -> dict[str, list[str]]:
         """Device → constants resident there, in graph order (plus gather sources on the host)."""
         dg = self.plan.graph
-        held: dict[str, list[str]] = {}
+        held: dict[str, dict[str, None]] = {}  # device → constants (a dict: ordered, no repeats)
         for name, devices in dg.residency.items():
             for device in devices:
-                held.setdefault(str(device), []).append(name)
-        for node in self._nodes:
-            if is_copy_node(node) and self.steps.by_name[node.name].gather:
-                source = node.args[0]
-                if source.name in dg.program.constants and source.name not in held.get("cpu", []):
-                    held.setdefault("cpu", []).append(source.name)
-        return held
+                held.setdefault(str(device), {})[name] = None
+        for entry in self._entries:
+            if entry.step.gather and entry.node.args[0].name in dg.program.constants:
+                held.setdefault("cpu", {})[entry.node.args[0].name] = None
+        return {device: list(names) for device, names in held.items()}
 
     def _place_constants(self) -> Timeline:
         """Rule 4: one copy per (constant, resident device), recorded on the load timeline."""
@@ -324,13 +315,10 @@ class Session:
             layout, offset = {}, 0
             sources = {}
             for name in names:
-                src = program.constant_tensor(name).detach()
-                src = (src if src.device.type == "cpu" else src.cpu()).contiguous()
+                src = program.constant_tensor(name).detach().cpu().contiguous()
                 sources[name] = src
                 layout[name] = offset
-                offset += -(-src.numel() * src.element_size() // align) * align
-            if not names:
-                continue
+                offset += aligned_size(src.numel() * src.element_size(), align)
             buffer = DeviceBuffer.on(device, offset, self.registry)
             self.constant_buffers[key] = buffer
             self._own_ids.add(buffer.allocation.id)
@@ -458,9 +446,9 @@ def _load_step(index: int, name: str, device: Device) -> Step:
 
 
 def _load_cost(model: CostModel, step: Step, nbytes: int):
-    if step.event == "host":
-        return lambda: (model.compute_time_us(0, 2 * nbytes, "cpu"), nbytes, 0)
-    return lambda: copy_cost(model, step, nbytes)
+    """A constant placed on the host is bound like a planned host input; else an h2d copy."""
+    cost = bind_cost if step.event == "host" else copy_cost
+    return lambda: cost(model, step, nbytes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -487,7 +475,7 @@ class _Entry:
             src=Device.parse(step.src) if step.src else None,
             dst=Device.parse(step.dst) if step.dst else None,
             lane=Device.parse(step.lane[0]) if step.lane else None,
-            is_copy=call and is_copy_node(node),
+            is_copy=is_copy_node(node),
             is_getitem=call and node.target is operator.getitem,
             metadata_only=call and _reads_metadata_only(node),
         )
@@ -712,10 +700,7 @@ class _Call:
             return self.s._slot(node.name, torch.empty(shape, dtype=dtype, device="meta"))
         if device.is_host:
             return self.exec.new_host(shape, dtype)
-        numel = 1
-        for d in shape:
-            numel *= int(d)
-        buffer = DeviceBuffer.on(device, numel * dtype.itemsize, self.s.registry)
+        buffer = DeviceBuffer.on(device, math.prod(shape) * dtype.itemsize, self.s.registry)
         self.owned.append(buffer)
         return _owned(buffer, dtype, shape)
 
@@ -786,15 +771,9 @@ class _Call:
                     value = value.clone()
                 else:
                     value = clone_to(value, device, self.s.backend, registry=self.s.registry)
-                    self.owned.append(_buffer_of(value))
+                    self.owned.append(buffer_of(value))
             done.append(value)
         return pytree.tree_unflatten(done, self.plan.graph.program.exported.call_spec.out_spec)
-
-
-def _buffer_of(t: torch.Tensor) -> DeviceBuffer:
-    from .tensors import buffer_of
-
-    return buffer_of(t)
 
 
 def _aliases_an_argument(result: torch.Tensor, args: Any) -> bool:

@@ -159,10 +159,6 @@ class SimClock:
 # -- estimate: the same schedule from shapes alone ---------------------------------------------
 
 
-def _meta_arg(node: torch.fx.Node) -> Any:
-    return value_of(node)
-
-
 def estimate(plan, cost_model: Optional[CostModel] = None) -> Timeline:
     """The modeled timeline of one call of ``plan``, from shapes alone.
 
@@ -179,12 +175,10 @@ def estimate(plan, cost_model: Optional[CostModel] = None) -> Timeline:
     model = cost_model if cost_model is not None else default_cost_model()
     if not isinstance(model, CostModel):
         raise TypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
-    steps = steps_of(plan)
-    nodes = {n.name: n for n in plan.graph.graph.nodes}
     clock = SimClock(model)
-    for step in steps.events:
-        node = nodes[step.name]
-        clock.add(step, _static_cost(model, step, node))
+    for step, node in zip(steps_of(plan).steps, plan.graph.graph.nodes):  # one step per node, in order
+        if step.event is not None:
+            clock.add(step, _static_cost(model, step, node))
     return clock.timeline()
 
 
@@ -198,6 +192,6 @@ def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> Callable[
     if step.event in ("h2d", "d2h", "d2d"):
         moved = node if step.gather else node.args[0]
         return lambda: copy_cost(model, step, node_nbytes(moved, unbounded="hint"))
-    args = torch.fx.node.map_arg(node.args, _meta_arg)
-    kwargs = torch.fx.node.map_arg(node.kwargs, _meta_arg)
+    args = torch.fx.node.map_arg(node.args, value_of)
+    kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
     return lambda: op_step_cost(model, step, node.target, args, kwargs, value_of(node))

@@ -183,10 +183,6 @@ class _Analysis:
             return None
         return "host" if self.dg.node_device[node.name].is_host else "compute"
 
-    def _copy_ends(self, node: torch.fx.Node) -> tuple[Device, Device]:
-        src, dst = node.args[-2], node.args[-1]
-        return Device.parse(src), Device.parse(dst)
-
     def _pinned(self, node: torch.fx.Node, kind: str) -> bool:
         """Rule 7: is the host side of this copy planned (or a resident constant)?"""
         if kind == "h2d":
@@ -204,14 +200,10 @@ class _Analysis:
         if kind is None:
             self.producers[name] = self._producers_of_inputs(node)
             return Step(index, name, node.op, str(device) if device is not None else "", None, None, (), ())
-        src = dst = device
-        gather = reuse_copy = False
-        if node.op == "call_function" and is_copy_node(node):
-            src, dst = self._copy_ends(node)
-            gather = node.target in GATHER_OPS
-            reuse_copy = node.target is GATHER_REUSE
-        elif kind == "d2d":  # a device-planned input, bound from the caller's device tensor
-            src = dst = device
+        copy = is_copy_node(node)
+        # a copy's ends are its last two arguments; a device-planned input (d2d) is bound
+        # from the caller's tensor on its own device
+        src, dst = (Device.parse(node.args[-2]), Device.parse(node.args[-1])) if copy else (device, device)
         lane = _lane(kind, device, src, dst)
         deps: dict[str, None] = dict.fromkeys(sorted(self._producers_of_inputs(node)))
         reuse: dict[str, None] = {}
@@ -234,8 +226,7 @@ class _Analysis:
             self.readers.setdefault(storage, []).append(name)
             self.readers_since_write.setdefault(storage, []).append(name)
         self.producers[name] = frozenset((name,))
-        pinned = self._pinned(node, kind) if node.op == "call_function" and kind in ("h2d", "d2h") else True
-        step = Step(
+        return Step(
             index=index,
             name=name,
             op=node.op,
@@ -244,13 +235,12 @@ class _Analysis:
             lane=lane,
             deps=self._latest_per_lane(deps),
             reuse_deps=self._latest_per_lane(reuse),
-            src=str(src) if node.op == "call_function" and is_copy_node(node) else "",
-            dst=str(dst) if node.op == "call_function" and is_copy_node(node) else "",
-            pinned=pinned,
-            gather=gather,
-            reuse=reuse_copy,
+            src=str(src) if copy else "",
+            dst=str(dst) if copy else "",
+            pinned=self._pinned(node, kind) if copy else True,
+            gather=node.target in GATHER_OPS,
+            reuse=node.target is GATHER_REUSE,
         )
-        return step
 
     def _producers_of_inputs(self, node: torch.fx.Node) -> frozenset[str]:
         found: set[str] = set()

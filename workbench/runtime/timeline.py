@@ -120,6 +120,14 @@ class Timeline:
             totals[e.kind] += e.duration_us
         return totals
 
+    def copy_counts(self) -> dict[str, int]:
+        """Copy events per copy kind (h2d, d2h, d2d), every kind present."""
+        counts = dict.fromkeys(COPY_EVENT_KINDS, 0)
+        for e in self.events:
+            if e.kind in counts:
+                counts[e.kind] += 1
+        return counts
+
     def bytes_moved(self) -> dict[str, int]:
         """Bytes copied per copy kind (h2d, d2h, d2d), every kind present."""
         moved = dict.fromkeys(COPY_EVENT_KINDS, 0)

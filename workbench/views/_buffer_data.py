@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import pandas as pd
-
 from ..devices import Device
+from ._style import format_bytes
 
 
 @dataclass(frozen=True)
@@ -46,8 +45,6 @@ class BufferPanel:
 
     @property
     def title(self) -> str:
-        from ._style import format_bytes
-
         return (
             f"{self.device} arena {self.arena}: {format_bytes(self.arena_bytes)} "
             f"(lower bound {format_bytes(self.lower_bound)}, {len(self.rects)} tensors, "
@@ -65,7 +62,7 @@ def buffer_panels(plan: Any) -> tuple[BufferPanel, ...]:
             a.name, a.device, a.arena, a.start, a.end + 1, a.offset, a.offset + a.size, a.kind, a.nbytes, tuple(a.aliases)
         )
         by_panel.setdefault((a.device, a.arena), []).append(rect)
-    keys = sorted(by_panel, key=lambda k: (Device.parse(k[0]).type != "cpu", Device.parse(k[0]), k[1]))
+    keys = sorted(by_panel, key=lambda k: (not Device.parse(k[0]).is_host, Device.parse(k[0]), k[1]))
     steps = len(plan.steps)
     return tuple(
         BufferPanel(
@@ -79,13 +76,6 @@ def buffer_panels(plan: Any) -> tuple[BufferPanel, ...]:
         )
         for device, arena in keys
     )
-
-
-def rects_dataframe(panels: tuple[BufferPanel, ...]) -> pd.DataFrame:
-    """One row per rectangle of every panel."""
-    columns = ["name", "device", "arena", "x0", "x1", "y0", "y1", "kind", "nbytes", "aliases"]
-    rows = [{c: getattr(r, c) for c in columns} for p in panels for r in p.rects]
-    return pd.DataFrame(rows, columns=columns)
 
 
 def find_rect(panels: tuple[BufferPanel, ...], name: str) -> Optional[BufferRect]:

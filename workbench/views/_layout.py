@@ -37,7 +37,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 import pandas as pd
 import torch.fx
 
-from .._tensors import node_nbytes, packet_name
+from .._tensors import node_nbytes
 from ..copy_ops import KIND_FOR_OP, is_copy_node
 from ..devices import Device
 from ..propagate import DeviceGraph
@@ -151,22 +151,24 @@ def graph_layout(
     wanted = _parse_devices(dg, devices)
     nodes = [n for n in dg.graph.nodes if _keep(dg, n, wanted)]
     kept = {n.name for n in nodes}
+    constants = set(dg.residency)
     if collapse == "delegates":
         group_of = _delegate_groups(dg, nodes)
     elif collapse == "layers":
-        group_of = _layer_groups(nodes, kept, set(dg.residency))
+        group_of = _layer_groups(nodes, kept, constants)
     else:
         group_of = {}
+    groups = set(group_of.values())
     node_of = {n.name: group_of.get(n.name, n.name) for n in nodes}
     members: dict[str, list[torch.fx.Node]] = defaultdict(list)
     for n in nodes:
         members[node_of[n.name]].append(n)
-    members = _in_graph_order(members, nodes, set(dg.residency))
+    members = _in_graph_order(members, nodes, constants)
     edges = _edges(nodes, kept, node_of)
-    layers = _rows(list(members), edges, members, set(dg.residency))
+    layers = _rows(list(members), edges, members, constants)
     xs = _columns(list(members), edges, layers)
     layout_nodes = [
-        _layout_node(dg, lid, ms, collapse if lid in group_of.values() else None, layers[lid], xs[lid])
+        _layout_node(dg, lid, ms, collapse if lid in groups else None, layers[lid], xs[lid])
         for lid, ms in members.items()
     ]
     layout_nodes.sort(key=lambda n: (n.layer, n.x))
@@ -410,8 +412,3 @@ def _boxes(dg: DeviceGraph, nodes: Sequence[LayoutNode]) -> tuple[GroupBox, ...]
             )
         )
     return tuple(boxes)
-
-
-def op_label(node: torch.fx.Node) -> str:
-    """A short op name for display: ``linear`` for ``aten.linear.default``."""
-    return packet_name(node).removeprefix("aten.")

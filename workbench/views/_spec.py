@@ -22,7 +22,8 @@ import torch.fx
 
 from .._tensors import node_nbytes, op_name, value_of
 from ..copy_ops import is_copy_node
-from ..propagate import DeviceGraph
+from ..propagate import CopyRecord, DeviceGraph
+from ..propagate import node_role
 from ._style import format_bytes
 
 
@@ -78,24 +79,21 @@ class NodeSpec:
 
 def node_spec(dg: DeviceGraph, name: str, plan: Any = None) -> NodeSpec:
     """The spec of node ``name`` (see the module rules)."""
-    node = _find(dg, name)
-    return _spec(dg, node, plan, _copy_records(dg))
-
-
-def all_specs(dg: DeviceGraph, plan: Any = None) -> list[NodeSpec]:
-    """One spec per node of ``dg.graph``, in graph order."""
-    records = _copy_records(dg)
-    return [_spec(dg, n, plan, records) for n in dg.graph.nodes]
+    node = find_node(dg, name)
+    record = next((c for c in dg.copies if c.name == name), None) if is_copy_node(node) else None
+    return _spec(dg, node, plan, record)
 
 
 def specs_dataframe(dg: DeviceGraph, plan: Any = None) -> pd.DataFrame:
-    """One row per node; columns are the ``NodeSpec`` fields."""
-    specs = all_specs(dg, plan)
+    """One row per node of ``dg.graph``, in graph order; columns are the ``NodeSpec`` fields."""
+    records = {c.name: c for c in dg.copies}
     columns = [f.name for f in fields(NodeSpec)]
+    specs = (_spec(dg, n, plan, records.get(n.name)) for n in dg.graph.nodes)
     return pd.DataFrame([{c: getattr(s, c) for c in columns} for s in specs], columns=columns)
 
 
-def _find(dg: DeviceGraph, name: str) -> torch.fx.Node:
+def find_node(dg: DeviceGraph, name: str) -> torch.fx.Node:
+    """Rule 1: the node ``name`` of ``dg.graph``, or a KeyError listing a few names."""
     for node in dg.graph.nodes:
         if node.name == name:
             return node
@@ -103,26 +101,16 @@ def _find(dg: DeviceGraph, name: str) -> torch.fx.Node:
     raise KeyError(f"no node named {name!r} in this graph; nodes are named like {some}, …")
 
 
-def _copy_records(dg: DeviceGraph) -> dict:
-    return {c.name: c for c in dg.copies}
-
-
 def _role(dg: DeviceGraph, node: torch.fx.Node) -> str:
-    if node.op == "placeholder":
-        return dg.program.constant_kinds.get(node.name, "input")
-    if node.op == "output":
-        return "output"
-    if is_copy_node(node):
-        return "copy"
-    return "output" if node.name in dg.user_outputs else "op"
+    """The DeviceGraph table's role, and ``output`` for the output node."""
+    return "output" if node.op == "output" else node_role(dg, node)
 
 
-def _spec(dg: DeviceGraph, node: torch.fx.Node, plan: Any, records: dict) -> NodeSpec:
+def _spec(dg: DeviceGraph, node: torch.fx.Node, plan: Any, record: Optional[CopyRecord]) -> NodeSpec:
     val = value_of(node)
     is_tensor = isinstance(val, torch.Tensor)
     device = dg.node_device.get(node.name)
     lifetime, source, storage, arena, offset, size, unplanned = _memory(dg, node, plan)
-    record = records.get(node.name)
     return NodeSpec(
         name=node.name,
         op=op_name(node),

@@ -11,6 +11,8 @@ Rules:
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from ..devices import Device
 from .._units import format_bytes, format_us  # noqa: F401  (re-exported for the views)
 
@@ -48,18 +50,15 @@ def copy_colour(kind: str) -> str:
 
 
 def colour_for_key(key: str) -> str:
-    """The colour behind a layout's colour key: ``device:<dev>``, ``copy:<kind>``,
-    ``buffer:<kind>`` or ``constant``."""
+    """The colour behind a layout's colour key: ``device:<dev>``, ``copy:<kind>`` or ``constant``."""
     family, _, value = key.partition(":")
     if family == "device":
         return device_colour(value)
     if family == "copy":
         return copy_colour(value)
-    if family == "buffer":
-        return BUFFER_COLOURS[value]
     if key == "constant":
         return CONSTANT_COLOUR
-    raise ValueError(f"unknown colour key {key!r}; keys look like 'device:cuda:0', 'copy:h2d', 'buffer:input' or 'constant'")
+    raise ValueError(f"unknown colour key {key!r}; keys look like 'device:cuda:0', 'copy:h2d' or 'constant'")
 
 
 def timeline_colour(kind: str, device: str) -> str:
@@ -72,3 +71,8 @@ def timeline_colour(kind: str, device: str) -> str:
 def copy_label(kind: str, nbytes: int) -> str:
     """The label drawn on a copy node: ``"h2d 4.0 KiB"``."""
     return f"{kind} {format_bytes(nbytes)}"
+
+
+def copies_text(counts: Mapping[str, int], moved: Mapping[str, int]) -> str:
+    """Copies per kind for a title: ``"h2d 2× 8.0 KiB, d2h 1× 4.0 KiB"`` (``"no copies"``)."""
+    return ", ".join(f"{k} {n}× {format_bytes(moved[k])}" for k, n in counts.items() if n) or "no copies"

@@ -14,11 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import pandas as pd
-
 from ..runtime.timeline import COMPUTE_EVENT_KINDS, COPY_EVENT_KINDS, Timeline
 from ._inputs import as_timeline
-from ._style import format_bytes, format_us
+from ._style import copies_text, format_bytes, format_us
 
 
 @dataclass(frozen=True)
@@ -61,9 +59,7 @@ class TimelineSummary:
 
     @property
     def line(self) -> str:
-        copies = ", ".join(
-            f"{k} {self.copy_counts[k]}× {format_bytes(self.bytes_moved[k])}" for k in COPY_EVENT_KINDS if self.copy_counts[k]
-        ) or "no copies"
+        copies = copies_text(self.copy_counts, self.bytes_moved)
         return (
             f"span {format_us(self.span_us)} · copy time {format_us(self.copy_us)} ({copies}) · "
             f"compute time {format_us(self.compute_us)} · overlap {100 * self.overlap_fraction:.1f}%"
@@ -77,14 +73,6 @@ class TimelineData:
     summary: TimelineSummary
     start_us: float  # first start (0.0 when empty)
     end_us: float  # last end
-
-    def to_dataframe(self) -> pd.DataFrame:
-        """One row per bar."""
-        columns = ["lane", "device", "stream", "kind", "node", "start_us", "end_us", "duration_us", "nbytes", "flops", "gb_per_s", "id"]
-        rows = [
-            {c: (b.duration_us if c == "duration_us" else getattr(b, c)) for c in columns} for b in self.bars
-        ]
-        return pd.DataFrame(rows, columns=columns)
 
 
 def timeline_data(run_or_timeline: Any) -> TimelineData:
@@ -109,10 +97,7 @@ def timeline_data(run_or_timeline: Any) -> TimelineData:
         for e in timeline.events
     )
     totals = timeline.totals_by_kind()
-    counts = dict.fromkeys(COPY_EVENT_KINDS, 0)
-    for e in timeline.events:
-        if e.kind in counts:
-            counts[e.kind] += 1
+    counts = timeline.copy_counts()
     summary = TimelineSummary(
         events=len(bars),
         span_us=timeline.span_us,

@@ -18,7 +18,7 @@ import base64
 import html
 import io
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 import ipywidgets as widgets
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -80,6 +80,7 @@ class FigureView:
         self.widget.add_class(self.css_class)
         self.widget.add_class("wb-view")
         self._png: Optional[bytes] = None
+        self._selected: Any = None
 
     # -- subclass hooks -------------------------------------------------------------
     def _draw(self) -> Figure:  # pragma: no cover - abstract
@@ -92,6 +93,11 @@ class FigureView:
         return ""
 
     # -- public ---------------------------------------------------------------------
+    @property
+    def selected(self) -> Any:
+        """What ``select`` chose (None: nothing)."""
+        return self._selected
+
     def figure(self) -> Figure:
         """A static matplotlib Figure of what the view shows now."""
         return self._draw()
@@ -117,6 +123,26 @@ class FigureView:
         self.image.value = self.png()
         self.spec.value = self._spec_html()
         self.summary.value = self._summary_html()
+
+    # -- for subclasses ---------------------------------------------------------------
+    def _bind(self, dropdown: widgets.Dropdown, setter: Callable[[Any], None]) -> None:
+        """A change of ``dropdown`` calls ``setter`` with the view's value (``choice``)."""
+        dropdown.add_class("wb-control")
+        dropdown.observe(lambda change: setter(choice(change["new"])), names="value")
+
+    def _show(self, *controls: widgets.Widget) -> None:
+        """Lay the view out (controls, summary, figure, spec) and draw it."""
+        self.widget.children = [widgets.HBox(list(controls)), self.summary, self.image, self.spec]
+        self.refresh()
+
+    def _redraw_with(self, dropdown: widgets.Dropdown, value: Any) -> None:
+        """Rule 4 after a setter changed the view's state to ``value``: point ``dropdown``
+        at it (its observer re-enters the setter once, which then redraws), or redraw
+        now when the dropdown already shows it."""
+        if choice(dropdown.value) != value:
+            dropdown.value = as_choice(value)
+        else:
+            self.refresh()
 
     def _ipython_display_(self) -> None:
         """Rule 3."""

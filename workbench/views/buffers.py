@@ -20,10 +20,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 
+from ..planning.algorithms import ALGORITHMS
 from ._buffer_data import BufferPanel, BufferRect, buffer_panels, find_rect
 from ._inputs import as_plan
 from ._style import BUFFER_COLOURS, HIGHLIGHT, format_bytes
-from ._widget import NO_CHOICE, FigureView, as_choice, choice, new_figure, rows_html
+from ._widget import NO_CHOICE, FigureView, as_choice, new_figure, rows_html
 
 _MAX_LABELS = 40
 
@@ -94,33 +95,23 @@ class BufferView(FigureView):
     def __init__(self, plan: Any, algorithms: Optional[Iterable[str]] = None) -> None:
         super().__init__()
         plan = as_plan(plan, "BufferView")
-        names = list(algorithms) if algorithms is not None else _registered_algorithms()
+        names = list(algorithms) if algorithms is not None else list(ALGORITHMS)
         if plan.algorithm not in names:
             names.insert(0, plan.algorithm)
-        unknown = [n for n in names if n not in _registered_algorithms()]
+        unknown = [n for n in names if n not in ALGORITHMS]
         if unknown:
             raise ValueError(
-                f"unknown planning algorithm(s) {', '.join(map(repr, unknown))}; valid ones are "
-                f"{', '.join(_registered_algorithms())}"
+                f"unknown planning algorithm(s) {', '.join(map(repr, unknown))}; valid ones are {', '.join(ALGORITHMS)}"
             )
         self._plans: dict[str, Any] = {plan.algorithm: plan}
         self.plan = plan
         self.panels = buffer_panels(plan)
-        self._selected: Optional[str] = None
         self.algorithm_dropdown = widgets.Dropdown(options=names, value=plan.algorithm, description="algorithm")
         self.tensor_dropdown = widgets.Dropdown(description="tensor")
-        for w in (self.algorithm_dropdown, self.tensor_dropdown):
-            w.add_class("wb-control")
         self._fill_tensors()
-        self.algorithm_dropdown.observe(lambda ch: self.set_algorithm(ch["new"]), names="value")
-        self.tensor_dropdown.observe(lambda ch: self.select(choice(ch["new"])), names="value")
-        self.widget.children = [widgets.HBox([self.algorithm_dropdown, self.tensor_dropdown]), self.summary, self.image, self.spec]
-        self.refresh()
-
-    @property
-    def selected(self) -> Optional[str]:
-        """The selected storage (an alias selects its storage)."""
-        return self._selected
+        self._bind(self.algorithm_dropdown, self.set_algorithm)
+        self._bind(self.tensor_dropdown, self.select)
+        self._show(self.algorithm_dropdown, self.tensor_dropdown)
 
     @property
     def planned(self) -> dict[str, Any]:
@@ -130,15 +121,10 @@ class BufferView(FigureView):
     def set_algorithm(self, name: str) -> None:
         """Show the plan made by algorithm ``name`` (computed once, then cached)."""
         if name not in self._plans:
-            if name not in _registered_algorithms():
-                raise ValueError(f"unknown planning algorithm {name!r}; valid ones are {', '.join(_registered_algorithms())}")
-            self._plans[name] = self.plan.with_algorithm(name)
+            self._plans[name] = self.plan.with_algorithm(name)  # a PlanError (ValueError) names the valid ones
         self.plan = self._plans[name]
         self.panels = buffer_panels(self.plan)
-        if self.algorithm_dropdown.value != name:
-            self.algorithm_dropdown.value = name
-            return
-        self.refresh()
+        self._redraw_with(self.algorithm_dropdown, name)
 
     def select(self, name: Optional[str]) -> None:
         """Select a tensor by storage or value name (None clears)."""
@@ -151,10 +137,7 @@ class BufferView(FigureView):
                 hint = f": {why}" if why else f"; planned tensors are named like {some}"
                 raise KeyError(f"{name!r} has no planned memory{hint}")
         self._selected = storage
-        if choice(self.tensor_dropdown.value) != storage:
-            self.tensor_dropdown.value = as_choice(storage)
-            return
-        self.refresh()
+        self._redraw_with(self.tensor_dropdown, storage)
 
     def rect_of(self, name: str) -> Optional[BufferRect]:
         """The rectangle drawn for storage ``name`` in the current plan."""
@@ -194,9 +177,3 @@ class BufferView(FigureView):
         if a.aliases:
             rows.append(("aliases", ", ".join(a.aliases)))
         return rows_html(a.name, rows)
-
-
-def _registered_algorithms() -> list[str]:
-    from ..planning.algorithms import ALGORITHMS
-
-    return list(ALGORITHMS)

@@ -5,8 +5,8 @@ The computation is the plain function ``explore``; the widget only gathers contr
 values, calls it and shows the result.
 
 Rules:
-1. The model is captured once; every change re-runs place → propagate → plan (and
-   ``run`` on the simulated backend when the pipeline has a run stage).
+1. The model is captured once; every change re-runs place → propagate → plan → ``run``
+   on the simulated backend.
 2. A group is a label and its placement patterns (``"aten.linear"`` or
    ``"module:layers.*.mlp"``). By default there is one group per op packet of the
    captured graph that placement can claim, most frequent first.
@@ -28,17 +28,22 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import ipywidgets as widgets
 import pandas as pd
-import torch
-import torch.utils._pytree as pytree
 
 from .._tensors import packet_name, produces_tensors
 from ..capture import Program, capture
+from ..copy_ops import COPY_KINDS
 from ..devices import Device
 from ..place import place
+from ..planning.algorithms import ALGORITHMS
+from ..planning.plan import MemoryPlan, plan
 from ..propagate import DeviceGraph, propagate
+from ..runtime.executor import RunResult, run
 from ..runtime.tensors import stage_inputs
-from ._inputs import plan_function, run_function
+from ..runtime.timeline import Timeline
 from ._style import format_bytes, format_us
+from .buffers import BufferView
+from .graph import LABEL_ALL_MAX, GraphView
+from .timeline import TimelineView
 
 _VIEW_NAMES = ("graph", "buffers", "timeline")
 
@@ -50,40 +55,56 @@ class ExplorerState:
     """One point of the explored space and everything computed for it."""
 
     rules: Mapping[str, tuple[str, ...]]  # device → patterns, as given to place
-    skip_h2d: bool
-    skip_d2h: bool
-    algorithm: str
     graph: DeviceGraph
-    plan: Any  # MemoryPlan, or None when the pipeline has no plan stage
-    run: Any  # RunResult, or None without a run stage or inputs
-    copy_counts: Mapping[str, int]  # per kind
-    copy_bytes: Mapping[str, int]  # per kind, per call
-    arena_bytes: Mapping[str, int]  # per device ({} without a plan)
-    lower_bound: Mapping[str, int]
-    constant_bytes: Mapping[str, int]
+    plan: MemoryPlan
+    run: Optional[RunResult]  # None without example inputs
+
+    @property
+    def skip_h2d(self) -> bool:
+        return self.graph.skip_h2d_for_method_inputs
+
+    @property
+    def skip_d2h(self) -> bool:
+        return self.graph.skip_d2h_for_method_outputs
+
+    @property
+    def algorithm(self) -> str:
+        return self.plan.algorithm
+
+    @property
+    def copy_counts(self) -> dict[str, int]:
+        """Copies per kind."""
+        return self.graph.copy_counts()
+
+    @property
+    def copy_bytes(self) -> dict[str, int]:
+        """Bytes moved per call, per copy kind."""
+        return self.graph.copy_bytes()
 
     @property
     def copies(self) -> int:
-        return sum(self.copy_counts.values())
+        return len(self.graph.copies)
 
     @property
-    def timeline(self) -> Any:
-        return getattr(self.run, "timeline", None)
+    def arena_bytes(self) -> Mapping[str, int]:
+        """Per device."""
+        return self.plan.arena_bytes
+
+    @property
+    def lower_bound(self) -> Mapping[str, int]:
+        return self.plan.lower_bound
+
+    @property
+    def constant_bytes(self) -> Mapping[str, int]:
+        return self.plan.constant_bytes
+
+    @property
+    def timeline(self) -> Optional[Timeline]:
+        return self.run.timeline if self.run is not None else None
 
     def summary(self) -> pd.DataFrame:
-        """Per device: arena, lower bound, resident constants."""
-        devices = list(dict.fromkeys(list(self.arena_bytes) + list(self.constant_bytes)))
-        devices.sort(key=Device.parse)
-        rows = [
-            {
-                "device": d,
-                "arena_bytes": self.arena_bytes.get(d, 0),
-                "lower_bound": self.lower_bound.get(d, 0),
-                "constant_bytes": self.constant_bytes.get(d, 0),
-            }
-            for d in devices
-        ]
-        return pd.DataFrame(rows, columns=["device", "arena_bytes", "lower_bound", "constant_bytes"])
+        """Per device: arena, lower bound, resident constants (the plan's own table)."""
+        return self.plan.summary()[["device", "arena_bytes", "lower_bound", "constant_bytes"]]
 
 
 def explore(
@@ -95,39 +116,23 @@ def explore(
     inputs: Optional[Sequence[Any]] = None,
     backend: str = "sim",
 ) -> ExplorerState:
-    """Place, propagate, plan (and run when ``inputs`` are given and a run stage exists)."""
+    """Place, propagate, plan (and run when ``inputs`` are given)."""
     if not isinstance(program, Program):
         raise TypeError(f"explore expects a Program from workbench.capture, got {type(program).__name__}")
     frozen_rules = {str(Device.parse(d)): tuple([p] if isinstance(p, str) else p) for d, p in rules.items()}
     placed = place(program, {d: list(p) for d, p in frozen_rules.items() if p})
     dg = propagate(placed, skip_h2d_for_method_inputs=bool(skip_h2d), skip_d2h_for_method_outputs=bool(skip_d2h))
-    plan_fn, run_fn = plan_function(), run_function()
-    memory = plan_fn(dg, algorithm=algorithm) if plan_fn is not None else None
-    result = None
-    if memory is not None and run_fn is not None and inputs is not None:
-        result = run_fn(memory, *stage_inputs(dg, inputs, backend), backend=backend)
-    return ExplorerState(
-        rules=frozen_rules,
-        skip_h2d=bool(skip_h2d),
-        skip_d2h=bool(skip_d2h),
-        algorithm=algorithm,
-        graph=dg,
-        plan=memory,
-        run=result,
-        copy_counts=dg.copy_counts(),
-        copy_bytes=dg.copy_bytes(),
-        arena_bytes=dict(memory.arena_bytes) if memory is not None else {},
-        lower_bound=dict(memory.lower_bound) if memory is not None else {},
-        constant_bytes=dict(dg.constant_bytes),
-    )
+    memory = plan(dg, algorithm=algorithm)
+    result = None if inputs is None else run(memory, *stage_inputs(dg, inputs, backend), backend=backend)
+    return ExplorerState(rules=frozen_rules, graph=dg, plan=memory, run=result)
 
 
 def default_groups(program: Program) -> dict[str, tuple[str, ...]]:
     """Rule 2: one group per claimable op packet, most frequent first."""
-    counts: Counter = Counter()
-    for node in program.graph.nodes:
-        if node.op == "call_function" and packet_name(node) != "getitem" and produces_tensors(node):
-            counts[packet_name(node)] += 1
+    counts = Counter(
+        packet_name(node) for node in program.graph.nodes if node.op == "call_function" and produces_tensors(node)
+    )
+    counts.pop("getitem", None)
     return {name: (name,) for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
@@ -194,9 +199,7 @@ class PlacementExplorer:
         self.inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
         self.groups = normalize_groups(groups, self.program)
         self.devices = [str(Device.parse(d)) for d in devices]
-        assignment = {g: "cpu" for g in self.groups}
-        for g, d in _check_initial(self.groups, initial or {}).items():
-            assignment[g] = d
+        assignment = {**dict.fromkeys(self.groups, "cpu"), **_check_initial(self.groups, initial or {})}
         self._collapse = collapse
         self.group_controls = {
             g: widgets.Dropdown(
@@ -210,10 +213,9 @@ class PlacementExplorer:
         }
         self.skip_h2d_box = widgets.Checkbox(value=bool(skip_h2d), description="skip h2d for method inputs")
         self.skip_d2h_box = widgets.Checkbox(value=bool(skip_d2h), description="skip d2h for method outputs")
-        algorithms = _algorithms()
-        if algorithm not in algorithms:
-            raise ValueError(f"unknown planning algorithm {algorithm!r}; valid ones are {', '.join(algorithms)}")
-        self.algorithm_dropdown = widgets.Dropdown(options=algorithms, value=algorithm, description="algorithm")
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown planning algorithm {algorithm!r}; valid ones are {', '.join(ALGORITHMS)}")
+        self.algorithm_dropdown = widgets.Dropdown(options=list(ALGORITHMS), value=algorithm, description="algorithm")
         self.status = widgets.HTML()
         self.status.add_class("wb-explorer-status")
         self.tabs = widgets.Tab(children=[widgets.VBox(), widgets.VBox(), widgets.VBox()])
@@ -287,8 +289,7 @@ class PlacementExplorer:
     def _show_tab(self) -> None:
         """Rule 5: build the view of the visible tab if it is not built yet."""
         index = self.tabs.selected_index or 0
-        body = self.view(_VIEW_NAMES[index])
-        shown = body.widget if hasattr(body, "widget") else body
+        shown = self.view(_VIEW_NAMES[index]).widget
         if self.tabs.children[index] is not shown:
             children = list(self.tabs.children)
             children[index] = shown
@@ -304,22 +305,14 @@ class PlacementExplorer:
         return self.views[name]
 
     def _build(self, name: str) -> Any:
-        from .buffers import BufferView
-        from .graph import LABEL_ALL_MAX, GraphView
-        from .timeline import TimelineView
-
         state = self.state
         if name == "graph":
             collapse = self._collapse
             if collapse == "auto":
                 collapse = "layers" if len(state.graph.graph.nodes) > LABEL_ALL_MAX else None
-            return GraphView(state.plan if state.plan is not None else state.graph, collapse=collapse)
+            return GraphView(state.plan, collapse=collapse)
         if name == "buffers":
-            if state.plan is None:
-                return widgets.HTML("<i>this build has no planning stage</i>")
             return BufferView(state.plan)
-        if state.timeline is None:
-            return widgets.HTML("<i>no run: this build has no run stage</i>")
         return TimelineView(state.run, label=f"sim run · {state.algorithm}")
 
     def _ipython_display_(self) -> None:
@@ -336,24 +329,18 @@ def _check_initial(groups: Mapping[str, Sequence[str]], initial: Mapping[str, st
     return {g: str(Device.parse(d)) for g, d in initial.items()}
 
 
-def _algorithms() -> list[str]:
-    from ..planning.algorithms import ALGORITHMS
-
-    return list(ALGORITHMS)
-
-
 def _status_html(state: ExplorerState) -> str:
-    copies = " · ".join(
-        f"{k}: {state.copy_counts[k]} ({format_bytes(state.copy_bytes[k])})" for k in ("h2d", "d2h", "d2d")
+    counts, moved = state.copy_counts, state.copy_bytes
+    copies = " · ".join(f"{k}: {counts[k]} ({format_bytes(moved[k])})" for k in COPY_KINDS)
+    arenas = " · ".join(
+        f"{d}: arena {format_bytes(state.arena_bytes[d])} (lower bound {format_bytes(state.lower_bound.get(d, 0))}), "
+        f"constants {format_bytes(state.constant_bytes.get(d, 0))}"
+        for d in sorted(state.arena_bytes, key=Device.parse)
     )
-    parts = [f"<b>{state.copies} copies</b> per call — {copies}"]
-    if state.arena_bytes:
-        arenas = " · ".join(
-            f"{d}: arena {format_bytes(state.arena_bytes[d])} (lower bound {format_bytes(state.lower_bound.get(d, 0))}), "
-            f"constants {format_bytes(state.constant_bytes.get(d, 0))}"
-            for d in sorted(state.arena_bytes, key=Device.parse)
-        )
-        parts.append(f"<b>memory</b> ({html.escape(state.algorithm)}) — {arenas}")
+    parts = [
+        f"<b>{state.copies} copies</b> per call — {copies}",
+        f"<b>memory</b> ({html.escape(state.algorithm)}) — {arenas}",
+    ]
     timeline = state.timeline
     if timeline is not None:
         parts.append(f"<b>modeled time</b> — span {format_us(timeline.span_us)}, overlap {100 * timeline.overlap_fraction():.1f}%")

@@ -26,7 +26,6 @@ from ..copy_ops import KIND_FOR_OP, is_copy_node
 from ._inputs import as_graph_and_plan, as_plan, as_timeline
 from ._spec import specs_dataframe
 from ._style import CONSTANT_COLOUR, COPY_COLOURS, copy_label, device_colour
-from ._timeline_data import timeline_data
 
 DISPLAY_TIME_UNIT = "ns"  # µs-scale events read better in ns than in Chrome's default ms
 
@@ -52,7 +51,7 @@ def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path, None] = None) -
         meta.append({"ph": "M", "name": "thread_name", "pid": pid[d], "tid": t, "args": {"name": s}})
         meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid[d], "tid": t, "args": {"sort_index": t}})
     complete = []
-    for e in sorted(timeline.events, key=lambda e: (e.start_us, e.end_us, e.id)):
+    for e in timeline.events:  # a Timeline keeps its events sorted by start
         args: dict[str, Any] = {"bytes": e.nbytes, "GB/s": round(e.gb_per_s, 6), "node": e.node}
         if e.flops:
             args["flops"] = e.flops
@@ -80,8 +79,13 @@ def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path, None] = None) -
 # --- DOT (rule 2) ------------------------------------------------------------------
 
 
-def _q(text: str) -> str:
-    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _escape(text: object) -> str:
+    return str(text).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _q(text: object) -> str:
+    """A quoted DOT id or attribute value."""
+    return f'"{_escape(text)}"'
 
 
 def to_dot(dg_or_plan: Any, name: str = "workbench") -> str:
@@ -111,7 +115,7 @@ def to_dot(dg_or_plan: Any, name: str = "workbench") -> str:
 
 def _label(*lines: str) -> str:
     """A quoted DOT label of several lines (each escaped, joined by DOT's ``\\n``)."""
-    return '"' + "\\n".join(str(x).replace("\\", "\\\\").replace('"', '\\"') for x in lines) + '"'
+    return '"' + "\\n".join(map(_escape, lines)) + '"'
 
 
 def _dot_attrs(dg: Any, node: Any) -> str:
@@ -152,5 +156,10 @@ def copies_table(dg_or_plan: Any) -> pd.DataFrame:
 
 
 def timeline_table(run_or_timeline: Any) -> pd.DataFrame:
-    """One row per event, with its lane and GB/s."""
-    return timeline_data(run_or_timeline).to_dataframe()
+    """One row per event (the Timeline's own table), with its lane and GB/s."""
+    timeline = as_timeline(run_or_timeline, "timeline_table")
+    lane_of = {lane: i for i, lane in enumerate(timeline.streams())}
+    table = timeline.to_dataframe()
+    table.insert(0, "lane", [lane_of[(e.device, e.stream)] for e in timeline.events])
+    table["gb_per_s"] = [e.gb_per_s for e in timeline.events]
+    return table

@@ -28,10 +28,10 @@ from matplotlib.transforms import ScaledTranslation
 
 from ..devices import Device
 from ._inputs import as_graph_and_plan
-from ._layout import COLLAPSE_MODES, GraphLayout, LayoutNode, graph_layout
-from ._spec import NodeSpec, node_spec
-from ._style import COPY_COLOURS, EDGE_COLOUR, HIGHLIGHT, colour_for_key, device_colour, format_bytes
-from ._widget import NO_CHOICE, FigureView, as_choice, choice, new_figure, rows_html
+from ._layout import GraphLayout, LayoutNode, graph_layout
+from ._spec import NodeSpec, find_node, node_spec
+from ._style import COPY_COLOURS, EDGE_COLOUR, HIGHLIGHT, colour_for_key, copies_text, device_colour
+from ._widget import NO_CHOICE, FigureView, as_choice, new_figure, rows_html
 
 LABEL_ALL_MAX = 120
 _GROUP_HALF_WIDTH = {"layer": 0.25, "delegate": 0.17}
@@ -189,59 +189,40 @@ class GraphView(FigureView):
     def __init__(self, dg_or_plan: Any, collapse: Optional[str] = None, devices: Optional[Iterable[str]] = None) -> None:
         super().__init__()
         self.graph, self.plan = as_graph_and_plan(dg_or_plan, "GraphView")
-        if collapse not in COLLAPSE_MODES:
-            raise ValueError(f"unknown collapse mode {collapse!r}; valid modes are None, 'delegates' and 'layers'")
-        self._devices = None if devices is None else tuple(str(Device.parse(d)) for d in ([devices] if isinstance(devices, str) else devices))
-        self._collapse = collapse
-        self.layout = graph_layout(self.graph, collapse, self._devices)
-        self._selected: Optional[str] = None
+        self.layout = graph_layout(self.graph, collapse, devices)  # checks the mode and the devices
         names = [n.name for n in self.graph.graph.nodes]
         self.node_dropdown = widgets.Dropdown(options=[("(no node)", NO_CHOICE)] + [(n, n) for n in names], description="node")
         self.collapse_dropdown = widgets.Dropdown(
             options=[("none", NO_CHOICE), ("delegates", "delegates"), ("layers", "layers")], value=as_choice(collapse), description="collapse"
         )
         present = [str(d) for d in self.graph.devices]
+        shown = self.layout.devices
         self.device_dropdown = widgets.Dropdown(
             options=[("all", NO_CHOICE)] + [(d, d) for d in present],
-            value=self._devices[0] if self._devices and len(self._devices) == 1 else NO_CHOICE,
+            value=shown[0] if shown and len(shown) == 1 else NO_CHOICE,
             description="devices",
         )
-        for w in (self.node_dropdown, self.collapse_dropdown, self.device_dropdown):
-            w.add_class("wb-control")
-        self.node_dropdown.observe(lambda ch: self.select(choice(ch["new"])), names="value")
-        self.collapse_dropdown.observe(lambda ch: self.set_options(collapse=choice(ch["new"])), names="value")
-        self.device_dropdown.observe(lambda ch: self.set_options(devices=ch["new"] and [ch["new"]]), names="value")
-        self.widget.children = [
-            widgets.HBox([self.node_dropdown, self.collapse_dropdown, self.device_dropdown]),
-            self.summary,
-            self.image,
-            self.spec,
-        ]
-        self.refresh()
-
-    @property
-    def selected(self) -> Optional[str]:
-        return self._selected
+        self._bind(self.node_dropdown, self.select)
+        self._bind(self.collapse_dropdown, lambda mode: self.set_options(collapse=mode))
+        self._bind(self.device_dropdown, lambda device: self.set_options(devices=device and [device]))
+        self._show(self.node_dropdown, self.collapse_dropdown, self.device_dropdown)
 
     def select(self, name: Optional[str]) -> None:
         """Select graph node ``name`` (None clears); unknown names are a KeyError."""
         if name is not None:
-            node_spec(self.graph, name)  # raises KeyError listing valid names
+            find_node(self.graph, name)  # raises KeyError listing valid names
         self._selected = name
-        if choice(self.node_dropdown.value) != name:
-            self.node_dropdown.value = as_choice(name)  # re-enters select once, harmlessly
-            return
-        self.refresh()
+        self._redraw_with(self.node_dropdown, name)
 
     def set_options(self, collapse: Any = "unchanged", devices: Any = "unchanged") -> None:
-        """Change the collapse mode and/or the device filter, then redraw."""
-        if collapse != "unchanged":
-            if collapse not in COLLAPSE_MODES:
-                raise ValueError(f"unknown collapse mode {collapse!r}; valid modes are None, 'delegates' and 'layers'")
-            self._collapse = collapse
-        if devices != "unchanged":
-            self._devices = None if not devices else tuple(str(Device.parse(d)) for d in devices)
-        self.layout = graph_layout(self.graph, self._collapse, self._devices)
+        """Change the collapse mode and/or the device filter (falsy: every device), then redraw."""
+        if collapse == "unchanged":
+            collapse = self.layout.collapse
+        if devices == "unchanged":
+            devices = self.layout.devices
+        elif not devices:
+            devices = None
+        self.layout = graph_layout(self.graph, collapse, devices)
         self.refresh()
 
     def spec_of(self, name: str) -> NodeSpec:
@@ -252,10 +233,9 @@ class GraphView(FigureView):
 
     def _title(self) -> str:
         dg = self.graph
-        counts, moved = dg.copy_counts(), dg.copy_bytes()
-        copies = ", ".join(f"{k} {counts[k]}× {format_bytes(moved[k])}" for k in counts if counts[k]) or "no copies"
-        mode = f", collapsed by {self._collapse}" if self._collapse else ""
-        filt = f", devices {', '.join(self._devices)}" if self._devices else ""
+        copies = copies_text(dg.copy_counts(), dg.copy_bytes())
+        mode = f", collapsed by {self.layout.collapse}" if self.layout.collapse else ""
+        filt = f", devices {', '.join(self.layout.devices)}" if self.layout.devices else ""
         return (
             f"{self.layout.graph_nodes} graph nodes as {len(self.layout.nodes)} drawn{mode}{filt} · "
             f"{len(dg.placement.delegates)} delegates · {copies}"

@@ -25,7 +25,7 @@ from ..runtime.timeline import COPY_EVENT_KINDS
 from ._inputs import ViewInputError, as_timeline
 from ._style import COPY_COLOURS, HIGHLIGHT, device_colour, format_bytes, format_us, timeline_colour
 from ._timeline_data import TimelineData, timeline_data
-from ._widget import NO_CHOICE, FigureView, as_choice, choice, new_figure, rows_html
+from ._widget import NO_CHOICE, FigureView, as_choice, new_figure, rows_html
 
 _BAR_HALF = 0.38
 
@@ -94,7 +94,6 @@ class TimelineView(FigureView):
         self.data = timeline_data(run_or_timeline)
         self.comparisons: dict[str, TimelineData] = _comparisons(compare)
         self._compare: Optional[str] = next(iter(self.comparisons), None)
-        self._selected: Optional[int] = None
         self.event_dropdown = widgets.Dropdown(
             options=[("(no event)", NO_CHOICE)] + [(f"#{i} {b.kind} {b.node} · {b.device}/{b.stream}", i) for i, b in enumerate(self.data.bars)],
             description="event",
@@ -103,16 +102,9 @@ class TimelineView(FigureView):
             options=[("(none)", NO_CHOICE)] + [(k, k) for k in self.comparisons], value=as_choice(self._compare), description="compare"
         )
         self.compare_dropdown.layout.display = "" if self.comparisons else "none"
-        for w in (self.event_dropdown, self.compare_dropdown):
-            w.add_class("wb-control")
-        self.event_dropdown.observe(lambda ch: self.select(choice(ch["new"])), names="value")
-        self.compare_dropdown.observe(lambda ch: self.set_compare(choice(ch["new"])), names="value")
-        self.widget.children = [widgets.HBox([self.event_dropdown, self.compare_dropdown]), self.summary, self.image, self.spec]
-        self.refresh()
-
-    @property
-    def selected(self) -> Optional[int]:
-        return self._selected
+        self._bind(self.event_dropdown, self.select)
+        self._bind(self.compare_dropdown, self.set_compare)
+        self._show(self.event_dropdown, self.compare_dropdown)
 
     @property
     def shown(self) -> list[tuple[str, TimelineData]]:
@@ -127,10 +119,7 @@ class TimelineView(FigureView):
         if index is not None and not (isinstance(index, int) and 0 <= index < len(self.data.bars)):
             raise IndexError(f"event index {index!r} is out of range; this run has {len(self.data.bars)} events (0..{len(self.data.bars) - 1})")
         self._selected = index
-        if choice(self.event_dropdown.value) != index:
-            self.event_dropdown.value = as_choice(index)
-            return
-        self.refresh()
+        self._redraw_with(self.event_dropdown, index)
 
     def set_compare(self, name: Optional[str]) -> None:
         """Draw the comparison run ``name`` below (None hides it)."""
@@ -138,10 +127,7 @@ class TimelineView(FigureView):
             valid = ", ".join(map(repr, self.comparisons)) or "none (pass compare= when building the view)"
             raise KeyError(f"no comparison run {name!r}; valid ones are {valid}")
         self._compare = name
-        if choice(self.compare_dropdown.value) != name:
-            self.compare_dropdown.value = as_choice(name)
-            return
-        self.refresh()
+        self._redraw_with(self.compare_dropdown, name)
 
     def _draw(self) -> Figure:
         return draw_timelines(self.shown, self._selected)
@@ -181,5 +167,4 @@ def _comparisons(compare: Any) -> dict[str, TimelineData]:
             except ViewInputError as exc:
                 raise ViewInputError(f"compare[{name!r}]: {exc}") from None
         return out
-    as_timeline(compare, "TimelineView's compare=")
-    return {"compare": timeline_data(compare)}
+    return {"compare": timeline_data(as_timeline(compare, "TimelineView's compare="))}

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..buffers import Buffer, PlanningInputError
-from .base import Assignment, Problem, make_problem
+from .base import Assignment, Problem, make_problem, smallest
 from .greedy import plan_greedy
 from .naive import plan_naive
 from .search import plan_search
@@ -38,15 +38,12 @@ Algorithm = Callable[[Problem], list[int]]
 
 def plan_best(problem: Problem) -> list[int]:
     """The smallest arena among all other registered algorithms (rule 3)."""
-    chosen: list[int] | None = None
-    chosen_arena = 0
-    for name, algorithm in ALGORITHMS.items():
-        if name == "best":
-            continue
-        offsets = _checked(name, algorithm(problem), problem)
-        arena = problem.arena_of(offsets)
-        if chosen is None or arena < chosen_arena:
-            chosen, chosen_arena = offsets, arena
+    runs = (
+        _checked(name, algorithm(problem), problem)
+        for name, algorithm in ALGORITHMS.items()
+        if name != "best"
+    )
+    chosen = smallest(problem, runs)
     return chosen if chosen is not None else [0] * len(problem)
 
 

@@ -28,20 +28,6 @@ def by_size(problem: Problem) -> list[int]:
     return sorted(_nonzero(problem), key=lambda i: (-sizes[i], starts[i], i))
 
 
-def step_loads(problem: Problem) -> list[int]:
-    """Aligned bytes live at each compressed step."""
-    diff = [0] * (problem.n_steps + 1)
-    for s, e, z in zip(problem.starts, problem.ends, problem.sizes):
-        diff[s] += z
-        diff[e + 1] -= z
-    live = 0
-    loads = []
-    for d in diff[:-1]:
-        live += d
-        loads.append(live)
-    return loads
-
-
 def _range_max(values: list[int]) -> Callable[[int, int], int]:
     """Sparse table: O(T log T) to build, O(1) max over ``values[a..b]``."""
     table = [values]
@@ -61,7 +47,7 @@ def _range_max(values: list[int]) -> Callable[[int, int], int]:
 
 def by_breadth(problem: Problem) -> list[int]:
     """Buffers live at the busiest steps first, largest first within a step (rule 3)."""
-    loads = step_loads(problem)
+    loads = problem.loads
     span = len(loads) + 1
     # One int per step orders by load, then earlier step first: load * span + (span - 1 - t).
     peak = _range_max([load * span + (span - 1 - t) for t, load in enumerate(loads)])

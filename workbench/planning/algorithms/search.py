@@ -45,8 +45,7 @@ from __future__ import annotations
 
 import random
 
-from ..lower_bound import peak_load
-from .base import Problem, compress_steps
+from .base import Problem, smallest
 from .exact import solve_exact
 from .orders import ORDERS, STARTS
 from .placement import place
@@ -77,18 +76,12 @@ def components(problem: Problem) -> list[list[int]]:
 
 def subproblem(problem: Problem, indices: list[int]) -> Problem:
     """The buffers ``indices`` as a problem of their own, steps re-compressed."""
-    sizes = tuple(problem.sizes[i] for i in indices)
-    starts, ends, n_steps = compress_steps(
-        [problem.starts[i] for i in indices], [problem.ends[i] for i in indices]
-    )
-    return Problem(
-        buffers=tuple(problem.buffers[i] for i in indices),
-        alignment=problem.alignment,
-        sizes=sizes,
-        starts=tuple(starts),
-        ends=tuple(ends),
-        n_steps=n_steps,
-        lower_bound=peak_load(starts, ends, sizes),
+    return Problem.build(
+        [problem.buffers[i] for i in indices],
+        problem.alignment,
+        [problem.sizes[i] for i in indices],
+        [problem.starts[i] for i in indices],
+        [problem.ends[i] for i in indices],
     )
 
 
@@ -102,19 +95,6 @@ def _starts(problem: Problem):
         if kind not in orders:
             orders[kind] = ORDERS[kind](problem)
         yield place(problem, orders[kind], how)
-
-
-def _multistart(problem: Problem, target: int) -> list[int]:
-    best: list[int] | None = None
-    best_arena = 0
-    for offsets in _starts(problem):
-        arena = problem.arena_of(offsets)
-        if best is None or arena < best_arena:
-            best, best_arena = offsets, arena
-        if best_arena <= target:
-            break
-    assert best is not None
-    return best
 
 
 def _score(problem: Problem, offsets: list[int]) -> tuple[int, int]:
@@ -156,7 +136,8 @@ def _local_search(problem: Problem, offsets: list[int], target: int) -> list[int
 
 def _solve(problem: Problem, target: int) -> list[int]:
     target = max(target, problem.lower_bound)
-    offsets = _multistart(problem, target)
+    offsets = smallest(problem, _starts(problem), target)
+    assert offsets is not None
     arena = problem.arena_of(offsets)
     if arena <= target:
         return offsets

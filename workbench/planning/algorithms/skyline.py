@@ -105,7 +105,7 @@ def skyline(problem: Problem, rule: str | Sequence[tuple] = "long") -> list[int]
         h, a, b = heapq.heappop(heap)
         if seg_end.get(a) != b or seg_height[a] != h:
             continue  # stale entry
-        pick, pick_pos = -1, 0
+        pick = -1
         if memo_segment == (a, b):
             while memo and placed[memo[0][1]]:
                 heapq.heappop(memo)
