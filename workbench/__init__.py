@@ -12,6 +12,7 @@ capture → place → propagate → plan → run, with views for notebooks::
 from . import copy_ops  # registers the workbench:: copy ops with torch.library
 from .capture import CaptureError, Program, capture
 from .devices import CPU, Device, DeviceError
+from .errors import WorkbenchError, WorkbenchWarning
 from .place import Delegate, Placement, PlacementError, PlacementWarning, place
 from .propagate import CopyRecord, DeviceGraph, PropagationError, propagate
 from .planning.plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, plan
@@ -48,6 +49,8 @@ __all__ = [
     "Device",
     "DeviceError",
     "DeviceGraph",
+    "WorkbenchError",
+    "WorkbenchWarning",
     "Placement",
     "PlacementError",
     "PlacementWarning",

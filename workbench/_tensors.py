@@ -14,12 +14,13 @@ from typing import Any
 
 import torch
 import torch.fx
+from .errors import WorkbenchError
 
 #: Sizes at or above this are treated as unbounded (torch.export's int_oo is huge).
 _UNBOUNDED = 2**62
 
 
-class UnboundedShapeError(ValueError):
+class UnboundedShapeError(WorkbenchError, ValueError):
     """A tensor size has no finite upper bound, so it cannot be given memory."""
 
 

@@ -15,15 +15,16 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
+from .errors import WorkbenchError
 
 __all__ = ["CaptureError", "InputSignatureError", "Program", "capture"]
 
 
-class CaptureError(ValueError):
+class CaptureError(WorkbenchError, ValueError):
     """The model or its example inputs cannot be captured."""
 
 
-class InputSignatureError(TypeError):
+class InputSignatureError(WorkbenchError, TypeError):
     """Inputs that do not have the structure the program was captured with."""
 
 

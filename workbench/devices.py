@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Union
+from .errors import WorkbenchError
 
 #: Device types the workbench knows, and the largest index each accepts.
 DEVICE_TYPES: dict[str, int] = {"cpu": 0, "cuda": 15}
@@ -16,7 +17,7 @@ DEVICE_TYPES: dict[str, int] = {"cpu": 0, "cuda": 15}
 DeviceLike = Union["Device", str]
 
 
-class DeviceError(ValueError):
+class DeviceError(WorkbenchError, ValueError):
     """A device string or index that the workbench does not accept."""
 
 

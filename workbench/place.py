@@ -38,19 +38,20 @@ import torch.fx
 from ._tensors import gc_paused, op_name, packet_name, produces_tensors
 from .capture import Program
 from .devices import CPU, Device, DeviceError
+from .errors import WorkbenchError, WorkbenchWarning
 
-__all__ = ["Delegate", "Placement", "PlacementError", "PlacementWarning", "place"]
+__all__ = ["Delegate", "Placement", "PlacementError", "PlacementWarning", "module_paths", "parse_rules", "place"]
 
 Rules = Union[Mapping[str, Union[str, Sequence[str]]], Callable[[torch.fx.Node], object]]
 
 PARTITIONERS = ("workbench", "fx")
 
 
-class PlacementError(ValueError):
+class PlacementError(WorkbenchError, ValueError):
     """The placement rules are malformed or contradict each other."""
 
 
-class PlacementWarning(UserWarning):
+class PlacementWarning(WorkbenchWarning):
     """A placement rule that claimed no op."""
 
 
@@ -133,7 +134,7 @@ def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Pl
     if callable(rules) and not isinstance(rules, Mapping):
         node_device, unmatched = _apply_callable(graph, rules), ()
     elif isinstance(rules, Mapping):
-        node_device, unmatched = _apply_patterns(graph, _parse_rules(rules))
+        node_device, unmatched = _apply_patterns(graph, parse_rules(rules))
     else:
         raise PlacementError(
             "rules must be a mapping {device: [op patterns]} such as "
@@ -163,8 +164,9 @@ def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Pl
 # --- rules -------------------------------------------------------------------------
 
 
-def _parse_rules(rules: Mapping) -> list[tuple[Device, str, str, str]]:
-    """Validate a rule mapping into (device, kind, glob, original pattern) tuples."""
+def parse_rules(rules: Mapping) -> list[tuple[Device, str, str, str]]:
+    """Validate a rule mapping into ``(device, kind, glob, original pattern)`` tuples;
+    ``kind`` is ``"op"``, ``"module"`` or ``"node"``. Malformed rules are a ``PlacementError``."""
     parsed = []
     for key, patterns in rules.items():
         try:
@@ -197,7 +199,8 @@ def _parse_rules(rules: Mapping) -> list[tuple[Device, str, str, str]]:
     return parsed
 
 
-def _module_paths(node: torch.fx.Node) -> list[str]:
+def module_paths(node: torch.fx.Node) -> list[str]:
+    """The module paths ``node`` was traced in, outermost first (``["layers.0", "layers.0.mlp"]``)."""
     stack = node.meta.get("nn_module_stack") or {}
     return [path for path, _type in stack.values() if path]
 
@@ -212,7 +215,7 @@ def _matches(node: torch.fx.Node, kind: str, glob: str) -> bool:
         return _op_matches(op_name(node), packet_name(node), glob)
     if kind == "node":
         return fnmatch.fnmatchcase(node.name, glob)
-    return any(fnmatch.fnmatchcase(path, glob) for path in _module_paths(node))
+    return any(fnmatch.fnmatchcase(path, glob) for path in module_paths(node))
 
 
 def _placeable(node: torch.fx.Node) -> bool:

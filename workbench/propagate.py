@@ -54,11 +54,12 @@ from ._tensors import gc_paused, is_view_op, node_nbytes, op_name, packet_name, 
 from .copy_ops import GATHER_H2D, GATHER_REUSE, OP_FOR_KIND, SELECT_ROWS, is_copy_node
 from .devices import CPU, Device
 from .place import Placement
+from .errors import WorkbenchError
 
 __all__ = ["CopyRecord", "DeviceGraph", "PropagationError", "node_role", "propagate"]
 
 
-class PropagationError(ValueError):
+class PropagationError(WorkbenchError, ValueError):
     """The placement cannot be propagated as asked."""
 
 

@@ -34,9 +34,10 @@ import torch.fx
 
 from .copy_ops import SELECT_ROWS
 from .devices import Device
-from .place import _module_paths, place
+from .place import module_paths, place
 from .propagate import propagate
 from .schedule import schedule
+from .errors import WorkbenchError
 
 __all__ = [
     "Strategy",
@@ -114,12 +115,12 @@ class Strategy:
             )
 
 
-class StrategyError(ValueError):
+class StrategyError(WorkbenchError, ValueError):
     """A strategy does not fit the program it is applied to."""
 
 
 def _in_modules(node: torch.fx.Node, glob: str) -> bool:
-    return any(fnmatch.fnmatchcase(path, glob) for path in _module_paths(node))
+    return any(fnmatch.fnmatchcase(path, glob) for path in module_paths(node))
 
 
 def all_on_device(device: str = "cuda:0", skip_copies: bool = True) -> Strategy:

@@ -42,9 +42,10 @@ import torch.utils._pytree as pytree
 
 from ..capture import Program, capture
 from .._tensors import _overload, packet_name, tensor_nbytes, value_of
-from ..place import Placement, PlacementError, _parse_rules, place
+from ..place import Placement, PlacementError, parse_rules, place
 from ..propagate import propagate
 from .models import Case
+from ..errors import WorkbenchError
 
 __all__ = [
     "INSTALL_HINT",
@@ -84,7 +85,7 @@ TARGET_DEVICE_KEY = "target_device"
 _BACKEND_MODULE = "executorch.exir.backend.test.demos.rpc.executor_backend_preprocess"
 
 
-class ExecuTorchNotInstalled(ImportError):
+class ExecuTorchNotInstalled(WorkbenchError, ImportError):
     """The optional ``executorch`` package is not importable."""
 
 
@@ -353,7 +354,7 @@ def _parse_edge_rules(rules: Mapping) -> list[tuple[Any, str, str, str]]:
             "the ExecuTorch cross-check takes rules as a mapping {device: [op patterns]}, such as "
             f"{{'cuda:0': ['aten.add']}}; got {type(rules).__name__}"
         )
-    parsed = _parse_rules(rules)
+    parsed = parse_rules(rules)
     for _device, kind, _glob, original in parsed:
         if kind == "node":
             raise PlacementError(

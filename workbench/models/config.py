@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+from ..errors import WorkbenchError
 
 FULL_CONFIG_FILE = "qwen3_5_moe_35b_a3b.json"
 
@@ -44,7 +45,7 @@ DTYPES: dict[str, torch.dtype] = {
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"max_seq_len": 4096, "dtype": "float32"}
 
 
-class ConfigError(ValueError):
+class ConfigError(WorkbenchError, ValueError):
     """A model configuration that is inconsistent or cannot be read."""
 
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from ..errors import WorkbenchError
 
 
-class PlanningInputError(ValueError):
+class PlanningInputError(WorkbenchError, ValueError):
     """Input to planning that cannot be planned: it says what was wrong and what is valid."""
 
 

@@ -31,11 +31,12 @@ from .buffers import Buffer, aligned_size, check_alignment
 from .lifetimes import TensorLifetime, tensor_lifetimes
 from .lower_bound import lower_bound as _lower_bound
 from .verify import PlanVerificationError, verify as _verify
+from ..errors import WorkbenchError
 
 __all__ = ["CapacityError", "MemoryPlan", "PlanError", "TensorAllocation", "plan"]
 
 
-class PlanError(ValueError):
+class PlanError(WorkbenchError, ValueError):
     """The graph cannot be planned as asked."""
 
 

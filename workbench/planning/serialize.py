@@ -20,6 +20,7 @@ from typing import Any, Union
 import torch
 
 from ..devices import Device
+from ..errors import WorkbenchError
 
 FORMAT = "workbench-plan"
 VERSION = 1
@@ -27,7 +28,7 @@ VERSION = 1
 __all__ = ["PlanFileError", "load_plan", "save_plan", "FORMAT", "VERSION"]
 
 
-class PlanFileError(ValueError):
+class PlanFileError(WorkbenchError, ValueError):
     """A plan file that cannot be read: corrupt, of another format, or another version."""
 
 

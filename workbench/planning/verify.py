@@ -35,11 +35,12 @@ from collections.abc import Hashable, Iterable
 
 from .algorithms.base import Assignment
 from .buffers import Buffer, PlanningInputError, check_alignment, check_buffers, is_int
+from ..errors import WorkbenchError
 
 DEFAULT_LIMIT = 1000
 
 
-class PlanVerificationError(AssertionError):
+class PlanVerificationError(WorkbenchError):
     """A plan that is not safe to run; ``problems`` lists every problem found."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -39,12 +39,13 @@ from typing import Any, Iterable
 import torch
 
 from ..devices import Device, DeviceLike
+from ..errors import WorkbenchError
 
 #: Backends a program can run on: the real GPU through CuPy, or the simulator.
 BACKENDS: tuple[str, ...] = ("cuda", "sim")
 
 
-class AllocatorError(RuntimeError):
+class AllocatorError(WorkbenchError, RuntimeError):
     """Misuse of device memory (double free, use after free, foreign allocation)."""
 
 
@@ -56,14 +57,14 @@ class UseAfterFreeError(AllocatorError):
     """A freed allocation or buffer was used."""
 
 
-class UnregisteredDeviceTypeError(LookupError):
+class UnregisteredDeviceTypeError(WorkbenchError, LookupError):
     """No allocator is registered for the device type asked for."""
 
     def __str__(self) -> str:  # LookupError would quote the message like a key
         return str(self.args[0]) if self.args else ""
 
 
-class UnknownBackendError(ValueError):
+class UnknownBackendError(WorkbenchError, ValueError):
     """A backend name that the workbench does not know."""
 
 

@@ -33,12 +33,13 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..devices import Device, DeviceLike
+from ..errors import WorkbenchWarning
 
 COPY_KINDS: tuple[str, ...] = ("h2d", "d2h", "d2d")
 DTYPE_CLASSES: tuple[str, ...] = ("fp64", "fp32", "bf16", "fp8")
 
 
-class CostModelWarning(UserWarning):
+class CostModelWarning(WorkbenchWarning):
     """An op's cost could not be counted exactly (it had no meta kernel)."""
 
 

@@ -23,11 +23,12 @@ import torch
 
 from ..devices import Device
 from .allocators import DeviceAllocator, _Record
+from ..errors import WorkbenchError
 
 DISABLE_ENV = "WORKBENCH_DISABLE_CUDA"
 
 
-class CudaUnavailableError(RuntimeError):
+class CudaUnavailableError(WorkbenchError, RuntimeError):
     """The ``cuda`` backend was asked for on a machine where it cannot run."""
 
 

@@ -59,17 +59,18 @@ from .sim_timing import bind_cost, copy_cost, default_cost_model, op_step_cost, 
 from .steps import HOST_LANE, Step, Steps, steps_of
 from .tensors import _is_cupy_array, _owned, buffer_of, clone_to, device_of, typed_view
 from .timeline import Timeline
+from ..errors import WorkbenchError
 
 __all__ = ["ExecutorError", "InputError", "Session", "check_inputs", "load"]
 
 RunNode = Callable[[torch.fx.Node, tuple, dict], Any]
 
 
-class ExecutorError(RuntimeError):
+class ExecutorError(WorkbenchError, RuntimeError):
     """The executor cannot run this plan, or a step broke one of its rules."""
 
 
-class InputError(ValueError):
+class InputError(WorkbenchError, ValueError):
     """A caller's input is not what the plan expects (device, dtype, shape, count)."""
 
 

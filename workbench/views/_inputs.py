@@ -14,9 +14,10 @@ from typing import Any
 from ..planning.plan import MemoryPlan
 from ..propagate import DeviceGraph
 from ..runtime.timeline import Timeline
+from ..errors import WorkbenchError
 
 
-class ViewInputError(TypeError):
+class ViewInputError(WorkbenchError, TypeError):
     """A view was given something it cannot show."""
 
 
