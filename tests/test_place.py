@@ -264,7 +264,7 @@ def test_acyclicity_check_can_fail():
 def test_wrapped_ops_are_named_and_placed_like_the_op_they_wrap():
     """An op object wrapping an aten overload in ``_op`` (as ExecuTorch's edge ops do) is
     named by that overload, so op patterns place it without special cases."""
-    from workbench._tensors import op_name, packet_name
+    from workbench.graph_values import op_name, packet_name
 
     class Wrapped:
         __name__ = "wrapped"

@@ -8,7 +8,7 @@ import workbench as wb
 from conftest import moe_tiny
 from workbench import CPU, Device
 from workbench.copy_ops import GATHER_H2D
-from workbench.planning.bound import run_in_arenas
+from workbench.planning.arena_execution import run_in_arenas
 from workbench.strategies import (
     STRATEGIES,
     all_on_device,

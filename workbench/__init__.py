@@ -15,8 +15,8 @@ from .devices import CPU, Device, DeviceError
 from .errors import WorkbenchError, WorkbenchWarning
 from .place import Delegate, Placement, PlacementError, PlacementWarning, place
 from .propagate import CopyRecord, DeviceGraph, PropagationError, propagate
-from .planning.plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, plan
-from .planning.serialize import PlanFileError, load_plan
+from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, load_plan, plan
+from .planning.archive import PlanFileError
 from .runtime.executor import RunResult, Session, estimate, load, run
 from . import views
 from .views import BufferView, GraphView, PlacementExplorer, TimelineView, explore, to_chrome_trace, to_dot

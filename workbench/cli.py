@@ -172,7 +172,7 @@ def _write_figures(results, out, progress) -> None:
 
     focus = next((r for r in results if r.strategy.label == "expert_streaming+skip"), results[-1])
     views = {
-        "graph.png": lambda: GraphView(focus.graph, collapse="layers"),
+        "graph.png": lambda: GraphView(focus.device_graph, collapse="layers"),
         "buffers.png": lambda: BufferView(focus.plan, algorithms=[focus.plan.algorithm]),
         "timeline.png": lambda: TimelineView(
             focus.run,

@@ -29,16 +29,17 @@ import fnmatch
 import functools
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 import pandas as pd
 import torch
 import torch.fx
 
-from ._tensors import gc_paused, op_name, packet_name, produces_tensors
+from .graph_values import gc_paused, op_name, packet_name, produces_tensors
 from .capture import Program
 from .devices import CPU, Device, DeviceError
 from .errors import WorkbenchError, WorkbenchWarning
+from .json_fields import JsonObject
 
 __all__ = ["Delegate", "Placement", "PlacementError", "PlacementWarning", "module_paths", "parse_rules", "place"]
 
@@ -82,6 +83,23 @@ class Placement:
     def ops_on(self, device: Union[str, Device]) -> tuple[str, ...]:
         dev = Device.parse(device)
         return tuple(n for n, d in self.node_device.items() if d == dev)
+
+    def to_json(self) -> dict[str, Any]:
+        """Devices as strings, delegates in order, unmatched patterns."""
+        return {
+            "node_device": {k: str(v) for k, v in self.node_device.items()},
+            "delegates": [{"name": d.name, "device": str(d.device), "nodes": list(d.nodes)} for d in self.delegates],
+            "unmatched": list(self.unmatched),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, program: Program, path: str = "placement") -> "Placement":
+        """The placement ``to_json`` wrote, of ``program``; a bad field is a ``JsonFieldError`` naming it."""
+        obj = JsonObject(data, path)
+        node_device = obj.device_map("node_device")
+        delegates = tuple(Delegate(d.text("name"), d.device("device"), d.texts("nodes")) for d in obj.elements("delegates"))
+        node_delegate = {n: d.name for d in delegates for n in d.nodes}
+        return cls(program, node_device, delegates, node_delegate, obj.texts("unmatched"))
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per op: name, op, device, delegate."""

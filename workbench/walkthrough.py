@@ -30,7 +30,8 @@ import torch
 
 from .capture import capture
 from .models import MoEConfig, QwenMoEDecoder
-from .planning.plan import MemoryPlan, plan
+from .planning.memory_plan import MemoryPlan, plan
+from .propagate import DeviceGraph
 from .runtime.cost_model import CostModel, dtype_class, op_cost
 from .runtime.executor import RunResult, estimate, run
 from .runtime.tensors import stage_inputs, to_host
@@ -60,7 +61,7 @@ class StrategyResult:
     """One strategy applied to one model: its graph, plan and (tiny) run or (full) estimates."""
 
     strategy: Strategy
-    plan: MemoryPlan  # plan.graph is the DeviceGraph
+    plan: MemoryPlan  # plan.device_graph is the DeviceGraph
     run: Optional[RunResult] = None  # tiny model: the executed decode step
     matches_eager: Optional[bool] = None  # tiny model: outputs equal eager PyTorch
     estimates: Optional[dict[str, Any]] = None  # full size: link → modeled Timeline
@@ -68,8 +69,8 @@ class StrategyResult:
     device_preset: Optional[str] = None  # full size: the CostModel device preset of ``estimates``
 
     @property
-    def graph(self):
-        return self.plan.graph
+    def device_graph(self) -> DeviceGraph:
+        return self.plan.device_graph
 
 
 def _quiet(items: Iterable, desc: str) -> Iterable:
@@ -185,7 +186,7 @@ def strategy_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
     """
     rows = []
     for r in results:
-        dg, memory, res = r.graph, r.plan, r.run
+        dg, memory, res = r.device_graph, r.plan, r.run
         counts, moved = dg.copy_counts(), dg.copy_bytes()
         totals = res.timeline.totals_by_kind() if res is not None else {}
         crossed = res.copy_bytes_by_kind() if res is not None else {}
@@ -268,7 +269,7 @@ def full_size_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
     ``prefetch_hit_rate`` expects to miss), and tokens/s under each link."""
     rows = []
     for r in results:
-        dg, memory = r.graph, r.plan
+        dg, memory = r.device_graph, r.plan
         moved = dg.copy_bytes()
         first = next(iter((r.estimates or {}).values()), None)
         dev = r.strategy.device

@@ -37,7 +37,7 @@ def test_every_event_waits_for_its_producers_and_at_most_one_event_per_lane():
     placed = wb.place(prog, lambda n: ["cpu", "cuda:0", "cuda:1"][sum(map(ord, n.name)) % 3])
     plan = wb.plan(wb.propagate(placed), "best")
     steps = steps_of(plan)
-    nodes = {n.name: n for n in plan.graph.graph.nodes}
+    nodes = {n.name: n for n in plan.device_graph.graph.nodes}
     for step in steps.events:
         lanes = [steps.by_name[d].lane for d in step.deps]
         assert len(lanes) == len(set(lanes)), step
@@ -55,7 +55,7 @@ def test_views_getitems_and_shape_checks_are_not_events():
     _, _, prog = captured("attention")
     plan = wb.plan(wb.propagate(wb.place(prog, {"cuda:0": ["aten.linear", "aten.topk"]})))
     steps = steps_of(plan)
-    nodes = {n.name: n for n in plan.graph.graph.nodes}
+    nodes = {n.name: n for n in plan.device_graph.graph.nodes}
     for step in steps.steps:
         node = nodes[step.name]
         if node.op == "call_function" and (node.target.__name__ == "getitem" or "view" in str(node.target)):
@@ -101,7 +101,7 @@ def test_estimate_schedules_the_full_size_model_from_shapes_alone():
         model = QwenMoEDecoder(MoEConfig.full())
     prog = wb.capture(model, model.example_inputs(), shape_only=True)
     plan = wb.plan(wb.propagate(wb.place(prog, {"cuda:0": ["aten.*"]}), True, True), "greedy")
-    assert len(plan.graph.graph.nodes) > 5000
+    assert len(plan.device_graph.graph.nodes) > 5000
     before = live_bytes_by_device()
     tl = estimate(plan)
     assert len(tl) == len(steps_of(plan).events)

@@ -32,10 +32,9 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..devices import Device, DeviceLike
+from ..devices import CopyKind, Device, DeviceLike
 from ..errors import WorkbenchWarning
 
-COPY_KINDS: tuple[str, ...] = ("h2d", "d2h", "d2d")
 DTYPE_CLASSES: tuple[str, ...] = ("fp64", "fp32", "bf16", "fp8")
 
 
@@ -188,8 +187,7 @@ class CostModel:
     # -- times -----------------------------------------------------------------------------
     def copy_time_us(self, kind: str, nbytes: int, pinned: bool = True) -> float:
         """Microseconds to copy ``nbytes`` in direction ``kind`` (rule 1)."""
-        if kind not in COPY_KINDS:
-            raise ValueError(f"unknown copy kind {kind!r}; valid: {', '.join(COPY_KINDS)}")
+        kind = CopyKind.parse(kind).value
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
             raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")
         bandwidth = getattr(self, f"{kind}_bandwidth")
@@ -247,10 +245,10 @@ class OpCost(NamedTuple):
 
 
 def _nbytes(t: torch.Tensor) -> int:
-    return math.prod(_concrete(d) for d in t.shape) * t.element_size()
+    return math.prod(concrete_size(d) for d in t.shape) * t.element_size()
 
 
-def _concrete(d: Any) -> int:
+def concrete_size(d: Any) -> int:
     if isinstance(d, int):
         return d
     hint = getattr(getattr(d, "node", None), "hint", None)  # a backed SymInt's example value
@@ -262,8 +260,8 @@ def _concrete(d: Any) -> int:
 def _to_meta(x: Any) -> Any:
     if not isinstance(x, torch.Tensor):
         return x
-    shape = tuple(_concrete(d) for d in x.shape)
-    stride = tuple(_concrete(s) for s in x.stride())
+    shape = tuple(concrete_size(d) for d in x.shape)
+    stride = tuple(concrete_size(s) for s in x.stride())
     return torch.empty_strided(shape, stride, dtype=x.dtype, device="meta")
 
 

@@ -37,7 +37,7 @@ from .allocators import AllocatorRegistry
 from .cost_model import CostModel
 from .sim_timing import SimClock
 from .steps import Step
-from .tensors import _is_cupy_array, device_of
+from .tensors import is_cupy_array, device_of
 from .timeline import Timeline
 
 __all__ = ["CudaExecBackend", "SimExecBackend", "make_exec_backend"]
@@ -176,7 +176,7 @@ class CudaExecBackend(_ExecBackend):
         return kwargs
 
     def as_tensor(self, x: Any) -> Any:
-        return torch.from_dlpack(x) if _is_cupy_array(x) else x
+        return torch.from_dlpack(x) if is_cupy_array(x) else x
 
     def torch_copy(self, dst: torch.Tensor, src: torch.Tensor, stream: Any) -> None:
         with torch.cuda.stream(stream):

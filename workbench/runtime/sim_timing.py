@@ -28,12 +28,17 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten
 
-from .._tensors import node_nbytes, value_of
-from .cost_model import CostModel, OpCost, _concrete, op_cost
+from ..errors import ArgumentTypeError
+from ..graph_values import node_nbytes, value_of
+from ..planning.memory_plan import MemoryPlan
+from .cost_model import CostModel, OpCost, concrete_size, op_cost
 from .steps import Step, steps_of
 from .timeline import Event, StreamScheduler, Timeline
 
 __all__ = ["SimClock", "cached_op_cost", "default_cost_model", "estimate", "expected_link_bytes", "reuse_cost", "step_dtype"]
+
+#: A step's cost, computed when the clock places it: (µs, bytes, flops).
+CostFn = Callable[[], tuple[float, int, int]]
 
 _CACHE: dict[Any, OpCost] = {}
 _CACHE_LIMIT = 1 << 16
@@ -48,13 +53,13 @@ def default_cost_model() -> CostModel:
 def _spec(x: Any) -> Any:
     """A hashable description of an argument: shapes and dtypes, never data."""
     if isinstance(x, torch.Tensor):
-        return ("T", tuple(_concrete(d) for d in x.shape), tuple(_concrete(s) for s in x.stride()), x.dtype)
+        return ("T", tuple(concrete_size(d) for d in x.shape), tuple(concrete_size(s) for s in x.stride()), x.dtype)
     if isinstance(x, (list, tuple)):
         return (type(x).__name__, tuple(_spec(v) for v in x))
     if isinstance(x, dict):
         return ("dict", tuple((k, _spec(v)) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))))
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return _concrete(x) if isinstance(x, torch.SymInt) else repr(x)
+        return concrete_size(x) if isinstance(x, torch.SymInt) else repr(x)
     try:
         hash(x)
     except TypeError:
@@ -159,7 +164,7 @@ class SimClock:
 # -- estimate: the same schedule from shapes alone ---------------------------------------------
 
 
-def estimate(plan, cost_model: Optional[CostModel] = None) -> Timeline:
+def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None) -> Timeline:
     """The modeled timeline of one call of ``plan``, from shapes alone.
 
     Runs no op and allocates no memory: FLOPs and bytes come from ``op_cost`` on meta
@@ -168,30 +173,28 @@ def estimate(plan, cost_model: Optional[CostModel] = None) -> Timeline:
     backend="sim")`` records — except reuse copies, whose bytes depend on which rows the
     prefetch holds: they are charged ``cost_model.prefetch_hit_rate`` (rule 1).
     """
-    from ..planning.plan import MemoryPlan
-
     if not isinstance(plan, MemoryPlan):
-        raise TypeError(f"estimate expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
+        raise ArgumentTypeError(f"estimate expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
     model = cost_model if cost_model is not None else default_cost_model()
     if not isinstance(model, CostModel):
-        raise TypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
+        raise ArgumentTypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
     clock = SimClock(model)
-    for step, node in zip(steps_of(plan).steps, plan.graph.graph.nodes):  # one step per node, in order
+    for step, node in zip(steps_of(plan).steps, plan.device_graph.graph.nodes):  # one step per node, in order
         if step.event is not None:
             clock.add(step, _static_cost(model, step, node))
     return clock.timeline()
 
 
-def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> Callable[[], tuple[float, int, int]]:
+def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> CostFn:
     if node.op == "placeholder":
         return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
     if step.reuse:
         total = node_nbytes(node, unbounded="hint")  # every selected row
         link = expected_link_bytes(model, total)
         return lambda: reuse_cost(model, step, link, total - link)
-    if step.event in ("h2d", "d2h", "d2d"):
-        moved = node if step.gather else node.args[0]
-        return lambda: copy_cost(model, step, node_nbytes(moved, unbounded="hint"))
+    if step.copy is not None:  # its record holds the bytes it moves
+        nbytes = step.copy.nbytes
+        return lambda: copy_cost(model, step, nbytes)
     args = torch.fx.node.map_arg(node.args, value_of)
     kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
     return lambda: op_step_cost(model, step, node.target, args, kwargs, value_of(node))

@@ -22,7 +22,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from .plan import MemoryPlan
+from .memory_plan import MemoryPlan
 
 __all__ = ["Slots", "run_in_arenas", "host_arenas"]
 
@@ -88,7 +88,7 @@ def run_in_arenas(
     arenas: Optional[Mapping[str, torch.Tensor]] = None,
     run_node: Optional[Callable[[torch.fx.Node, tuple, dict], Any]] = None,
 ) -> Any:
-    """Execute ``plan.graph`` with every planned tensor bound to its arena slot.
+    """Execute ``plan.device_graph`` with every planned tensor bound to its arena slot.
 
     Args:
         plan: the memory plan.
@@ -104,7 +104,7 @@ def run_in_arenas(
 
 
 def _run(plan, inputs, arenas, run_node):
-    dg = plan.graph
+    dg = plan.device_graph
     program = dg.program
     ep = program.exported
     arenas = dict(arenas) if arenas is not None else host_arenas(plan)

@@ -103,7 +103,7 @@ def op_name(node: torch.fx.Node) -> str:
     return _target_name(node.target)
 
 
-def _overload(target: Any) -> torch._ops.OpOverload | None:
+def wrapped_overload(target: Any) -> torch._ops.OpOverload | None:
     """The aten/library overload behind a target; wrappers such as ExecuTorch's edge ops
     keep the op they wrap in ``_op``, so they are named (and matched) like it."""
     if isinstance(target, torch._ops.OpOverload):
@@ -116,7 +116,7 @@ def _overload(target: Any) -> torch._ops.OpOverload | None:
 def _target_name(target: Any) -> str:
     if target is operator.getitem:
         return "getitem"
-    overload = _overload(target)
+    overload = wrapped_overload(target)
     if overload is not None:
         return str(overload)
     return getattr(target, "__name__", str(target))
@@ -125,9 +125,21 @@ def _target_name(target: Any) -> str:
 def packet_name(node: torch.fx.Node) -> str:
     """The op name without its overload: ``aten.mm``."""
     name = op_name(node)
-    if node.op == "call_function" and _overload(node.target) is not None:
+    if node.op == "call_function" and wrapped_overload(node.target) is not None:
         return name.rsplit(".", 1)[0]
     return name
+
+
+#: Ops that look only at shapes, dtypes and strides, never at data.
+METADATA_OPS = frozenset(
+    {"aten._assert_tensor_metadata", "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset"}
+)
+
+
+def reads_metadata_only(node: torch.fx.Node) -> bool:
+    """True for an op that reads only shapes, dtypes and strides of its inputs, never
+    their data: it can read a value wherever the value lives, so it never needs a copy."""
+    return node.op == "call_function" and packet_name(node) in METADATA_OPS
 
 
 def is_view_op(target: Any) -> bool:
