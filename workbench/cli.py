@@ -10,9 +10,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from pathlib import Path
 from typing import Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
+from tqdm import tqdm
+
+from . import walkthrough as wt
+from .capture import capture
+from .examples import EXAMPLES, example
+from .models import MoEConfig, param_count
+from .place import PlacementError, place
+from .propagate import propagate
+from .runtime import cuda_available, cuda_unavailable_reason
+from .views import BufferView, GraphView, TimelineView, to_chrome_trace
 
 __all__ = ["main"]
 
@@ -31,19 +45,17 @@ def _parse_placements(items: Sequence[str]) -> dict[str, list[str]]:
 
 
 def _cmd_propagate(args: argparse.Namespace) -> int:
-    import workbench as wb
-    from workbench.examples import EXAMPLES, example
 
     if args.example not in EXAMPLES:
         raise SystemExit(f"unknown example {args.example!r}; valid ones are {', '.join(EXAMPLES)}")
     model, inputs = example(args.example)
     rules = _parse_placements(args.place) if args.place else {"cuda:0": ["aten.linear", "aten.addmm"]}
-    prog = wb.capture(model, inputs, decompose=args.decompose)
+    prog = capture(model, inputs, decompose=args.decompose)
     try:
-        placed = wb.place(prog, rules, strict=args.strict)
-    except wb.PlacementError as exc:
+        placed = place(prog, rules, strict=args.strict)
+    except PlacementError as exc:
         raise SystemExit(f"placement failed: {exc}") from None
-    dg = wb.propagate(
+    dg = propagate(
         placed,
         skip_h2d_for_method_inputs=args.skip_h2d,
         skip_d2h_for_method_outputs=args.skip_d2h,
@@ -79,7 +91,6 @@ def _progress(enabled: bool):
     def wrap(items, desc):
         if not enabled:
             return items
-        from tqdm import tqdm
 
         items = list(items)
         return tqdm(items, desc=desc, unit="strategy", leave=False, file=sys.stderr)
@@ -88,7 +99,6 @@ def _progress(enabled: bool):
 
 
 def _load_config(spec: str):
-    from workbench.models import MoEConfig
 
     if spec == "tiny":
         return MoEConfig.tiny()
@@ -101,12 +111,6 @@ def _load_config(spec: str):
 
 
 def _cmd_walkthrough(args: argparse.Namespace) -> int:
-    import time
-    from pathlib import Path
-
-    from workbench import walkthrough as wt
-    from workbench.models import param_count
-    from workbench.runtime import cuda_available, cuda_unavailable_reason
 
     if args.backend == "cuda" and not cuda_available():
         raise SystemExit(f"--backend cuda: {cuda_unavailable_reason()}")
@@ -163,12 +167,7 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
 def _write_figures(results, out, progress) -> None:
     """Graph, buffer and timeline figures and a Chrome trace for the streaming strategy;
     a timeline comparing every strategy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from workbench.views import BufferView, GraphView, TimelineView, to_chrome_trace
+    matplotlib.use("Agg")  # files only: no window, whatever backend the environment names
 
     focus = next((r for r in results if r.strategy.label == "expert_streaming+skip"), results[-1])
     views = {

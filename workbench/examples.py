@@ -7,10 +7,22 @@ devices, a value with several consumers, an attention block, a multi-output op.
 
 from __future__ import annotations
 
+import random
 from typing import Callable
 
 import torch
 from torch import nn
+from torch.export import ExportedProgram
+from torch.export.graph_signature import (
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    TensorArgument,
+)
+
+from .capture import Program
 
 __all__ = ["EXAMPLES", "example"]
 
@@ -119,20 +131,6 @@ def synthetic_program(num_ops: int, seed: int = 0, width: int = 64, batch: int =
     the exporter, not the workbench). Each op reads one or two of the last
     ``fan_in_window`` values, so lifetimes are short with some long-lived values, like
     real inference graphs; one in eight ops is a matmul with its own weight."""
-    import random
-
-    from torch.export import ExportedProgram
-    from torch.export.graph_signature import (
-        ExportGraphSignature,
-        InputKind,
-        InputSpec,
-        OutputKind,
-        OutputSpec,
-        TensorArgument,
-    )
-
-    from .capture import Program
-
     rng = random.Random(seed)
     aten = torch.ops.aten
     graph = torch.fx.Graph()

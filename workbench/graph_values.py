@@ -96,6 +96,21 @@ def node_nbytes(node: torch.fx.Node, unbounded: str = "raise") -> int:
     return 0
 
 
+def node_arg(node: torch.fx.Node, position: int) -> torch.fx.Node:
+    """The graph value passed as positional argument ``position`` of ``node``; anything else
+    there (a constant, a list) is a ``TypeError`` naming the node."""
+    arg = node.args[position]
+    if not isinstance(arg, torch.fx.Node):
+        raise TypeError(f"argument {position} of {node.name!r} ({node.target}) is {arg!r}, not a graph value")
+    return arg
+
+
+def output_values(node: torch.fx.Node) -> tuple[Any, ...]:
+    """What the graph's ``output`` node returns, one entry per output."""
+    values = node.args[0]
+    return tuple(values) if isinstance(values, (tuple, list)) else (values,)
+
+
 def op_name(node: torch.fx.Node) -> str:
     """A readable op name: ``aten.mm.default``, ``getitem``, ``placeholder``."""
     if node.op != "call_function":

@@ -42,7 +42,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from typing import Any, Mapping, Optional, Sequence
+from typing import AbstractSet, Any, Mapping, Optional, Sequence
 
 import pandas as pd
 import torch
@@ -51,11 +51,21 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
-from .graph_values import gc_paused, is_view_op, node_nbytes, op_name, reads_metadata_only, value_of
+from .graph_values import (
+    gc_paused,
+    is_view_op,
+    node_arg,
+    node_nbytes,
+    op_name,
+    output_values,
+    reads_metadata_only,
+    value_of,
+)
 from .copy_ops import GATHER_H2D, GATHER_REUSE, OP_FOR_KIND, SELECT_ROWS
 from .devices import CPU, CopyKind, Device, DeviceError, host_first
 from .errors import WorkbenchError
 from .json_fields import JsonFieldError, JsonObject
+from .capture import Program
 from .place import Placement
 
 __all__ = ["CopyRecord", "DeviceGraph", "PropagationError", "node_role", "propagate"]
@@ -209,16 +219,16 @@ class DeviceGraph:
                 out[device] += nbytes
         return out
 
-    def copy_counts(self) -> dict[CopyKind, int]:
+    def copy_counts(self) -> dict[str, int]:
         """Number of copies per kind (every kind present)."""
-        counts = dict.fromkeys(CopyKind, 0)
+        counts: dict[str, int] = dict.fromkeys(CopyKind, 0)
         for c in self.copies:
             counts[c.kind] += 1
         return counts
 
-    def copy_bytes(self) -> dict[CopyKind, int]:
+    def copy_bytes(self) -> dict[str, int]:
         """Bytes moved per call, per copy kind (every kind present)."""
-        moved = dict.fromkeys(CopyKind, 0)
+        moved: dict[str, int] = dict.fromkeys(CopyKind, 0)
         for c in self.copies:
             moved[c.kind] += c.nbytes
         return moved
@@ -500,7 +510,7 @@ class _Propagator:
         specs = self.program.exported.graph_signature.output_specs
         placed = self.placement.node_device
         outs = []
-        for arg, spec in zip(old.args[0], specs):
+        for arg, spec in zip(output_values(old), specs):
             if not isinstance(arg, torch.fx.Node):
                 outs.append(arg)
                 continue
@@ -533,7 +543,7 @@ class _Propagator:
         if old.target is not torch.ops.aten.index_select.default:
             return False
         source, dim = old.args[0], old.args[1]
-        return (
+        return bool(
             isinstance(source, torch.fx.Node)
             and source.op == "placeholder"
             and source.name in self.streamed
@@ -542,9 +552,9 @@ class _Propagator:
 
     def _gather(self, old: torch.fx.Node, target: Device) -> torch.fx.Node:
         """Emit ``gather_h2d_copy`` for a streamed ``index_select`` on ``target``."""
-        source = self.env[old.args[0]]
+        source = self.env[node_arg(old, 0)]
         name = self._fresh_name(f"{old.name}_gather")
-        index = self._read(old.args[2], target, name)  # the gather is the index's consumer
+        index = self._read(node_arg(old, 2), target, name)  # the gather is the index's consumer
         new = self._emit_copy(
             GATHER_H2D, (source, index, str(CPU), str(target)), name,
             _CopyFacts(CopyKind.H2D, CPU, target, source, CopyRole.GATHER, index=index, serves=[old.name]),
@@ -562,15 +572,15 @@ class _Propagator:
     def _prefetch_and_reuse(self, old: torch.fx.Node, target: Device) -> torch.fx.Node:
         """Rule 10: the prefetch of the hinted rows (shared per weight, hint and device) and
         the reuse copy that completes the selected rows from it."""
-        source = self.env[old.args[0]]
+        source = self.env[node_arg(old, 0)]
         name = self._fresh_name(f"{old.name}_gather")
-        index = self._read(old.args[1], target, name)  # consumers are the new copy nodes
-        hint = self._read(old.args[2], target, name)
+        index = self._read(node_arg(old, 1), target, name)  # consumers are the new copy nodes
+        hint = self._read(node_arg(old, 2), target, name)
         key = (source, hint, target)
         prefetch = self.prefetch_for.get(key)
         if prefetch is None:
             prefetch_name = self._fresh_name(f"{old.name}_prefetch")
-            self._read(old.args[2], target, prefetch_name)  # the prefetch reads the hint too
+            self._read(node_arg(old, 2), target, prefetch_name)  # the prefetch reads the hint too
             prefetch = self._emit_copy(
                 GATHER_H2D, (source, hint, str(CPU), str(target)), prefetch_name,
                 _CopyFacts(CopyKind.H2D, CPU, target, source, CopyRole.PREFETCH, index=hint),
@@ -657,7 +667,7 @@ class _Propagator:
         copies = [self._record(node, by_name) for node in graph.nodes if node in self.copy_facts]
         output = graph.output_node()
         specs = []
-        for spec, arg in zip(self.program.exported.graph_signature.output_specs, output.args[0]):
+        for spec, arg in zip(self.program.exported.graph_signature.output_specs, output_values(output)):
             if isinstance(arg, torch.fx.Node) and isinstance(spec.arg, TensorArgument):
                 spec = OutputSpec(kind=spec.kind, arg=TensorArgument(name=arg.name), target=spec.target)
             specs.append(spec)
@@ -771,7 +781,7 @@ def _rows_like(source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return source.new_empty(shape)
 
 
-def _streamed_constants(program, patterns: Sequence[str]) -> set[str]:
+def _streamed_constants(program: Program, patterns: Sequence[str]) -> set[str]:
     """Placeholders of constants whose parameter/buffer name matches a stream pattern."""
     if isinstance(patterns, str):
         patterns = [patterns]
@@ -793,7 +803,7 @@ def _streamed_constants(program, patterns: Sequence[str]) -> set[str]:
     return chosen
 
 
-def _constant_views(program, streamed: set[str] = frozenset()) -> set[torch.fx.Node]:
+def _constant_views(program: Program, streamed: AbstractSet[str] = frozenset()) -> set[torch.fx.Node]:
     """Captured view nodes whose tensor inputs are all resident constants or such views
     (rule 7); views of streamed constants are ordinary ops."""
     derived = {

@@ -38,6 +38,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from ..runtime.cuda import cupy_module, pinned_host_tensor, stream_ptr
+
 #: Bytes per pinned staging buffer (two are used in turn).
 DEFAULT_CHUNK_BYTES = 8 << 20
 #: Threads per block of the gather kernel.
@@ -248,8 +250,6 @@ extern "C" __global__ void wb_gather_reuse_rows_b1(
 
 
 def _cp() -> Any:
-    from ..runtime.cuda import cupy_module
-
     return cupy_module()
 
 
@@ -265,8 +265,6 @@ class _RawStream:
 
 def _stream(stream: Any) -> tuple[Any, bool]:
     """(a CuPy stream for ``stream``, whether to synchronize before returning) — rule 4."""
-    from ..runtime.cuda import stream_ptr
-
     cp = _cp()
     if stream is None:
         return cp.cuda.get_current_stream(), True
@@ -599,8 +597,6 @@ class CopyEngine:
 
     def _staging_buffers(self) -> tuple[list[torch.Tensor], list[Any]]:
         if not self._staging:
-            from ..runtime.cuda import pinned_host_tensor
-
             cp = _cp()
             self._staging = [pinned_host_tensor(self.chunk_bytes) for _ in range(2)]
             self._events = [cp.cuda.Event(disable_timing=True) for _ in range(2)]

@@ -39,6 +39,7 @@ import torch
 
 from ..devices import Device, DeviceLike
 from ..errors import WorkbenchError
+from .cuda import pinned_host_tensor
 
 class AllocatorError(WorkbenchError, RuntimeError):
     """Misuse of device memory (double free, use after free, foreign allocation)."""
@@ -362,8 +363,6 @@ class HostAllocator(_HostMemoryAllocator):
 
     def _allocate(self, nbytes: int, device: Device) -> tuple[int, Any]:
         if self.pinned:
-            from .cuda import pinned_host_tensor  # lazy: CuPy is only needed for pinned memory
-
             memory = pinned_host_tensor(max(nbytes, 1))
         else:
             memory = torch.empty(max(nbytes, 1), dtype=torch.uint8)

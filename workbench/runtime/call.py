@@ -34,7 +34,7 @@ from torch.export.graph_signature import OutputKind
 
 from ..devices import Device
 from ..errors import WorkbenchError
-from ..graph_values import reads_metadata_only
+from ..graph_values import output_values, reads_metadata_only
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord
 from .allocators import AllocatorRegistry
@@ -322,7 +322,7 @@ class Call:
     def _collect(self, node: torch.fx.Node) -> list:
         program = self.plan.device_graph.program
         outs = []
-        for arg, spec in zip(node.args[0], self.plan.device_graph.output_specs):  # type: ignore[arg-type]
+        for arg, spec in zip(output_values(node), self.plan.device_graph.output_specs):
             if spec.kind != OutputKind.USER_OUTPUT:
                 continue
             if isinstance(arg, torch.fx.Node):
@@ -344,7 +344,9 @@ class Call:
                     value = value.clone()
                 else:
                     value = clone_to(value, device, self.s.backend, registry=self.s.registry)
-                    self.owned.append(buffer_of(value))
+                    owner = buffer_of(value)
+                    if owner is not None:  # clone_to always returns a tensor that owns its buffer
+                        self.owned.append(owner)
             done.append(value)
         return pytree.tree_unflatten(done, self.plan.device_graph.program.exported.call_spec.out_spec)
 

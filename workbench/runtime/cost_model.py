@@ -33,6 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..devices import CopyKind, Device, DeviceLike
+from ..copy_ops import SELECT_ROWS
 from ..errors import WorkbenchWarning
 
 DTYPE_CLASSES: tuple[str, ...] = ("fp64", "fp32", "bf16", "fp8")
@@ -338,8 +339,6 @@ def op_cost(
 @functools.lru_cache(maxsize=1)
 def _row_gather_ops() -> frozenset:
     """Ops whose first argument is the source they pick rows of (built once)."""
-    from ..copy_ops import SELECT_ROWS  # select_rows(source, index, hint)
-
     aten = torch.ops.aten
     return frozenset({
         aten.index_select.default,  # index_select(source, dim, index)

@@ -20,6 +20,7 @@ import warnings
 from typing import Any
 
 import torch
+import numpy as np
 
 from ..errors import WorkbenchError
 
@@ -30,7 +31,7 @@ class CudaUnavailableError(WorkbenchError, RuntimeError):
     """The ``cuda`` backend was asked for on a machine where it cannot run."""
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -102,8 +103,6 @@ def cupy_module() -> Any:
 def pinned_host_tensor(nbytes: int) -> torch.Tensor:
     """A flat uint8 CPU tensor in page-locked host memory (mapped into the device's
     address space on 64-bit systems with unified addressing)."""
-    import numpy as np
-
     cp = cupy_module()
     memory = cp.cuda.alloc_pinned_memory(nbytes)
     # numpy keeps `memory` alive as the array's base, torch keeps the array alive.

@@ -22,11 +22,11 @@ Rules:
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 
-from .steps import HOST_LANE, Step
+from .steps import HOST_LANE, Lane, Step, event_of
 from .timeline import Event, Timeline
 
 __all__ = ["CudaClock", "CudaStreams"]
@@ -35,7 +35,7 @@ __all__ = ["CudaClock", "CudaStreams"]
 class CudaStreams:
     """A compute and a copy stream per device index (rule 1)."""
 
-    def __init__(self, indices) -> None:
+    def __init__(self, indices: Iterable[int]) -> None:
         self.indices = tuple(sorted(set(indices)))
         self._compute = {i: torch.cuda.Stream(device=i) for i in self.indices}
         self._copy = {i: torch.cuda.Stream(device=i) for i in self.indices}
@@ -46,7 +46,7 @@ class CudaStreams:
     def copy(self, index: int) -> "torch.cuda.Stream":
         return self._copy[index]
 
-    def for_lane(self, lane: tuple[str, str]) -> "torch.cuda.Stream":
+    def for_lane(self, lane: Lane) -> "torch.cuda.Stream":
         index = _index(lane)
         return self._copy[index] if lane[1] == "copy" else self._compute[index]
 
@@ -55,8 +55,8 @@ class CudaStreams:
             torch.cuda.synchronize(i)
 
 
-def _index(lane: tuple[str, str]) -> int:
-    return int(lane[0].partition(":")[2] or 0)
+def _index(lane: Lane) -> int:
+    return lane[0].index
 
 
 class CudaClock:
@@ -66,9 +66,11 @@ class CudaClock:
         self._streams = streams
         self._start: dict[int, Any] = {}
         self._t0 = 0.0
-        self._records: list[tuple[Step, Any, Any, int, Callable]] = []
-        self._ends: dict[str, tuple[tuple[str, str], Optional[Any]]] = {}
-        self._open: Optional[tuple[Step, Any]] = None
+        # (step, start, end, bytes or their callable, cost): start/end are CUDA events, or
+        # wall-clock seconds for host steps
+        self._records: list[tuple[Step, Any, Any, Union[int, Callable[[], int]], Callable[[], tuple[float, int, int]]]] = []
+        self._ends: dict[str, tuple[Lane, Optional[Any]]] = {}
+        self._open: Optional[tuple[Step, Any]] = None  # the step between before() and after()
 
     def begin(self) -> None:
         """Rule 4."""
@@ -83,17 +85,18 @@ class CudaClock:
 
     def before(self, step: Step) -> None:
         """Rules 2, 3: wait for the deps, then mark the start."""
-        if step.lane == HOST_LANE:
+        lane = event_of(step)[1]
+        if lane == HOST_LANE:
             for dep in step.deps:
                 _, event = self._ends.get(dep, (HOST_LANE, None))
                 if event is not None:
                     event.synchronize()
             self._open = (step, time.perf_counter())
             return
-        stream = self._streams.for_lane(step.lane)
+        stream = self._streams.for_lane(lane)
         for dep in step.deps:
-            lane, event = self._ends.get(dep, (HOST_LANE, None))
-            if event is not None and lane != step.lane:
+            dep_lane, event = self._ends.get(dep, (HOST_LANE, None))
+            if event is not None and dep_lane != lane:
                 stream.wait_event(event)
         start = torch.cuda.Event(enable_timing=True)
         start.record(stream)
@@ -103,34 +106,35 @@ class CudaClock:
         self, step: Step, cost: Callable[[], tuple[float, int, int]], nbytes: Union[int, Callable[[], int]]
     ) -> None:
         """Mark the end of the step opened by ``before``."""
-        opened, start = self._open
-        assert opened is step, f"after({step.name}) does not close before({opened.name})"
+        if self._open is None or self._open[0] is not step:
+            raise RuntimeError(f"after({step.name}) does not close the step opened by before()")
+        start = self._open[1]
         self._open = None
-        if step.lane == HOST_LANE:
-            end = time.perf_counter()
-            self._records.append((step, start, end, nbytes, cost))
-            self._ends[step.name] = (step.lane, None)
+        lane = event_of(step)[1]
+        if lane == HOST_LANE:
+            self._records.append((step, start, time.perf_counter(), nbytes, cost))
+            self._ends[step.name] = (lane, None)
             return
         end = torch.cuda.Event(enable_timing=True)
-        end.record(self._streams.for_lane(step.lane))
+        end.record(self._streams.for_lane(lane))
         self._records.append((step, start, end, nbytes, cost))
-        self._ends[step.name] = (step.lane, end)
+        self._ends[step.name] = (lane, end)
 
     def finish(self) -> Timeline:
         """Wait for the device, then turn the events into a ``Timeline`` (rules 4, 5)."""
         self._streams.synchronize()
         events = []
-        for step, start, end, nbytes, cost in self._records:
-            if step.lane == HOST_LANE:
+        for step, start, end, moved, cost in self._records:
+            kind, lane = event_of(step)
+            if lane == HOST_LANE:
                 t0, t1 = (start - self._t0) * 1e6, (end - self._t0) * 1e6
             else:
-                origin = self._start[_index(step.lane)]
+                origin = self._start[_index(lane)]
                 t0, t1 = origin.elapsed_time(start) * 1e3, origin.elapsed_time(end) * 1e3
             flops = 0
-            if callable(nbytes):
-                nbytes = nbytes()
-            if step.event in ("compute", "host") and step.op == "call_function":
+            nbytes = moved() if callable(moved) else moved
+            if kind in ("compute", "host") and step.op == "call_function":
                 _, nbytes, flops = cost()
-            device, stream = step.lane
-            events.append(Event(step.event, step.name, device, stream, t0, max(t0, t1), int(nbytes), int(flops), step.index))
+            device, stream = lane
+            events.append(Event(kind, step.name, device, stream, t0, max(t0, t1), int(nbytes), int(flops), step.index))
         return Timeline(events)

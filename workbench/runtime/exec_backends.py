@@ -33,8 +33,11 @@ import torch
 
 from ..copy_ops import reuse_sources
 from ..devices import Device
+from ..kernels.copies import CopyEngine, pointer_kind
 from .allocators import AllocatorRegistry
 from .cost_model import CostModel
+from .cuda_timing import CudaClock, CudaStreams
+from .cupy_allocator import CupyDeviceAllocator
 from .sim_timing import SimClock
 from .steps import Step
 from .tensors import is_cupy_array, device_of
@@ -146,8 +149,6 @@ class CudaExecBackend(_ExecBackend):
     name = "cuda"
 
     def __init__(self, registry: AllocatorRegistry, indices) -> None:
-        from .cuda_timing import CudaStreams
-
         self.registry = registry
         self.streams = CudaStreams(indices)
 
@@ -185,13 +186,11 @@ class CudaExecBackend(_ExecBackend):
     def gather(self, dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, stream: Any) -> None:
         """One gather kernel over pinned, mapped host memory (the constant region and host
         arena are page-locked at load); a pageable source falls back to torch."""
-        from ..kernels.copies import pointer_kind
-
         if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
             rows = torch.index_select(src, 0, index.reshape(-1).to(torch.long).cpu())
             self.torch_copy(dst.view(rows.shape), rows, stream)
             return
-        engine = self.registry.get("cuda").engine(dst.device.index)
+        engine = self._engine(dst.device.index)
         engine.gather_rows(dst.data_ptr(), src, index.reshape(-1), stream)
 
     def gather_reuse(
@@ -205,11 +204,9 @@ class CudaExecBackend(_ExecBackend):
     ) -> Callable[[], int]:
         """Rule 3: one reuse-gather kernel over mapped host memory and the prefetched
         buffer; a pageable source falls back to torch (hits found on the device)."""
-        from ..kernels.copies import pointer_kind
-
         if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
             return self._torch_gather_reuse(dst, src, index, cached, cached_index, stream)
-        engine = self.registry.get("cuda").engine(dst.device.index)
+        engine = self._engine(dst.device.index)
         flags = engine.gather_reuse_rows(
             dst.data_ptr(), src, index.reshape(-1), cached, cached_index.reshape(-1), stream
         )
@@ -229,9 +226,14 @@ class CudaExecBackend(_ExecBackend):
         hits = int(hit_host.sum())
         return lambda: hits
 
-    def clock(self):
-        from .cuda_timing import CudaClock
+    def _engine(self, index: int) -> CopyEngine:
+        """The copy engine of ``cuda:<index>`` (its gather kernels)."""
+        allocator = self.registry.get("cuda")
+        if not isinstance(allocator, CupyDeviceAllocator):
+            raise TypeError(f"the cuda backend needs the CuPy allocator for cuda, got {type(allocator).__name__}")
+        return allocator.engine(index)
 
+    def clock(self) -> CudaClock:
         return CudaClock(self.streams)
 
     def synchronize(self) -> None:

@@ -32,7 +32,7 @@ from ..errors import ArgumentTypeError
 from ..graph_values import node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
 from .cost_model import CostModel, OpCost, concrete_size, op_cost
-from .steps import Step, steps_of
+from .steps import Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
 
 __all__ = ["SimClock", "cached_op_cost", "default_cost_model", "estimate", "expected_link_bytes", "reuse_cost", "step_dtype"]
@@ -103,7 +103,7 @@ def step_dtype(args: Any, out: Any) -> torch.dtype:
 
 def copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
     """(µs, bytes, flops) of a copy step (rule 1)."""
-    return model.copy_time_us(step.event, int(nbytes), pinned=step.pinned), int(nbytes), 0
+    return model.copy_time_us(event_of(step)[0], int(nbytes), pinned=step.pinned), int(nbytes), 0
 
 
 def reuse_cost(model: CostModel, step: Step, link_bytes: int, device_bytes: int) -> tuple[float, int, int]:
@@ -129,7 +129,8 @@ def op_step_cost(model: CostModel, step: Step, target: Any, args: tuple, kwargs:
     """(µs, bytes touched, flops) of a compute or host step (rule 2)."""
     cost = cached_op_cost(target, args, kwargs)
     dtype = step_dtype((args, kwargs), out)
-    return model.compute_time_us(cost.flops, cost.bytes_touched, step.device, dtype), cost.bytes_touched, cost.flops
+    device = event_of(step)[1][0] if step.device is None else step.device
+    return model.compute_time_us(cost.flops, cost.bytes_touched, device, dtype), cost.bytes_touched, cost.flops
 
 
 class SimClock:
@@ -143,9 +144,9 @@ class SimClock:
     def add(self, step: Step, cost: Callable[[], tuple[float, int, int]]) -> Event:
         """Schedule ``step`` after its deps; ``cost()`` gives (µs, bytes, flops)."""
         duration, nbytes, flops = cost()
-        device, stream = step.lane
+        kind, (device, stream) = event_of(step)
         event = self._scheduler.schedule(
-            step.event,
+            kind,
             step.name,
             device,
             stream,

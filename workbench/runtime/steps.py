@@ -46,7 +46,7 @@ from ..graph_values import aliased_input, is_inplace_op, is_view_op, produces_te
 from ..devices import CPU, Device
 from ..propagate import CopyRecord, CopyRole
 
-__all__ = ["HOST_LANE", "Step", "Steps", "steps_of"]
+__all__ = ["HOST_LANE", "Lane", "Step", "Steps", "event_of", "steps_of"]
 
 #: A stream of a device: ``(device, "compute" | "copy" | "main")``.
 Lane = tuple[Device, str]
@@ -80,6 +80,13 @@ class Step:
     def reuse(self) -> bool:
         """A reuse copy: rows its prefetch holds come from the device (rule 8)."""
         return self.copy is not None and self.copy.role is CopyRole.REUSE
+
+
+def event_of(step: Step) -> tuple[str, Lane]:
+    """The kind and lane of an event step (rule 1); a step that is no event is refused."""
+    if step.event is None or step.lane is None:
+        raise ValueError(f"step {step.name!r} ({step.op}) is not an event: it has no time or lane")
+    return step.event, step.lane
 
 
 @dataclass(frozen=True, eq=False)
@@ -289,7 +296,8 @@ class _Analysis:
         latest: dict[Lane, Step] = {}
         for name in events:
             step = self.steps[name]
-            kept = latest.get(step.lane)
+            lane = event_of(step)[1]
+            kept = latest.get(lane)
             if kept is None or step.index > kept.index:
-                latest[step.lane] = step
+                latest[lane] = step
         return tuple(s.name for s in sorted(latest.values(), key=lambda s: s.index))

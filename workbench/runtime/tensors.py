@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
+import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import is_fake
 
 from ..devices import CPU, Device, DeviceLike
@@ -135,7 +136,7 @@ def to_host(tensor: Any) -> torch.Tensor:
     out = torch.empty(tensor.shape, dtype=tensor.dtype)
     if tensor.is_contiguous():
         allocation, base_offset = hit
-        offset = base_offset + tensor.storage_offset() * tensor.element_size()
+        offset = base_offset + int(tensor.storage_offset()) * tensor.element_size()
         shared_registry("sim").get(allocation.device.type).copy_device_to_host(out, allocation, offset)
     else:
         out.copy_(tensor)  # sim device memory is host memory; strided reads are a gather
@@ -196,8 +197,6 @@ def stage_inputs(dg: Any, inputs: Sequence[Any], backend: str | None = None) -> 
     copied there with ``to_device`` (as a user staging inputs would), the rest are left as
     they are. Inputs that do not match the captured signature are returned unchanged, so
     the run reports the mismatch with its own message."""
-    import torch.utils._pytree as pytree
-
     flat, spec = pytree.tree_flatten(tuple(inputs))
     names = dg.program.user_inputs
     if len(flat) != len(names):
