@@ -24,7 +24,7 @@ def _prog(name="fanout"):
 def test_unmatched_ops_run_on_cpu():
     """Rule 1: ops that no pattern claims are placed on cpu and are in no delegate."""
     placed = wb.place(_prog(), {"cuda:0": ["aten.linear"]})
-    for node, dev in placed.node_device.items():
+    for node, dev in placed.op_device.items():
         op = str(next(n for n in placed.program.graph.nodes if n.name == node).target)
         assert dev == (CUDA0 if "linear" in op else wb.CPU)
         assert (node in placed.node_delegate) == (dev != wb.CPU)
@@ -53,7 +53,7 @@ def test_getitem_follows_its_producer():
     graph = placed.program.graph
     for node in graph.nodes:
         if node.op == "call_function" and node.target.__name__ == "getitem":
-            assert placed.node_device[node.name] == placed.node_device[node.args[0].name]
+            assert placed.op_device[node.name] == placed.op_device[node.args[0].name]
             assert placed.node_delegate[node.name] == placed.node_delegate[node.args[0].name]
 
 
@@ -62,7 +62,7 @@ def test_callable_rules():
     prog = _prog()
     placed = wb.place(prog, lambda n: "CUDA:1" if n.name.startswith("linear") else None)
     assert set(placed.ops_on("cuda:1")) == {"linear", "linear_1"}
-    assert all(d in (wb.CPU, CUDA1) for d in placed.node_device.values())
+    assert all(d in (wb.CPU, CUDA1) for d in placed.op_device.values())
 
 
 def test_adjacent_same_device_ops_fuse():
@@ -78,7 +78,7 @@ def test_delegates_do_not_fuse_across_devices():
     """Every delegate holds ops of one device only."""
     placed = wb.place(_prog("residual"), {"cuda:0": ["aten.linear"], "cuda:1": ["aten.gelu", "aten.add"]})
     for d in placed.delegates:
-        assert {placed.node_device[n] for n in d.nodes} == {d.device}
+        assert {placed.op_device[n] for n in d.nodes} == {d.device}
 
 
 def test_unmatched_pattern_warns_and_strict_raises():
@@ -149,7 +149,7 @@ def test_empty_graph():
     prog = wb.capture(Identity(), (torch.zeros(3),))
     with pytest.warns(wb.PlacementWarning):
         placed = wb.place(prog, {"cuda:0": ["aten.mul"]})
-    assert placed.delegates == () and placed.node_device == {}
+    assert placed.delegates == () and placed.op_device == {}
     with pytest.raises(wb.PlacementError):
         wb.place(prog, {"cuda:0": ["aten.mul"]}, strict=True)
     dg = wb.propagate(placed)

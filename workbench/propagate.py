@@ -440,7 +440,7 @@ class _Propagator:
         self.constant_views = _constant_views(self.program, self.streamed)  # view nodes over constants
 
     def run(self) -> DeviceGraph:
-        placed = self.placement.node_device
+        placed = self.placement.op_device
         input_devices = self._input_devices(placed)
         for old in self.program.graph.nodes:
             if old.op == "placeholder":
@@ -493,7 +493,7 @@ class _Propagator:
     # rules 3, 4, 7: what a consumer on ``target`` reads for the captured value ``old``
     def _read(self, old: torch.fx.Node, target: Device | None, consumer: str) -> torch.fx.Node:
         if target is None:  # a metadata-only reader takes the value wherever it is
-            return self._view_on(old, self.placement.node_device[old.name]) if old in self.constant_views else self.env[old]
+            return self._view_on(old, self.placement.op_device[old.name]) if old in self.constant_views else self.env[old]
         if old in self.constant_views:
             return self._view_on(old, target)
         value = self.env[old]
@@ -508,7 +508,7 @@ class _Propagator:
     # rule 6 (and buffer mutations, which go back where their buffer lives)
     def _outputs(self, old: torch.fx.Node) -> None:
         specs = self.program.exported.graph_signature.output_specs
-        placed = self.placement.node_device
+        placed = self.placement.op_device
         outs = []
         for arg, spec in zip(output_values(old), specs):
             if not isinstance(arg, torch.fx.Node):
@@ -636,7 +636,7 @@ class _Propagator:
         found = self.view_for.get(key)
         if found is not None:
             return found
-        placed = self.placement.node_device.get(old.name)
+        placed = self.placement.op_device.get(old.name)
         if placed == target:
             name = old.name
             self.used_names.add(name)
