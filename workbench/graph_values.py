@@ -10,7 +10,7 @@ import contextlib
 import functools
 import gc
 import operator
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.fx
@@ -205,7 +205,7 @@ def aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
 
 
 @contextlib.contextmanager
-def gc_paused():
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a pass builds a large graph.
 
     Building tens of thousands of fx nodes triggers many full collections that scan every

@@ -34,6 +34,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 import pandas as pd
 import torch
 import torch.fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .graph_values import gc_paused, op_name, packet_name, produces_tensors
 from .capture import Program
@@ -149,8 +151,9 @@ def place(
 
 def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Placement:
     graph = program.graph
+    unmatched: Sequence[str] = ()
     if callable(rules) and not isinstance(rules, Mapping):
-        node_device, unmatched = _apply_callable(graph, rules), ()
+        node_device = _apply_callable(graph, rules)
     elif isinstance(rules, Mapping):
         node_device, unmatched = _apply_patterns(graph, parse_rules(rules))
     else:
@@ -368,8 +371,6 @@ def _fx_partition(
     gm: torch.fx.GraphModule, node_device: Mapping[str, Device]
 ) -> list[tuple[Device, list[str]]]:
     """Delegates from ``torch.fx``'s ``CapabilityBasedPartitioner``, one device at a time."""
-    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-    from torch.fx.passes.operator_support import OperatorSupportBase
 
     class _OnDevice(OperatorSupportBase):
         def __init__(self, device: Device) -> None:

@@ -182,7 +182,7 @@ class DeviceGraph:
     skip_d2h_for_method_outputs: bool
 
     @property
-    def program(self):
+    def program(self) -> Program:
         return self.placement.program
 
     @property

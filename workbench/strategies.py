@@ -35,7 +35,8 @@ import torch.fx
 from .copy_ops import SELECT_ROWS
 from .devices import Device
 from .place import module_paths, place
-from .propagate import propagate
+from .capture import Program
+from .propagate import DeviceGraph, propagate
 from .schedule import schedule
 from .errors import WorkbenchError
 
@@ -84,7 +85,7 @@ class Strategy:
     def with_schedule(self, order: str) -> "Strategy":
         return replace(self, schedule=order)
 
-    def apply(self, program, *, strict: bool = False):
+    def apply(self, program: Program, *, strict: bool = False) -> DeviceGraph:
         """Place, propagate and schedule ``program`` under this strategy → ``DeviceGraph``."""
         self._check_program(program)
         placed = place(program, self.rules, strict=strict)

@@ -31,6 +31,7 @@ import torch
 from .capture import capture
 from .models import MoEConfig, QwenMoEDecoder
 from .planning.memory_plan import MemoryPlan, plan
+from .devices import CPU, Device
 from .propagate import DeviceGraph
 from .runtime.cost_model import CostModel, dtype_class, op_cost
 from .runtime.executor import RunResult, estimate, run
@@ -154,7 +155,7 @@ def measured_hit_rate(config: Optional[MoEConfig] = None, *, tokens: int = 256, 
         if len(args) > 2 and args[2] is not None:  # Experts.forward(x, expert_idx, hint)
             seen.append((args[1].reshape(-1, k), args[2].reshape(-1, k)))  # (B, k) chosen, predicted
 
-    hooks = [layer.mlp.experts.register_forward_hook(record) for layer in model.layers]
+    hooks = [layer.mlp.experts.register_forward_hook(record) for layer in model.decoder_layers()]
     try:
         gen = torch.Generator().manual_seed(seed)
         ids = torch.randint(config.vocab_size, (tokens, 1), generator=gen)
@@ -187,6 +188,7 @@ def strategy_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
     rows = []
     for r in results:
         dg, memory, res = r.device_graph, r.plan, r.run
+        device = Device.parse(r.strategy.device)
         counts, moved = dg.copy_counts(), dg.copy_bytes()
         totals = res.timeline.totals_by_kind() if res is not None else {}
         crossed = res.copy_bytes_by_kind() if res is not None else {}
@@ -201,10 +203,10 @@ def strategy_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
                 "h2d_moved_KiB/token": _kib(crossed["h2d"]) if res is not None else None,  # the timeline's
                 "d2h_KiB/token": _kib(moved["d2h"]),
                 "prefetch_hit_rate": round(r.prefetch_hit_rate, 3) if r.prefetch_hit_rate is not None else None,
-                "arena_cpu_KiB": _kib(memory.arena_bytes.get("cpu", 0)),
-                f"arena_{r.strategy.device}_KiB": _kib(memory.arena_bytes.get(r.strategy.device, 0)),
-                "resident_cpu_KiB": _kib(dg.constant_bytes.get("cpu", 0)),
-                f"resident_{r.strategy.device}_KiB": _kib(dg.constant_bytes.get(r.strategy.device, 0)),
+                "arena_cpu_KiB": _kib(memory.arena_bytes.get(CPU, 0)),
+                f"arena_{device}_KiB": _kib(memory.arena_bytes.get(device, 0)),
+                "resident_cpu_KiB": _kib(dg.constant_bytes.get(CPU, 0)),
+                f"resident_{device}_KiB": _kib(dg.constant_bytes.get(device, 0)),
                 "us/token": round(res.time_us, 2) if res is not None else None,
                 "copy_us": round(sum(totals.get(k, 0.0) for k in ("h2d", "d2h", "d2d")), 2) if res else None,
                 "overlap": round(res.overlap_fraction, 3) if res is not None else None,
@@ -249,6 +251,7 @@ def full_size_results(
         memory = plan(strategy.apply(programs(strategy)), algorithm)
         models = {link: CostModel.preset(device_preset, link=link) for link in links}
         if strategy.prefetch:
+            assert rate is not None  # set above whenever a strategy prefetches
             models = {link: m.with_prefetch_hit_rate(rate) for link, m in models.items()}
         estimates = {link: estimate(memory, m) for link, m in models.items()}
         results.append(
@@ -272,11 +275,11 @@ def full_size_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
         dg, memory = r.device_graph, r.plan
         moved = dg.copy_bytes()
         first = next(iter((r.estimates or {}).values()), None)
-        dev = r.strategy.device
+        dev = Device.parse(r.strategy.device)
         row = {
             "strategy": r.strategy.variant,
             "skip_copies": r.strategy.skip_copies,
-            "resident_cpu_GiB": round(dg.constant_bytes.get("cpu", 0) / 2**30, 3),
+            "resident_cpu_GiB": round(dg.constant_bytes.get(CPU, 0) / 2**30, 3),
             f"resident_{dev}_GiB": round(dg.constant_bytes.get(dev, 0) / 2**30, 3),
             f"arena_{dev}_MiB": _mib(memory.arena_bytes.get(dev, 0)),
             # what the modeled timeline moves (reuse copies: the rows expected to miss)

@@ -131,7 +131,7 @@ def _run(
         elif node.op == "call_function":
             args = torch.fx.node.map_arg(node.args, env.__getitem__)
             kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-            result = run_node(node, args, kwargs) if run_node else node.target(*args, **kwargs)  # type: ignore[operator]
+            result = run_node(node, args, kwargs) if run_node else node.target(*args, **kwargs)
             if node.target is operator.getitem or node.name in plan.allocations:
                 result = slots.bind(node.name, result)
             env[node] = result

@@ -25,7 +25,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Any, Hashable, Iterable, Mapping, Optional, Union
 
 import pandas as pd
 import torch
@@ -136,7 +136,7 @@ class MemoryPlan:
         problems: list[str] = []
         for device in self.arena_bytes:
             buffers = self.buffers(device)
-            offsets = {a.name: a.offset for a in self.allocations.values() if a.device == device}
+            offsets: dict[Hashable, int] = {a.name: a.offset for a in self.allocations.values() if a.device == device}
             assignment = Assignment(offsets=offsets, arena_bytes=self.arena_bytes[device], algorithm=self.algorithm)
             try:
                 verify_offsets(buffers, assignment, self.alignment)

@@ -134,7 +134,7 @@ def _field_problems(bufs: tuple[Buffer, ...], assignment: Assignment, alignment:
     problems: list[str] = []
     offsets = assignment.offsets
     arena: Optional[int] = assignment.arena_bytes
-    if not is_int(arena) or arena < 0:
+    if not is_int(arena) or not isinstance(arena, int) or arena < 0:
         problems.append(f"arena_bytes is {arena!r}; it must be an int >= 0")
         arena = None
     ids: set[Hashable] = {b.id for b in bufs}

@@ -30,6 +30,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..devices import CopyKind, Device, DeviceLike
@@ -359,6 +360,4 @@ def _row_gather_read(fn: Any, args: tuple, read: int, written: int) -> int:
 
 
 def _is_fake(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
     return isinstance(t, FakeTensor)

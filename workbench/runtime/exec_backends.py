@@ -27,7 +27,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 
@@ -148,7 +148,7 @@ class CudaExecBackend(_ExecBackend):
 
     name = "cuda"
 
-    def __init__(self, registry: AllocatorRegistry, indices) -> None:
+    def __init__(self, registry: AllocatorRegistry, indices: Iterable[int]) -> None:
         self.registry = registry
         self.streams = CudaStreams(indices)
 
@@ -252,7 +252,9 @@ def _once(fn: Callable[[], int]) -> Callable[[], int]:
     return get
 
 
-def make_exec_backend(name: str, registry: AllocatorRegistry, cost_model: CostModel, devices) -> Any:
+def make_exec_backend(
+    name: str, registry: AllocatorRegistry, cost_model: CostModel, devices: Iterable[Device]
+) -> Union[SimExecBackend, CudaExecBackend]:
     """The executor backend for ``name`` ("sim" or "cuda") serving ``devices``."""
     if name == "sim":
         return SimExecBackend(cost_model)

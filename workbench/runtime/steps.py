@@ -44,6 +44,7 @@ import torch.fx
 
 from ..graph_values import aliased_input, is_inplace_op, is_view_op, produces_tensors
 from ..devices import CPU, Device
+from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord, CopyRole
 
 __all__ = ["HOST_LANE", "Lane", "Step", "Steps", "event_of", "steps_of"]
@@ -150,7 +151,7 @@ def _lane(kind: str, device: Device, src: Device, dst: Device) -> Lane:
 _CACHE: "weakref.WeakKeyDictionary[object, Steps]" = weakref.WeakKeyDictionary()
 
 
-def steps_of(plan) -> Steps:
+def steps_of(plan: MemoryPlan) -> Steps:
     """The steps of ``plan`` (computed once per plan object; pure, shape-only)."""
     try:
         return _CACHE[plan]
