@@ -1,4 +1,4 @@
-"""Device propagation: one test per rule of DESIGN.md §3 (see workbench/propagate.py)."""
+"""Device propagation: one test per rule of workbench/propagate.py."""
 
 import pytest
 import torch

@@ -29,11 +29,6 @@ def value_of(node: torch.fx.Node) -> Any:
     return node.meta.get("val")
 
 
-def is_tensor_value(node: torch.fx.Node) -> bool:
-    """True when ``node`` produces a single tensor."""
-    return isinstance(value_of(node), torch.Tensor)
-
-
 def produces_tensors(node: torch.fx.Node) -> bool:
     """True when ``node`` produces a tensor or a tuple/list holding tensors."""
     val = value_of(node)

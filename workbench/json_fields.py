@@ -72,15 +72,6 @@ class JsonObject:
             raise self.fail(key, "a positive integer" if positive else "a non-negative integer")
         return value
 
-    def optional_count(self, key: str) -> Optional[int]:
-        return None if self.raw(key) is None else self.count(key)
-
-    def number(self, key: str) -> float:
-        value = self.raw(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(key, "a number")
-        return float(value)
-
     def flag(self, key: str) -> bool:
         value = self.raw(key)
         if not isinstance(value, bool):

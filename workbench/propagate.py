@@ -4,7 +4,7 @@
 exported graph in which every value has a device and every host↔device or
 device↔device crossing is an explicit copy node (``workbench::h2d_copy`` …).
 
-Rules (DESIGN.md §3):
+Rules:
 1. Ops not placed on a device run on ``cpu`` (``place``'s job).
 2. Every value lives on the device of the op that produced it.
 3. A consumer on device D of a value on device S ≠ D reads it through a copy:

@@ -79,12 +79,6 @@ class Strategy:
         """``variant`` plus the flag setting, e.g. ``expert_streaming+prefetch+skip``."""
         return f"{self.variant}{'+skip' if self.skip_copies else ''}"
 
-    def with_skip_copies(self, on: bool) -> "Strategy":
-        return replace(self, skip_copies=bool(on))
-
-    def with_schedule(self, order: str) -> "Strategy":
-        return replace(self, schedule=order)
-
     def apply(self, program: Program, *, strict: bool = False) -> DeviceGraph:
         """Place, propagate and schedule ``program`` under this strategy → ``DeviceGraph``."""
         self._check_program(program)

@@ -329,11 +329,6 @@ class MappedHost:
             _cp().cuda.runtime.hostRegister(self._ptr, u8.numel(), self._REGISTER_FLAGS)
             self._registered = True
 
-    @property
-    def device_ptr(self) -> int:
-        """The address kernels use to read the tensor's bytes."""
-        return device_address(self._ptr)
-
     def close(self) -> None:
         """Unpin memory this object pinned (idempotent)."""
         if self._registered:
@@ -602,7 +597,3 @@ class CopyEngine:
             self._events = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         return self._staging, self._events
 
-
-def copy_kinds() -> Sequence[str]:
-    """The copy paths this module implements (for reports and benchmarks)."""
-    return ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d", "gather", "gather_reuse")

@@ -233,11 +233,6 @@ class DeviceAllocator(ABC):
             del _STARTS[i], _SPANS[i]
         self._release(record)
 
-    def is_live(self, allocation: Allocation) -> bool:
-        """True while ``allocation`` has not been freed."""
-        with _LOCK:
-            return allocation.id in _LIVE
-
     def view(self, allocation: Allocation, offset: int = 0, nbytes: int | None = None) -> torch.Tensor:
         """A flat ``torch.uint8`` tensor aliasing ``allocation[offset:offset+nbytes]``.
 
