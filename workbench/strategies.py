@@ -79,6 +79,10 @@ class Strategy:
         """``variant`` plus the flag setting, e.g. ``expert_streaming+prefetch+skip``."""
         return f"{self.variant}{'+skip' if self.skip_copies else ''}"
 
+    def with_schedule(self, order: str) -> "Strategy":
+        """This strategy issued in another order (``"captured"`` or ``"overlap"``)."""
+        return replace(self, schedule=order)
+
     def apply(self, program: Program, *, strict: bool = False) -> DeviceGraph:
         """Place, propagate and schedule ``program`` under this strategy → ``DeviceGraph``."""
         self._check_program(program)

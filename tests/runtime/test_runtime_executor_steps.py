@@ -92,7 +92,8 @@ def test_an_in_place_write_waits_for_earlier_readers_on_other_streams():
 def test_estimate_schedules_the_full_size_model_from_shapes_alone():
     """The full-size (35B-parameter) decode step, captured shape-only, is scheduled by
     ``estimate`` without allocating its weights (they would not fit in this machine's
-    memory): one event per event step, no live device or host bytes, a positive span."""
+    memory): one op event per event step, one slot-copy event per step whose result is
+    copied into its slot, no live device or host bytes, a positive span."""
     from workbench.models import MoEConfig, QwenMoEDecoder
     from workbench.runtime import live_bytes_by_device
     from workbench.runtime.executor import estimate
@@ -104,5 +105,7 @@ def test_estimate_schedules_the_full_size_model_from_shapes_alone():
     assert len(plan.device_graph.graph.nodes) > 5000
     before = live_bytes_by_device()
     tl = estimate(plan)
-    assert len(tl) == len(steps_of(plan).events)
+    events = steps_of(plan).events
+    ops = [e for e in tl if e.activity == "op"]
+    assert len(ops) == len(events) and len(tl) - len(ops) == sum(s.slot_write == "copy" for s in events)
     assert tl.span_us > 0 and live_bytes_by_device() == before

@@ -36,6 +36,7 @@ from .cupy_allocator import CupyDeviceAllocator
 from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to_host
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
 from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Session, estimate, load, run, steps_of
+from .run_result import SlotWrites
 
 __all__ = [
     "BACKENDS",
@@ -44,6 +45,7 @@ __all__ = [
     "InputError",
     "PrefetchStat",
     "RunResult",
+    "SlotWrites",
     "Session",
     "Allocation",
     "AllocatorError",

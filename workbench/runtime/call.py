@@ -16,8 +16,16 @@ Rules:
    written into a fresh ``DeviceBuffer`` that the returned tensor owns.
 4. Outputs never alias the session's memory: host outputs are copied out of the arena,
    device outputs own their buffer, so they outlive the session.
-5. A call that fails midway frees what it allocated for the caller (``abandon``).
+5. A call that fails midway frees what it allocated for the caller (``abandon``); the
+   exception keeps its type and gains a note naming the node, its op and its device.
 6. With ``validate``, every step checks it reads only memory of its own device.
+7. A planned value (or a caller-owned device output) is written straight into its slot
+   (or its buffer) by the op's ``out=`` variant when its step says ``slot_write ==
+   "direct"``; otherwise the op computes into fresh memory and the result is copied in,
+   and the clock shows that copy as its own ``slot_copy`` event.
+8. In-place ops that change only autograd metadata (``detach_``) leave an arena-bound
+   value as it is: a call runs without autograd, so there is nothing to detach, and
+   torch refuses to detach a view (every slot is a view of its arena) in place.
 """
 
 from __future__ import annotations
@@ -34,20 +42,24 @@ from torch.export.graph_signature import OutputKind
 
 from ..devices import Device
 from ..errors import WorkbenchError
-from ..graph_values import output_values, reads_metadata_only
+from ..graph_values import op_name, output_values, reads_metadata_only, value_of
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord
 from .allocators import AllocatorRegistry
 from .buffers import DeviceBuffer
 from .cost_model import CostModel
+from .out_variants import out_variant
 from .routing import CopyRouter
-from .run_result import PrefetchStat
+from .run_result import PrefetchStat, SlotWrites
 from .sim_timing import bind_cost, copy_cost, reuse_cost
 from .steps import Step, Steps
 from .tensors import buffer_of, clone_to, owned_tensor
 from .timeline import Timeline
 
 __all__ = ["Call", "ExecutorError", "NodeEntry", "RunNode", "SessionState", "node_entries"]
+
+#: In-place ops that change only autograd metadata: without autograd they change nothing (rule 8).
+METADATA_INPLACE_OPS = frozenset({torch.ops.aten.detach_.default})
 
 #: ``(node, args, kwargs) -> value``: how a compute node is run (default: call its target).
 RunNode = Callable[[torch.fx.Node, tuple, dict], Any]
@@ -122,6 +134,8 @@ class Call:
         self.clock = self.exec.clock()
         self.model = session.cost_model
         self._reuses: list[tuple[str, int, int, Callable[[], int]]] = []  # (node, rows, row bytes, hits)
+        self._direct = 0  # values written straight into their slots (rule 7)
+        self._copied: list[int] = []  # bytes of each op's slot copy (rule 7)
 
     def execute(self, flat: list) -> tuple[Any, Timeline]:
         """Run every step with the flattened user inputs; the outputs and the timeline."""
@@ -129,20 +143,31 @@ class Call:
         user = iter(flat)
         for entry in self.s.entries:
             node = entry.node
-            if node.op == "placeholder":
-                if node.name not in self.constants:
-                    self._bind_input(entry, next(user))
-            elif entry.copy is not None:
-                self._copy(entry, entry.copy)
-            elif node.op == "call_function":
-                self._compute(entry)
-            elif node.op == "output":
-                outs = self._collect(node)
-                timeline = self.clock.finish()
-                result = self._finalize(outs)
-                self.owned.clear()  # the returned tensors own these buffers now
-                return result, timeline
+            try:
+                if node.op == "placeholder":
+                    if node.name not in self.constants:
+                        self._bind_input(entry, next(user))
+                elif entry.copy is not None:
+                    self._copy(entry, entry.copy)
+                elif node.op == "call_function":
+                    self._compute(entry)
+                elif node.op == "output":
+                    outs = self._collect(node)
+                    timeline = self.clock.finish()
+                    result = self._finalize(outs)
+                    self.owned.clear()  # the returned tensors own these buffers now
+                    return result, timeline
+            except Exception as exc:  # rule 5: keep the type, say where it happened
+                exc.add_note(
+                    f"workbench: while running node {node.name!r} ({op_name(node)}) on "
+                    f"{entry.step.device or 'the host'}, step {entry.step.index} of the planned graph"
+                )
+                raise
         raise ExecutorError("the graph has no output node")
+
+    def slot_writes(self) -> SlotWrites:
+        """Rule 7's count for the finished call."""
+        return SlotWrites(direct=self._direct, copied=len(self._copied), copied_bytes=sum(self._copied))
 
     def prefetch_stats(self) -> tuple[PrefetchStat, ...]:
         """What each reuse copy of the finished call did (hits are read only now)."""
@@ -219,18 +244,55 @@ class Call:
         if step.event is not None:
             self.clock.before(step)
         with self.exec.compute(device):
-            if self.s.run_node is not None:
-                result = self.s.run_node(node, args, kwargs)
+            if node.target in METADATA_INPLACE_OPS:  # rule 8
+                result = args[0]
+            elif step.slot_write == "direct" and self.s.run_node is None:  # rule 7
+                variant = out_variant(node.target)
+                assert variant is not None  # steps chose "direct" because it has one
+                result = variant(args, kwargs, self._direct_destination(node, device))
+                self._direct += 1
             else:
-                result = node.target(*args, **kwargs)  # type: ignore[operator]
-            if isinstance(result, (tuple, list)):
-                result = self._bind_elements(node, device, result, args, kwargs)
-            else:
-                result = self._bind(node, device, result, args, kwargs)
+                if self.s.run_node is not None:
+                    result = self.s.run_node(node, args, kwargs)
+                else:
+                    result = node.target(*args, **kwargs)  # type: ignore[operator]
+                copied = self._slot_copy_bytes(node, device, result, args, kwargs)
+                if copied and step.event is not None:
+                    self.clock.split(step, copied)
+                    self._copied.append(copied)
+                if isinstance(result, (tuple, list)):
+                    result = self._bind_elements(node, device, result, args, kwargs)
+                else:
+                    result = self._bind(node, device, result, args, kwargs)
         if step.event is not None:
             session = self.s
             self.clock.after(step, lambda: session.op_time(step, node, args, kwargs, result), 0)
         self.env[node.name] = result
+
+    def _direct_destination(self, node: torch.fx.Node, device: Device) -> torch.Tensor:
+        """Where an ``out=`` op writes: the value's slot, or a fresh buffer the caller owns."""
+        like = value_of(node)
+        if node.name in self.plan.allocations:
+            return self.s.slot(node.name, like)
+        buffer = DeviceBuffer.on(device, int(like.numel()) * like.element_size(), self.s.registry)
+        self.owned.append(buffer)
+        return owned_tensor(buffer, like.dtype, tuple(like.shape))
+
+    def _slot_copy_bytes(self, node: torch.fx.Node, device: Device, result: Any, args: tuple, kwargs: dict) -> int:
+        """Bytes that binding ``result`` will copy into slots or caller-owned buffers (rule 7)."""
+        if isinstance(result, (tuple, list)):
+            return sum(
+                self.plan.allocations[u.name].nbytes
+                for u in node.users
+                if u.target is operator.getitem and u.name in self.plan.allocations
+            )
+        if not isinstance(result, torch.Tensor):
+            return 0
+        if node.name in self.plan.allocations:
+            return self.plan.allocations[node.name].nbytes
+        if device.is_host or node.name in self.plan.storage_of or _aliases_an_argument(result, (args, kwargs)):
+            return 0
+        return result.numel() * result.element_size()
 
     def _bind_elements(self, node: torch.fx.Node, device: Device, result: Any, args: tuple, kwargs: dict) -> Any:
         """A multi-output op binds each element its ``getitem`` users read, inside its own

@@ -17,6 +17,9 @@ Rules:
    only after the call has finished, so counting never delays a launch. A copy whose
    bytes the device decides (a reuse copy: only missed rows cross) passes ``nbytes`` as
    a callable, also evaluated after the call has finished.
+6. ``split(step, nbytes)`` marks, between ``before`` and ``after``, where the op ended
+   and the copy of its result into its planned slot began: the step becomes two events,
+   the op and a ``slot_copy`` of ``nbytes``.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class CudaClock:
         self._records: list[tuple[Step, Any, Any, Union[int, Callable[[], int]], Callable[[], tuple[float, int, int]]]] = []
         self._ends: dict[str, tuple[Lane, Optional[Any]]] = {}
         self._open: Optional[tuple[Step, Any]] = None  # the step between before() and after()
+        self._splits: dict[str, tuple[Any, int]] = {}  # step → (mark where its slot copy began, bytes)
 
     def begin(self) -> None:
         """Rule 4."""
@@ -102,6 +106,18 @@ class CudaClock:
         start.record(stream)
         self._open = (step, start)
 
+    def split(self, step: Step, nbytes: int) -> None:
+        """Rule 6: the op of the open step is done; its slot copy starts now."""
+        if self._open is None or self._open[0] is not step:
+            raise RuntimeError(f"split({step.name}) outside before()/after() of that step")
+        lane = event_of(step)[1]
+        if lane == HOST_LANE:
+            self._splits[step.name] = (time.perf_counter(), int(nbytes))
+            return
+        mark = torch.cuda.Event(enable_timing=True)
+        mark.record(self._streams.for_lane(lane))
+        self._splits[step.name] = (mark, int(nbytes))
+
     def after(
         self, step: Step, cost: Callable[[], tuple[float, int, int]], nbytes: Union[int, Callable[[], int]]
     ) -> None:
@@ -126,15 +142,22 @@ class CudaClock:
         events = []
         for step, start, end, moved, cost in self._records:
             kind, lane = event_of(step)
-            if lane == HOST_LANE:
-                t0, t1 = (start - self._t0) * 1e6, (end - self._t0) * 1e6
-            else:
-                origin = self._start[_index(lane)]
-                t0, t1 = origin.elapsed_time(start) * 1e3, origin.elapsed_time(end) * 1e3
+            split = self._splits.get(step.name)
+            t0, t1 = self._times(lane, start, end if split is None else split[0])
             flops = 0
             nbytes = moved() if callable(moved) else moved
             if kind in ("compute", "host") and step.op == "call_function":
                 _, nbytes, flops = cost()
             device, stream = lane
             events.append(Event(kind, step.name, device, stream, t0, max(t0, t1), int(nbytes), int(flops), step.index))
+            if split is not None:
+                _, s1 = self._times(lane, split[0], end)
+                events.append(Event(kind, step.name, device, stream, max(t0, t1), max(t0, t1, s1), split[1], 0, step.index, "slot_copy"))
         return Timeline(events)
+
+    def _times(self, lane: Lane, start: Any, end: Any) -> tuple[float, float]:
+        """µs since the call began of two marks of ``lane`` (rule 4)."""
+        if lane == HOST_LANE:
+            return (start - self._t0) * 1e6, (end - self._t0) * 1e6
+        origin = self._start[_index(lane)]
+        return origin.elapsed_time(start) * 1e3, origin.elapsed_time(end) * 1e3

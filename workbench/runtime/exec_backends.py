@@ -38,7 +38,7 @@ from .allocators import AllocatorRegistry
 from .cost_model import CostModel
 from .cuda_timing import CudaClock, CudaStreams
 from .cupy_allocator import CupyDeviceAllocator
-from .sim_timing import SimClock
+from .sim_timing import CostFn, SimClock
 from .steps import Step
 from .tensors import is_cupy_array, device_of
 from .timeline import Timeline
@@ -51,6 +51,7 @@ class _SimRunClock:
 
     def __init__(self, model: CostModel) -> None:
         self._clock = SimClock(model)
+        self._slot_copies: dict[str, int] = {}  # step → bytes copied into its slot after the op
 
     def begin(self) -> None:
         pass
@@ -58,8 +59,15 @@ class _SimRunClock:
     def before(self, step: Step) -> None:
         pass
 
-    def after(self, step: Step, cost, nbytes: int) -> None:
+    def split(self, step: Step, nbytes: int) -> None:
+        """The op of ``step`` is done; what follows until ``after`` copies ``nbytes`` into its slot."""
+        self._slot_copies[step.name] = int(nbytes)
+
+    def after(self, step: Step, cost: CostFn, nbytes: Union[int, Callable[[], int]]) -> None:
         self._clock.add(step, cost)
+        copied = self._slot_copies.pop(step.name, None)
+        if copied is not None:
+            self._clock.add_slot_copy(step, copied)
 
     def finish(self) -> Timeline:
         return self._clock.timeline()

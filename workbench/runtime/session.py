@@ -267,6 +267,7 @@ class Session:
             load_timeline=self.load_timeline,
             cost_model=self.cost_model if self.backend == "sim" else None,
             prefetch=call.prefetch_stats(),
+            slot_writes=call.slot_writes(),
         )
 
     # -- per-node caches shared by calls -------------------------------------------------------

@@ -17,6 +17,10 @@ Rules:
 4. Factory ops are costed with ``device="meta"``: costing never allocates memory.
 5. ``SimClock`` places the events through a ``StreamScheduler`` with each step's
    ``deps``; the same steps and costs give the same timeline on every machine.
+6. A step whose result is copied into its planned slot (``Step.slot_write == "copy"``)
+   has a second event right after its op, on the same lane, with activity
+   ``slot_copy``: a memory copy that reads and writes its bytes once
+   (``compute_time_us(0, 2 × bytes)``, launch overhead included).
 """
 
 from __future__ import annotations
@@ -125,6 +129,13 @@ def bind_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, in
     return model.compute_time_us(0, 2 * int(nbytes), "cpu"), int(nbytes), 0
 
 
+def slot_copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
+    """(µs, bytes, flops) of copying a step's result into its planned slot (rule 6): a
+    memory copy on the step's device, every byte read and written once."""
+    device = event_of(step)[1][0] if step.device is None else step.device
+    return model.compute_time_us(0, 2 * int(nbytes), device), int(nbytes), 0
+
+
 def op_step_cost(model: CostModel, step: Step, target: Any, args: tuple, kwargs: dict, out: Any) -> tuple[float, int, int]:
     """(µs, bytes touched, flops) of a compute or host step (rule 2)."""
     cost = cached_op_cost(target, args, kwargs)
@@ -158,6 +169,17 @@ class SimClock:
         self._events[step.name] = event
         return event
 
+    def add_slot_copy(self, step: Step, nbytes: int) -> Event:
+        """Schedule the copy of ``step``'s result into its slot, right after the op on the
+        same lane; later steps that wait for ``step`` wait for this copy (rule 6)."""
+        kind, (device, stream) = event_of(step)
+        duration, moved, _ = slot_copy_cost(self.model, step, nbytes)
+        event = self._scheduler.schedule(
+            kind, step.name, device, stream, duration, deps=[self._events[step.name]], nbytes=moved, activity="slot_copy"
+        )
+        self._events[step.name] = event
+        return event
+
     def timeline(self) -> Timeline:
         return self._scheduler.timeline()
 
@@ -183,6 +205,8 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None) -> Timeli
     for step, node in zip(steps_of(plan).steps, plan.device_graph.graph.nodes):  # one step per node, in order
         if step.event is not None:
             clock.add(step, _static_cost(model, step, node))
+            if step.slot_write == "copy":
+                clock.add_slot_copy(step, step.slot_copy_bytes)
     return clock.timeline()
 
 

@@ -30,6 +30,14 @@ Rules:
 8. A gather copy (``gather_h2d_copy`` or ``gather_h2d_reuse_copy``) has ``gather``; the
    reuse copy also has ``reuse``: it reads its prefetched buffer on the destination
    device, so it waits for the prefetch like for any other input (rule 3).
+9. A compute or host step whose value is planned writes it into its arena slot: through
+   the op's ``out=`` variant (``slot_write == "direct"``) when it has one, a single
+   result and a static shape; else the op computes into fresh memory and the result is
+   copied into the slot (``slot_write == "copy"``, ``slot_copy_bytes`` bytes: a memory
+   copy the executor shows as its own event). A multi-output op copies every planned
+   element. A device value the caller owns (an output under
+   ``skip_d2h_for_method_outputs``) is written the same way into the buffer it is
+   returned in.
 """
 
 from __future__ import annotations
@@ -42,10 +50,11 @@ from typing import Mapping, Optional
 
 import torch.fx
 
-from ..graph_values import aliased_input, is_inplace_op, is_view_op, produces_tensors
+from ..graph_values import aliased_input, is_inplace_op, is_view_op, node_nbytes, produces_tensors, value_of
 from ..devices import CPU, Device
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord, CopyRole
+from .out_variants import out_variant
 
 __all__ = ["HOST_LANE", "Lane", "Step", "Steps", "event_of", "steps_of"]
 
@@ -71,6 +80,8 @@ class Step:
     dst: Optional[Device] = None  # copies: the device written to
     pinned: bool = True  # copies: host side in planned (page-locked on cuda) memory (rule 7)
     copy: Optional[CopyRecord] = None  # copy nodes: the record propagation made (rule 8)
+    slot_write: Optional[str] = None  # planned compute/host results: "direct" (out=) or "copy" (rule 9)
+    slot_copy_bytes: int = 0  # bytes copied into planned slots after the op (rule 9)
 
     @property
     def gather(self) -> bool:
@@ -259,7 +270,35 @@ class _Analysis:
             dst=dst if record is not None else None,
             pinned=self._pinned(record) if record is not None else True,
             copy=record,
+            **self._slot_write(node, kind),
         )
+
+    def _slot_write(self, node: torch.fx.Node, kind: str) -> dict:
+        """Rule 9."""
+        if node.op != "call_function" or kind not in ("compute", "host"):
+            return {}
+        if node.name in self.allocations:
+            val = value_of(node)
+            static = isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in (*val.shape, *val.stride()))
+            if static and out_variant(node.target) is not None and not is_inplace_op(node.target):
+                return {"slot_write": "direct"}
+            return {"slot_write": "copy", "slot_copy_bytes": self.allocations[node.name].nbytes}
+        elements = [u.name for u in node.users if u.target is operator.getitem and u.name in self.allocations]
+        if elements:
+            return {"slot_write": "copy", "slot_copy_bytes": sum(self.allocations[e].nbytes for e in elements)}
+        val = value_of(node)
+        caller_owned = (
+            kind == "compute"
+            and node.name not in self.storage_of
+            and isinstance(val, torch.Tensor)
+            and not is_inplace_op(node.target)
+        )
+        if not caller_owned:
+            return {}
+        static = all(isinstance(d, int) for d in (*val.shape, *val.stride()))
+        if static and out_variant(node.target) is not None:
+            return {"slot_write": "direct"}
+        return {"slot_write": "copy", "slot_copy_bytes": node_nbytes(node, unbounded="hint")}
 
     def _producers_of_inputs(self, node: torch.fx.Node) -> frozenset[str]:
         found: set[str] = set()

@@ -26,6 +26,9 @@ from ..errors import WorkbenchError
 COPY_EVENT_KINDS: tuple[str, ...] = tuple(k.value for k in CopyKind)
 COMPUTE_EVENT_KINDS: tuple[str, ...] = ("compute", "host")
 EVENT_KINDS: tuple[str, ...] = COPY_EVENT_KINDS + COMPUTE_EVENT_KINDS
+#: What a compute or host event does: the op itself, or the copy of its result into the
+#: value's planned slot (an op without an ``out=`` variant computes into fresh memory).
+ACTIVITIES: tuple[str, ...] = ("op", "slot_copy")
 
 
 class TimelineError(WorkbenchError, ValueError):
@@ -45,6 +48,7 @@ class Event:
     nbytes: int = 0  # bytes moved (copies) or touched (compute)
     flops: int = 0
     id: int = -1  # set by StreamScheduler; -1 for hand-made events
+    activity: str = "op"  # "op": the step itself; "slot_copy": copying its result into its planned slot
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
@@ -56,6 +60,8 @@ class Event:
             raise TimelineError(f"event {self.node!r} ends ({self.end_us} µs) before it starts ({self.start_us} µs)")
         if self.nbytes < 0 or self.flops < 0:
             raise TimelineError(f"event {self.node!r}: nbytes and flops must be >= 0")
+        if self.activity not in ACTIVITIES:
+            raise TimelineError(f"unknown event activity {self.activity!r}; valid: {', '.join(ACTIVITIES)}")
 
     @property
     def duration_us(self) -> float:
@@ -112,10 +118,10 @@ class Timeline:
         return iter(self.events)
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per event: kind, node, device, stream, start_us, end_us, duration_us, nbytes, flops, id."""
-        columns = ["kind", "node", "device", "stream", "start_us", "end_us", "duration_us", "nbytes", "flops", "id"]
+        """One row per event: kind, node, device, stream, start_us, end_us, duration_us, nbytes, flops, id, activity."""
+        columns = ["kind", "node", "device", "stream", "start_us", "end_us", "duration_us", "nbytes", "flops", "id", "activity"]
         rows = [
-            (e.kind, e.node, str(e.device), e.stream, e.start_us, e.end_us, e.duration_us, e.nbytes, e.flops, e.id)
+            (e.kind, e.node, str(e.device), e.stream, e.start_us, e.end_us, e.duration_us, e.nbytes, e.flops, e.id, e.activity)
             for e in self.events
         ]
         return pd.DataFrame(rows, columns=columns)
@@ -201,6 +207,7 @@ class StreamScheduler:
         deps: Iterable[EventRef] = (),
         nbytes: int = 0,
         flops: int = 0,
+        activity: str = "op",
     ) -> Event:
         """Add an item; it starts at max(its lane free, end of every dep) and lasts ``duration_us``."""
         if not duration_us >= 0:
@@ -209,7 +216,7 @@ class StreamScheduler:
         start = self._free.get(lane, self._start_us)
         for dep in deps:
             start = max(start, self._resolve(dep).end_us)
-        event = Event(kind, node, lane[0], lane[1], start, start + duration_us, nbytes, flops, next(self._ids))
+        event = Event(kind, node, lane[0], lane[1], start, start + duration_us, nbytes, flops, next(self._ids), activity)
         self._free[lane] = event.end_us
         self._events.append(event)
         self._by_id[event.id] = event
