@@ -17,6 +17,15 @@ Rules:
 4. Factory ops are costed with ``device="meta"``: costing never allocates memory.
 5. ``SimClock`` places the events through a ``StreamScheduler`` with each step's
    ``deps``; the same steps and costs give the same timeline on every machine.
+6. Launches (``CostModel`` rule 6). One host thread issues the steps in program order
+   and runs the host steps itself; ``SimClock.host_us`` is where it stands. A host step
+   starts no earlier than that and moves it to the step's end. Eager: every device
+   kernel costs the host ``launch_overhead`` and is released when issued. Graph: the
+   device kernels between two host steps form one captured graph per device; the first
+   of them costs the host ``graph_launch_overhead`` and releases them all. A released
+   kernel starts once its stream has been free for ``kernel_gap`` (after a previous
+   kernel) and its deps have ended. Copies are released where the host thread stands
+   when it reaches them, at no host cost: their latency is their issue cost (rule 1).
 """
 
 from __future__ import annotations
@@ -128,27 +137,56 @@ def op_step_cost(model: CostModel, step: Step, target: Any, args: tuple, kwargs:
 
 
 class SimClock:
-    """Modeled time for one call: events placed by a ``StreamScheduler`` (rule 5)."""
+    """Modeled time for one call: events placed by a ``StreamScheduler`` (rules 5, 6)."""
 
     def __init__(self, model: CostModel) -> None:
         self.model = model
         self._scheduler = StreamScheduler()
         self._events: dict[str, Event] = {}
+        self._host_us = 0.0  # where the host thread stands (rule 6)
+        self._graphs: dict[str, float] = {}  # device → release time of its open captured graph
+        self._kernel_lanes: set[tuple[str, str]] = set()  # lanes that have run a kernel
+
+    @property
+    def host_us(self) -> float:
+        """Where the host thread stands: the end of its last launch or host step (rule 6)."""
+        return self._host_us
+
+    def _release_us(self, step: Step, lane: tuple[str, str]) -> float:
+        """When ``step`` may start as far as the host is concerned; charges its launch (rule 6)."""
+        if step.event != "compute":  # host work, or a copy issued where the host stands
+            return self._host_us
+        device = lane[0]
+        if self.model.launch_mode == "graph":
+            if device not in self._graphs:
+                self._host_us += self.model.graph_launch_overhead * 1e6
+                self._graphs[device] = self._host_us
+            released = self._graphs[device]
+        else:
+            self._host_us += self.model.launch_overhead * 1e6
+            released = self._host_us
+        if lane in self._kernel_lanes:
+            released = max(released, self._scheduler.stream_free_us(*lane) + self.model.kernel_gap * 1e6)
+        self._kernel_lanes.add(lane)
+        return released
 
     def add(self, step: Step, cost: Callable[[], tuple[float, int, int]]) -> Event:
-        """Schedule ``step`` after its deps; ``cost()`` gives (µs, bytes, flops)."""
+        """Schedule ``step`` after its deps and its launch; ``cost()`` gives (µs, bytes, flops)."""
+        assert step.event is not None and step.lane is not None, f"step {step.name!r} is not an event"
         duration, nbytes, flops = cost()
-        device, stream = step.lane
         event = self._scheduler.schedule(
             step.event,
             step.name,
-            device,
-            stream,
+            *step.lane,
             duration,
             deps=[self._events[d] for d in step.deps],
             nbytes=nbytes,
             flops=flops,
+            not_before_us=self._release_us(step, step.lane),
         )
+        if step.event == "host":  # the host thread ran it: later launches come after it
+            self._host_us = event.end_us
+            self._graphs.clear()
         self._events[step.name] = event
         return event
 
