@@ -18,12 +18,14 @@ from .propagate import CopyRecord, DeviceGraph, PropagationError, propagate
 from .planning.plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, plan
 from .planning.serialize import PlanFileError, load_plan
 from .runtime.executor import RunResult, Session, estimate, load, run
+from .runtime.calibrate import calibrate
 from . import views
 from .views import BufferView, GraphView, PlacementExplorer, TimelineView, explore, to_chrome_trace, to_dot
 
 __all__ = [
     "BufferView",
     "RunResult",
+    "calibrate",
     "Session",
     "estimate",
     "load",

@@ -28,7 +28,10 @@ def _step(index, kind, device="cuda:0", deps=()):
         lane, src, dst = (device, "copy"), device, "cpu"
     else:  # h2d
         lane, src, dst = (device, "copy"), "cpu", device
-    return Step(index, f"s{index}", "call_function", device if kind != "host" else "cpu", kind, lane, tuple(deps), (), src, dst)
+    return Step(
+        index=index, name=f"s{index}", op="call_function", device=device if kind != "host" else "cpu", event=kind,
+        lane=lane, deps=tuple(deps), reuse_deps=(), src=src, dst=dst,
+    )
 
 
 def _schedule(model, steps, durations):
