@@ -100,14 +100,13 @@ def anchors_table(
     """One row per anchor: anchor, hardware, published ms/token, modeled ms/token, ratio
     (modeled / published) — rules 1, 2. ``decode_plan`` defaults to ``full_size_plan()``;
     ``link`` is the host link of the modeled machine (no copy crosses it all on device)."""
-    modeled = [a for a in anchors if a.preset is not None]
-    if len(modeled) != len(anchors):
-        names = [a.anchor for a in anchors if a.preset is None]
-        raise AnchorError(f"anchors without a preset cannot be modeled: {names}; see UNMODELED_ANCHORS")
+    unmodeled = [a.anchor for a in anchors if a.preset is None]
+    if unmodeled:
+        raise AnchorError(f"anchors without a preset cannot be modeled: {unmodeled}; see UNMODELED_ANCHORS")
     decode_plan = decode_plan if decode_plan is not None else full_size_plan()
     rows = []
-    for a in modeled:
-        model = CostModel.preset(a.preset, link=link).with_launch_mode(a.launch_mode)
+    for a in anchors:
+        model = CostModel.preset(str(a.preset), link=link).with_launch_mode(a.launch_mode)
         ms = estimate(decode_plan, model).span_us / 1000
         rows.append(
             {
