@@ -67,6 +67,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .._units import format_bytes
 from ..errors import WorkbenchError
 from .cost_model import DTYPE_CLASSES, MEASURED_PREFIX, CostModel, measured_dir, op_cost
 from .probes import COPY_PATHS, CudaProbe, Probe, SimProbe, matmul_args, meta_tensor, TINY_ELEMENTS
@@ -83,6 +84,7 @@ __all__ = [
     "Sample",
     "calibrate",
     "calibration_table",
+    "copy_table",
     "fit_affine",
     "fit_model",
     "measure",
@@ -460,6 +462,16 @@ def calibration_table(
     for p in presets:
         rows.append({"preset": p.name, "machine": "datasheet", "date": "", "driver": "", "CUDA": "", "PCIe": "", **_figures(p)})
     return pd.DataFrame(rows)
+
+
+def copy_table(calibration: Calibration) -> pd.DataFrame:
+    """Copy bandwidth by path and size, from a calibration's raw samples: one row per size,
+    one column per copy path, GB/s (10^9 bytes/s) of the median time."""
+    rows: dict[int, dict[str, Any]] = {}
+    for s in calibration.samples:
+        if s.probe in COPY_PATHS:
+            rows.setdefault(s.size, {"size": format_bytes(s.size, digits=0)})[s.probe] = round(s.size / s.median / 1e9, 2)
+    return pd.DataFrame([rows[n] for n in sorted(rows)], columns=["size", *COPY_PATHS])
 
 
 def relative_error(fitted: CostModel, truth: CostModel) -> dict[str, float]:
