@@ -87,13 +87,13 @@ def test_graph_replay_is_never_slower_than_eager_and_copies_are_unaffected(progr
 
 @settings(max_examples=100, deadline=None)
 @given(programs())
-def test_eager_issues_one_kernel_per_launch_overhead(program):
-    """Under eager launches the k-th device kernel starts no earlier than k launch
-    overheads after the call began, so the call lasts at least n_kernels ×
-    launch_overhead; the host has spent at least that much issuing them."""
+def test_eager_issues_one_device_operation_per_launch_overhead(program):
+    """Under eager launches the k-th device operation (kernel or copy) starts no earlier
+    than k launch overheads after the call began, so the call lasts at least
+    n_device_ops × launch_overhead; the host has spent at least that much issuing them."""
     model, steps, durations = program
     clock = _schedule(model, steps, durations)
-    kernels = sorted((e for e in clock.timeline() if e.kind == "compute"), key=lambda e: e.id)
+    kernels = sorted((e for e in clock.timeline() if e.kind != "host"), key=lambda e: e.id)
     for k, e in enumerate(kernels, start=1):
         assert e.start_us >= k * model.launch_overhead * 1e6 - 1e-9
     assert _end(clock) >= len(kernels) * model.launch_overhead * 1e6 - 1e-9
@@ -146,7 +146,7 @@ def test_on_a_real_plan_graph_is_faster_copies_are_the_same_and_estimates_repeat
     kernels = sum(1 for s in steps_of(plan).events if s.event == "compute")
     assert kernels > 0 and graph.span_us < eager.span_us
     assert max(e.end_us for e in eager) >= kernels * model.launch_overhead * 1e6
-    copies = [(e.node, e.kind, e.nbytes, e.duration_us) for e in eager if e.kind in COPY_KINDS]
+    copies = [(e.node, e.kind, e.nbytes, pytest.approx(e.duration_us)) for e in eager if e.kind in COPY_KINDS]
     assert copies and copies == [(e.node, e.kind, e.nbytes, e.duration_us) for e in graph if e.kind in COPY_KINDS]
     assert estimate(plan, model).to_dataframe().equals(eager.to_dataframe())
 

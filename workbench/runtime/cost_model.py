@@ -17,33 +17,34 @@ Rules:
    bandwidth)``. Shape-only estimates do not know which rows the prefetch holds; they
    charge ``(1 - prefetch_hit_rate)`` of the rows to the link. ``prefetch_hit_rate``
    defaults to 0.0, the pessimistic bound: every row crosses, as if nothing was prefetched.
-6. Launch modes (``launch_mode``; the scheduling lives in ``sim_timing``). ``"eager"``: the
-   host issues every device kernel itself, one per ``launch_overhead`` of host time, and
-   the device runs each as soon as it has arrived, its stream is free (plus
-   ``kernel_gap``) and its inputs are ready — so a run of short kernels costs about
-   ``launch_overhead`` each (issue-bound) and a run of long ones their own durations, the
-   host running ahead meanwhile. ``"graph"``: the device work between two host steps is
-   one captured graph per device, launched with one ``graph_launch_overhead``; its
-   kernels then run back to back, ``kernel_gap`` apart. Copies stay separate events in
-   both modes and last the same (rule 1); the host thread issues them in program order.
+6. Launch modes (``launch_mode``; the scheduling lives in ``sim_timing``). ``"eager"``:
+   the host issues every device operation itself, a kernel or a copy, one per
+   ``launch_overhead`` of host time, and the device runs each as soon as it has
+   arrived, its stream is free (plus ``kernel_gap`` between kernels) and its inputs are
+   ready: a run of short kernels costs about ``launch_overhead`` each (issue-bound), a
+   run of long ones their own durations while the host runs ahead. ``"graph"``: the
+   device operations between two host steps are one captured graph per device, launched
+   with one ``graph_launch_overhead``; its kernels then run back to back, ``kernel_gap``
+   apart. Copies stay separate events on their own streams in both modes and last the
+   same (rule 1).
 7. With ``graph_launch_overhead <= launch_overhead`` (every preset), graph replay is never
-   slower than eager launches of the same steps: each kernel is issued no later, and
-   everything else is the same.
+   slower than eager launches of the same steps: each device operation is released no
+   later, and everything else is the same.
 
 What each figure means physically, and where the presets' values come from:
 
 - ``h2d/d2h_bandwidth``, ``h2d/d2h_latency``: the host link per direction with pinned
-  memory — sustained bytes/s of a large copy, and the fixed cost of one copy (API call,
-  DMA set-up, completion). ``d2d_*``: the device↔device path. ``pageable_factor``: the
-  share of the pinned bandwidth a copy from/to pageable memory reaches (it is staged
-  through pinned buffers). Link presets: PCIe and NVLink-C2C peak rates with typical
+  memory — sustained bytes/s of a large copy, and the fixed device-side cost of one copy
+  (DMA set-up, completion; issuing it is a launch, rule 6). ``d2d_*``: the
+  device↔device path. ``pageable_factor``: the share of the pinned bandwidth a copy
+  from/to pageable memory reaches (it is staged through pinned buffers). Link presets: PCIe and NVLink-C2C peak rates with typical
   achieved shares; latencies are estimates.
 - ``device_flops_<class>``: peak dense FLOP/s of the device's math units for a dtype
   class; ``device_memory_bandwidth``: peak HBM bytes/s. Datasheet figures, cited per preset.
-- ``launch_overhead``: host time to issue one kernel through the runtime and driver —
-  the host's issue rate in eager mode. 3.8 µs: back-to-back stream launches of a short
-  kernel ran at 3.8 µs per kernel in NVIDIA's "Getting Started with CUDA Graphs"
-  (V100, CUDA 10); a host-side figure, taken for every GPU here.
+- ``launch_overhead``: host time to issue one kernel (or copy) through the runtime and
+  driver — the host's issue rate in eager mode. 3.8 µs: back-to-back stream launches
+  of a short kernel ran at 3.8 µs per kernel in NVIDIA's "Getting Started with CUDA
+  Graphs" (V100, CUDA 10); a host-side figure, taken for every GPU here.
 - ``graph_launch_overhead``: host time to launch one instantiated CUDA graph (one driver
   call, whatever its size). 2.5 µs, an estimate: of the order of one kernel launch.
 - ``kernel_gap``: device time between the end of one kernel and the start of the next

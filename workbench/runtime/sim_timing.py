@@ -20,12 +20,13 @@ Rules:
 6. Launches (``CostModel`` rule 6). One host thread issues the steps in program order
    and runs the host steps itself; ``SimClock.host_us`` is where it stands. A host step
    starts no earlier than that and moves it to the step's end. Eager: every device
-   kernel costs the host ``launch_overhead`` and is released when issued. Graph: the
-   device kernels between two host steps form one captured graph per device; the first
+   operation — a kernel or a copy — costs the host ``launch_overhead`` and is released
+   when issued. Graph: the device operations between two host steps form one captured
+   graph per device (a copy belongs to the device whose copy stream runs it); the first
    of them costs the host ``graph_launch_overhead`` and releases them all. A released
    kernel starts once its stream has been free for ``kernel_gap`` (after a previous
-   kernel) and its deps have ended. Copies are released where the host thread stands
-   when it reaches them, at no host cost: their latency is their issue cost (rule 1).
+   kernel) and its deps have ended; a released copy once its stream is free and its deps
+   have ended.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ class SimClock:
 
     def _release_us(self, step: Step, lane: tuple[str, str]) -> float:
         """When ``step`` may start as far as the host is concerned; charges its launch (rule 6)."""
-        if step.event != "compute":  # host work, or a copy issued where the host stands
+        if step.event == "host":
             return self._host_us
         device = lane[0]
         if self.model.launch_mode == "graph":
@@ -165,9 +166,10 @@ class SimClock:
         else:
             self._host_us += self.model.launch_overhead * 1e6
             released = self._host_us
-        if lane in self._kernel_lanes:
-            released = max(released, self._scheduler.stream_free_us(*lane) + self.model.kernel_gap * 1e6)
-        self._kernel_lanes.add(lane)
+        if step.event == "compute":
+            if lane in self._kernel_lanes:
+                released = max(released, self._scheduler.stream_free_us(*lane) + self.model.kernel_gap * 1e6)
+            self._kernel_lanes.add(lane)
         return released
 
     def add(self, step: Step, cost: Callable[[], tuple[float, int, int]]) -> Event:
