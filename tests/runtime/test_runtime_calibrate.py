@@ -171,6 +171,17 @@ def test_bad_calibration_inputs_say_what_is_wrong(tmp_path):
         Calibration.load(broken)
 
 
+def test_times_that_do_not_grow_with_size_are_a_broken_measurement():
+    """Copy times that shrink as the copies grow (a broken timer) are refused, naming the path."""
+    samples = run_probes(SimProbe(ODD), PLAN)
+    broken = [
+        dataclasses.replace(s, seconds=tuple(1.0 / s.size for _ in s.seconds)) if s.probe == "d2h_plain" else s
+        for s in samples
+    ]
+    with pytest.raises(CalibrationError, match=r"\['d2h_plain'\] do not grow"):
+        fit_model(broken, ODD, "broken", PLAN.chain_bytes)
+
+
 def test_cuda_calibration_needs_a_gpu_and_says_so():
     """Without a usable GPU, calibrate("cuda") raises CudaUnavailableError with the reason."""
     from workbench.runtime import CudaUnavailableError, cuda_available

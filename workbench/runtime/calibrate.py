@@ -26,10 +26,11 @@ Rules:
 4. Kernels back to back (graph replay, device time from the first kernel's start to the
    last one's end, or between CUDA events — a constant that cancels in a slope): the
    slope over k of a chain of k tiny kernels is the per-kernel floor ``kernel_gap +
-   min_kernel_time``; the slope of a chain of k kernels each copying S bytes within
-   device memory is ``kernel_gap + 2S / memory bandwidth``; the memory bandwidth is the
-   slope of single device-copy kernels by bytes touched (read + written). Hence
-   ``kernel_gap`` and ``min_kernel_time``, each at least 0.
+   min_kernel_time``; the slope of a chain of k kernels each reading and writing S bytes
+   of device memory is ``kernel_gap + 2S / memory bandwidth``; the memory bandwidth is
+   the inverse slope of single such kernels by bytes touched (read + written). Hence
+   ``kernel_gap`` (between 0 and the floor: it takes in the ramp-up and tail of a
+   kernel) and ``min_kernel_time`` (the rest of the floor).
 5. Matmuls per dtype class (square, sizes of the plan; FLOPs and bytes counted by
    ``op_cost``): ``device_flops_<class>`` is the inverse slope of time against FLOPs.
    fp32 is measured without TF32. A dtype the GPU cannot multiply (fp8 before Ada/
@@ -249,6 +250,9 @@ def fit_model(
                            "host_matmul") if p not in fits]  # fmt: skip
     if missing:
         raise CalibrationError(f"samples lack the probes {missing}; measure them (see CalibrationPlan)")
+    flat = [p for p in (*COPY_PATHS, "copy_kernel", "host_copy", "host_matmul") if fits[p].slope_s <= 0]
+    if flat:
+        raise CalibrationError(f"times of {flat} do not grow with the bytes or FLOPs: the measurement is broken")
     values: dict[str, Any] = {}
     for kind in ("h2d", "d2h", "d2d"):
         pinned = fits[f"{kind}_pinned" if kind != "d2d" else "d2d"]
@@ -261,18 +265,17 @@ def fit_model(
         t for s in samples if s.probe == "launch_graph" for t in s.seconds
     )
     bandwidth = fits["copy_kernel"].rate
-    gap = max(0.0, fits["chain_copy"].slope_s - 2 * chain_bytes / bandwidth)
-    values.update(
-        device_memory_bandwidth=bandwidth,
-        kernel_gap=gap,
-        min_kernel_time=max(0.0, fits["chain_tiny"].slope_s - gap),
-    )
+    floor = max(0.0, fits["chain_tiny"].slope_s)
+    gap = min(floor, max(0.0, fits["chain_copy"].slope_s - 2 * chain_bytes / bandwidth))
+    values.update(device_memory_bandwidth=bandwidth, kernel_gap=gap, min_kernel_time=floor - gap)
     kept = []
     for cls in DTYPE_CLASSES:
         found = _fit(samples, f"matmul_{cls}", relative=False)
         if found is None:
             kept.append(f"device_flops_{cls}")
             continue
+        if found.slope_s <= 0:
+            raise CalibrationError(f"matmul_{cls} times do not grow with the FLOPs: the measurement is broken")
         fits[f"matmul_{cls}"] = found
         values[f"device_flops_{cls}"] = found.rate
     values["host_memory_bandwidth"] = fits["host_copy"].rate

@@ -258,9 +258,11 @@ class CudaProbe:
         return lambda: torch.add(a, 1, out=b)
 
     def _copy_op(self, nbytes: int) -> Callable[[], Any]:
+        """A kernel reading ``nbytes`` and writing ``nbytes`` (an elementwise add: a plain
+        ``copy_`` would become a memcpy, not a kernel)."""
         src = torch.ones(nbytes, dtype=torch.uint8, device=self.device)
         dst = torch.empty_like(src)
-        return lambda: dst.copy_(src)
+        return lambda: torch.add(src, 1, out=dst)
 
     def _capture(self, op: Callable[[], Any], kernels: int) -> Any:
         """A CUDA graph of ``kernels`` launches of ``op`` (warmed up on a side stream first)."""
