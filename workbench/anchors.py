@@ -17,10 +17,11 @@ Rules:
    without a preset) are listed in ``UNMODELED_ANCHORS`` with the reason, not modeled.
 
 What differs between the ExecuTorch runs and the modeled graph, so that a ratio near 1
-is a consistency check, not a proof: ExecuTorch ran int4 (HQQ) weights with fused Triton
-MoE and attention kernels (fewer kernels, ~4× fewer weight bytes); the workbench models
-the bf16 graph op by op (3,020 kernels, 10.5 GB touched per token: every expert row it
-gathers is read, written and read again). The eager anchor checks the host issue rate
+is a consistency check, not a proof: ExecuTorch ran 4-bit (HQQ) quantized weights — a
+quarter of the bf16 bytes in the quantized layers — with fused Triton kernels for the
+experts and the linear attention (fewer kernels); the workbench models the bf16 graph op
+by op (3,020 kernels, 10.5 GB touched per token: every expert row it gathers is read,
+written and read again). The eager anchor checks the host issue rate
 (``launch_overhead``), the graph anchor the per-kernel floor of replay (``kernel_gap +
 min_kernel_time``) together with the memory time. The PR does not say which A100; the
 80 GB SXM part is modeled (the 40 GB part has 24% less memory bandwidth).
