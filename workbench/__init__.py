@@ -24,6 +24,7 @@ from .place import Delegate, Placement, PlacementError, PlacementWarning, place
 from .planning.archive import PlanFileError
 from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, load_plan, plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
+from .runtime.calibrate import calibrate
 from .runtime.executor import RunResult, Session, estimate, load, run
 
 #: Names served by ``workbench.views``, imported when first asked for.
@@ -70,6 +71,7 @@ __all__ = [
     "TimelineView",
     "WorkbenchError",
     "WorkbenchWarning",
+    "calibrate",
     "capture",
     "copy_ops",
     "estimate",

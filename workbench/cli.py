@@ -155,6 +155,13 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
         breakeven.to_csv(out / "streaming_breakeven.csv", index=False)
         print("\n# tokens per expert at which a streamed expert's copy hides behind its compute")
         print(breakeven.to_string(index=False))
+        if full_config == MoEConfig.full():  # the published anchors are of this configuration
+            decode = next((r.plan for r in full if r.strategy.label == "all_on_device+skip"), None)
+            anchors = wt.anchors_table(decode)
+            anchors.to_csv(out / "anchors.csv", index=False)
+            print("\n# published decode times vs the cost model (all on device, one set of device figures)")
+            print(anchors.to_string(index=False))
+            print("modeled/published: " + "; ".join(f"{r['hardware']} {r['ratio']:.2f}" for r in anchors.to_dict("records")))
     print(f"\nwrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out} "
           f"in {time.perf_counter() - started:.1f} s")
     bad = [r.strategy.label for r in results if not r.matches_eager]

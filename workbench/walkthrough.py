@@ -12,6 +12,10 @@ Two analyses, both computed from the model, never written in:
 ``streaming_breakeven`` answers: how many tokens must each streamed expert process
 before its weight copy hides behind its compute?
 
+``anchors_table`` (from ``workbench.anchors``) sets the modeled all-on-device decode step
+beside published measurements of the same model (ExecuTorch on an A100, per-kernel
+launches and CUDA-graph replay).
+
 Expert prefetch (``expert_streaming+prefetch``) runs on a model built with
 ``expert_prefetch=True`` (same weights, same outputs, routing hints in the graph).
 ``measured_hit_rate`` measures on the tiny model how many routed experts the previous
@@ -28,6 +32,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import pandas as pd
 import torch
 
+from .anchors import anchors_table
 from .capture import capture
 from .models import MoEConfig, QwenMoEDecoder
 from .planning.memory_plan import MemoryPlan, plan
@@ -41,6 +46,7 @@ from .strategies import Strategy, expert_streaming, strategy_variants
 __all__ = [
     "LINKS",
     "StrategyResult",
+    "anchors_table",
     "full_size_results",
     "full_size_table",
     "measured_hit_rate",
