@@ -14,7 +14,8 @@ Rules:
      first), else into the slot of the resident expert *not in* ``R`` with the smallest
      key, which is evicted. Keys order experts by their last request, ``t * k + j`` for
      the ``j``-th expert the router listed (``lru``), or first by how often the layer
-     requested them so far — counts survive eviction — then by that (``lfu``). So a
+     requested them so far — counts survive eviction — then by that (``lfu``: key
+     ``LFU_COUNT_WEIGHT * requests + t * k + j``). So a
      token's own experts are never evicted for each other, and ``slots_per_layer >= k``
      is required (a token's k experts are resident together when its layer computes).
      Caches start empty.
@@ -46,13 +47,16 @@ from ..errors import WorkbenchError
 from ..models import MoEConfig
 from .routing import RoutingTrace
 
-__all__ = ["ON_MISS", "POLICIES", "CachePolicyError", "CacheReplay", "replay", "replay_all", "slab_bytes"]
+__all__ = ["LFU_COUNT_WEIGHT", "ON_MISS", "POLICIES", "CachePolicyError", "CacheReplay", "replay", "replay_all", "slab_bytes"]
 
 #: The cache policies, in table order.
 POLICIES: tuple[str, ...] = ("lru", "lfu", "static_hot")
 #: What happens to a missed expert: copied over the link, or computed on the host.
 ON_MISS: tuple[str, ...] = ("copy", "host_compute")
 _ADMITTING = ("lru", "lfu")
+#: An LFU key is ``LFU_COUNT_WEIGHT * requests + t * k + j``: counts first, then recency
+#: (``t * k + j`` stays below it for any trace shorter than 2**32 / k tokens).
+LFU_COUNT_WEIGHT = 1 << 32
 
 
 class CachePolicyError(WorkbenchError, ValueError):
@@ -242,7 +246,7 @@ def _replay_admitting(experts: np.ndarray, slots: int, lfu: Sequence[bool]) -> t
     evictions = np.empty((len(lfu), T, L), dtype=np.int32)
     ids = np.ascontiguousarray(experts.transpose(1, 0, 2))  # (L, T, k): one layer's tokens contiguous
     for i, by_count in enumerate(lfu):
-        h, ev = _admitting_kernel(ids, slots, E, T * k + 1 if by_count else 0)
+        h, ev = _admitting_kernel(ids, slots, E, LFU_COUNT_WEIGHT if by_count else 0)
         hits[i], evictions[i] = h.T, ev.T
     return hits, evictions
 

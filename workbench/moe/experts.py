@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Optional
 
 import torch
 
 from ..errors import WorkbenchError
 
-__all__ = ["EXPERT_PATH", "ExpertLayer", "ExpertDiscoveryError", "expert_layers", "expert_modules"]
+__all__ = ["EXPERT_PATH", "ExpertLayer", "ExpertDiscoveryError", "expert_layer_of", "expert_layers", "expert_modules"]
 
 #: Rule 1: the container path pattern, ``{i}`` the layer index.
 EXPERT_PATH = "layers.{i}.mlp.experts"
@@ -40,6 +40,12 @@ class ExpertLayer:
     layer: int  # index of the decoder layer
     module: str  # container module path, e.g. "layers.3.mlp.experts"
     weights: tuple[str, ...]  # stacked weight FQNs, e.g. ("layers.3.mlp.experts.w1", "...w2")
+
+
+def expert_layer_of(module_path: str) -> Optional[int]:
+    """The layer index when ``module_path`` is a routed-expert container (rule 1), else None."""
+    m = _PATTERN.match(module_path)
+    return int(m.group(1)) if m is not None else None
 
 
 def expert_modules(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:
