@@ -2,11 +2,11 @@
 
     python benchmarks/sweep_scale.py [--workers 1 2] [--links pcie_gen4 pcie_gen5 nvlink_c2c]
 
-The published 35B-A3B configuration (shape-only: no weights) is swept over every
-partial-offload depth 0..40 with the skip-copy flags on and off, every expert-cache
-setting of ``CACHE_GRID`` (hit rates from a synthetic trace, labelled so), and the
-fixed strategies, under three links: at least 200 points (one point = one strategy
-setting under one link). For each worker count: the wall time of the whole sweep (each
+The published 35B-A3B configuration (shape-only: no weights) is swept over partial
+offload of every depth 0..40, expert caches of 8, 16, 32, 64, 96, 128, 160 and 192 slots
+per layer × LRU, LFU, static-hot (hit rates from a synthetic trace, labelled so) and the
+four fixed strategies, under three links: 69 strategy settings × 3 links = 207 points (one
+point = one strategy setting estimated under one link). For each worker count: the wall time of the whole sweep (each
 worker captures the program once), the median seconds per strategy setting, and the
 peak resident memory of every worker process. Checked and printed with PASS/FAIL: at
 least 200 points; the same best-per-budget table for every worker count; every best
@@ -24,16 +24,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 
-def grid(layers: int) -> dict:
-    from workbench.sweeps import cache_grid
-
+def grid(config) -> dict:
+    E = config.num_experts
     return {
         "all_on_device": {},
         "experts_on_host": {},
         "expert_streaming": {"prefetch": [False, True]},
-        "partial_offload": {"n_host_layers": list(range(layers + 1)), "skip_copies": [True, False]},
-        **cache_grid(),
-    }
+        "partial_offload": {"n_host_layers": list(range(config.num_hidden_layers + 1))},
+        "expert_cache": {"slots_per_layer": [E // 32, E // 16, E // 8, E // 4, 3 * E // 8, E // 2, 5 * E // 8, 3 * E // 4],
+                         "policy": ["lru", "lfu", "static_hot"]},
+    }  # fmt: skip
 
 
 def main() -> int:
@@ -46,7 +46,7 @@ def main() -> int:
     from workbench.sweeps import DEFAULT_BUDGETS_GIB, process_pool, sweep
 
     config = MoEConfig.full()
-    strategies = grid(config.num_hidden_layers)
+    strategies = grid(config)
     results = {}
     for n in args.workers:
         start = time.perf_counter()

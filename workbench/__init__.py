@@ -25,6 +25,8 @@ from .planning.archive import PlanFileError
 from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, load_plan, plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
 from .runtime.executor import RunResult, Session, estimate, load, run
+from .moe.decode import DecodeResult, decode
+from .sweeps import SweepResult, sweep
 
 #: Names served by ``workbench.views``, imported when first asked for.
 _VIEW_NAMES = ("BufferView", "GraphView", "PlacementExplorer", "TimelineView", "explore", "to_chrome_trace", "to_dot")
@@ -43,6 +45,10 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "DecodeResult",
+    "SweepResult",
+    "decode",
+    "sweep",
     "BufferView",
     "CPU",
     "CapacityError",

@@ -18,13 +18,19 @@ Rules:
      buffers (no memory), like their weights.
   3. Each gather copy of an expert weight's routed rows (``gather_h2d_copy(w, index)``,
      from streaming) becomes ``gather_h2d_reuse_copy(w, index, slabs, slots)``: rows
-     the cache holds are copied on the device, the others cross the link. With expert
-     prefetch, the prefetch gather becomes such a reuse copy (a prefetch skips cached
-     experts) and the read completes from the prefetch as before.
+     the cache holds are copied on the device (as an all-on-device model's row gather
+     reads resident weights), the others cross the link. The executor counts each
+     read's hits; ``estimate`` charges ``1 - CostModel.prefetch_hit_rate`` of its rows
+     to the link, so a shape-only estimate takes the expected hit rate from a replay.
   4. For an admitting policy, ``expert_cache_admit`` follows the layer's last reader of
-     its cache reads in graph order and updates the cache in place (``cache_ops``).
+     its cache reads in graph order and updates the cache in place (``cache_ops``),
+     from the rows the reads brought in.
   5. The rewrite keeps every other node, name and device; copy records of the replaced
      gathers are replaced by records of the reuse copies, saying why they exist.
+  6. The buffers are the program's state: ``strategy.apply`` makes a new program, so a
+     new cold cache, every time; a session copies the buffers when it loads, so each
+     session starts from the program's state, and calling ``DeviceGraph.module()``
+     (eager) advances the program's own buffers.
 """
 
 from __future__ import annotations
@@ -43,7 +49,6 @@ from .._tensors import value_of
 from ..capture import Program
 from ..copy_ops import GATHER_H2D, GATHER_REUSE
 from ..devices import CPU, Device
-from ..propagate import CopyRecord
 from .cache_ops import ADMIT
 from .cache_policies import pinned_experts
 from .experts import ExpertLayer, expert_layers
@@ -139,7 +144,7 @@ def cached_program(program: Program, spec: CacheSpec) -> tuple[Program, list[Cac
     user_inputs = set(program.user_inputs)
     specs = list(ep.graph_signature.input_specs)
     first_user = next((i for i, s in enumerate(specs) if s.arg.name in user_inputs), len(specs))
-    new_specs = []
+    new_specs: list[InputSpec] = []
     for node in ep.graph.nodes:
         if node.op == "placeholder" and node.name in user_inputs and not new_specs:
             for fqn, value in buffers.items():
@@ -179,22 +184,20 @@ def rewrite_reads(dg: Any, states: list[CacheState], spec: CacheSpec, device: De
     by_fqn = {fqn: placeholder[name] for name, fqn in program.constants.items()}
     cache_of: dict[str, tuple[CacheState, torch.fx.Node]] = {}  # weight placeholder → (state, slab)
     for layer, state in zip(expert_layers(program.constants), states):
-        for weight, slab in zip(layer.weights, state.slabs):
-            cache_of[by_fqn[weight].name] = (state, by_fqn[slab])
+        for weight_fqn, slab_fqn in zip(layer.weights, state.slabs):
+            cache_of[by_fqn[weight_fqn].name] = (state, by_fqn[slab_fqn])
     node_device = dict(dg.node_device)
     records = {c.name: c for c in dg.copies}
     reads: dict[int, list[torch.fx.Node]] = {}  # layer → the reads of its routed experts
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.args[0] is None or getattr(node.args[0], "name", None) not in cache_of:
-            continue
-        state, slab = cache_of[node.args[0].name]
-        if node.target is GATHER_REUSE:  # a prefetch's completion: reads the routed experts
-            reads.setdefault(state.layer, []).append(node)
+        source = node.args[0] if node.op == "call_function" and node.args else None
+        if not isinstance(source, torch.fx.Node) or source.name not in cache_of:
             continue
         if node.target is not GATHER_H2D:
             continue
-        weight, index = node.args[0], node.args[1]  # gather_h2d_copy(x, index, src, dst)
-        args = (weight, index, slab, by_fqn[state.slots], str(CPU), str(device))
+        state, slab = cache_of[source.name]
+        index = node.args[1]  # gather_h2d_copy(x, index, src, dst)
+        args = (source, index, slab, by_fqn[state.slots], str(CPU), str(device))
         with graph.inserting_before(node):
             read = graph.create_node("call_function", GATHER_REUSE, args, {}, name=f"{node.name}_cached")
         read.meta = dict(node.meta)
@@ -211,8 +214,7 @@ def rewrite_reads(dg: Any, states: list[CacheState], spec: CacheSpec, device: De
             f"{spec.policy}): cached rows are copied on {device}, only the others cross the link (nbytes is "
             "the upper bound: every row missed)",
         )
-        if not any(u.target is GATHER_REUSE and u.args[2] is read for u in read.users):  # not a prefetch
-            reads.setdefault(state.layer, []).append(read)
+        reads.setdefault(state.layer, []).append(read)
     if spec.admits:
         slab_of = {weight: slab for weight, (_, slab) in cache_of.items()}
         _insert_admits(graph, reads, states, by_fqn, slab_of, node_device, device, spec.policy)
@@ -245,9 +247,15 @@ def _insert_admits(
             continue
         last = max((u for r in layer_reads for u in r.users), key=position.__getitem__, default=layer_reads[-1])
         index = layer_reads[0].args[1]  # the routed experts: every read of the layer selects them
-        slabs = [cache_slab[r.args[0].name] for r in layer_reads]
+        slabs = [cache_slab[_node(r.args[0]).name] for r in layer_reads]
         args = (index, list(layer_reads), slabs, *(by_fqn[getattr(state, f)] for f in _STATE_FIELDS), policy)
         with graph.inserting_after(last):
             admit = graph.create_node("call_function", ADMIT, args, {}, name=f"expert_cache_admit_{state.layer}")
         admit.meta["val"] = None
         node_device[admit.name] = device
+
+
+def _node(arg: Any) -> torch.fx.Node:
+    if not isinstance(arg, torch.fx.Node):
+        raise TypeError(f"expected a graph node, got {type(arg).__name__}")
+    return arg

@@ -9,9 +9,10 @@
   weights stay on the host and each MoE layer keeps a device cache of
   ``slots_per_layer`` expert slabs (``lru``, ``lfu`` or ``static_hot``, the policies of
   ``cache_policies``). A routed expert found in the cache is read there; a missed one
-  crosses the link and (``lru``/``lfu``) takes an evicted slot. With ``prefetch=True``
-  (a program captured with ``expert_prefetch=True``) the next layer's predicted experts
-  are fetched early, skipping those the cache holds. See ``cache_graph``.
+  crosses the link and (``lru``/``lfu``) takes an evicted slot. See ``cache_graph``.
+  Not built yet: ``on_miss="host_compute"`` and the combination with next-layer
+  prefetch (both refused with a ``StrategyError``; ``cache_policies.replay`` models
+  host-compute hit rates and bytes).
 
 Rules:
   1. Strategies here are ``workbench.strategies.Strategy`` objects: ``apply(program)``
@@ -48,7 +49,7 @@ class PartialOffload(Strategy):
 
     n_host_layers: int = 0  # MoE layers, counted from the first, whose experts run on the host
 
-    def apply(self, program, *, strict: bool = False):  # type: ignore[no-untyped-def]
+    def apply(self, program, *, strict: bool = False):
         layers = len(expert_layers(program.constants))
         if self.n_host_layers > layers:
             raise StrategyError(
@@ -65,7 +66,7 @@ def partial_offload(n_host_layers: int, device: str = "cuda:0", skip_copies: boo
     dev = str(Device.parse(device))
     n = n_host_layers
 
-    def rule(node) -> str | None:  # type: ignore[no-untyped-def]
+    def rule(node) -> str | None:
         for path in module_paths(node):
             layer = expert_layer_of(path)
             if layer is not None and layer < n:
@@ -89,7 +90,7 @@ class ExpertCache(Strategy):
     cache: Optional[CacheSpec] = None  # slots, policy, pinned popularity
     on_miss: str = "copy"  # what a miss does (only "copy" is built as a graph)
 
-    def apply(self, program, *, strict: bool = False):  # type: ignore[no-untyped-def]
+    def apply(self, program, *, strict: bool = False):
         spec = self.cache
         assert spec is not None  # the factory always sets it
         layers = expert_layers(program.constants)
@@ -158,11 +159,16 @@ def expert_cache(
         raise StrategyError(f"unknown on_miss {on_miss!r}; valid: {', '.join(ON_MISS)}")
     if on_miss != "copy":
         raise StrategyError(
-            "expert_cache(on_miss='host_compute') is not built as a graph yet; cache_policies.replay models "
+            "expert_cache(on_miss='host_compute') is not built yet as a graph; cache_policies.replay models "
             "its hit rates and link bytes"
         )
     if not isinstance(prefetch, bool):
         raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
+    if prefetch:
+        raise StrategyError(
+            "expert_cache(prefetch=True) is not built yet: a prefetch into the cache must be admitted "
+            "before the layer's read, which the graph cannot order without a runtime dependency"
+        )
     dev = str(Device.parse(device))
     pop = None if popularity is None else tuple(tuple(int(c) for c in row) for row in np.asarray(popularity))
     return ExpertCache(

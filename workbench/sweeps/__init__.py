@@ -20,7 +20,9 @@ Rules:
      ``client.get_executor()``) is used as is and left running.
   3. A strategy whose reuse copies depend on a hit rate is estimated with an expected
      rate: prefetching strategies with ``prefetch_hit_rate`` (default: the rate measured
-     on the tiny model); the row says where the rate comes from.
+     on the tiny model); expert caches with the hit rate of their policy and slot count
+     replayed over ``trace`` (default: a synthetic trace shaped like the config, Zipf
+     1.0, reuse 0.3 — labelled synthetic). The row says where the rate comes from.
   4. The same arguments give the same ``points`` and ``best`` on every executor.
 """
 
@@ -36,6 +38,8 @@ import torch
 from ..capture import Program
 from ..errors import WorkbenchError
 from ..models import MoEConfig, QwenMoEDecoder
+from ..moe.cache_policies import replay, slab_bytes
+from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..runtime import CostModel
 from .executors import InlineExecutor, process_pool
 from .result import SweepResult, best_per_budget
@@ -55,6 +59,7 @@ __all__ = [
     "SweepResult",
     "SweepTask",
     "best_per_budget",
+    "cache_grid",
     "default_grid",
     "evaluate",
     "expand",
@@ -72,8 +77,16 @@ class SweepError(WorkbenchError, ValueError):
     """A sweep that cannot run as asked."""
 
 
+def cache_grid(config: MoEConfig, policies: Sequence[str] = ("lru", "lfu", "static_hot")) -> dict[str, dict[str, Any]]:
+    """Expert caches of k, E/16, E/8, E/4, E/2 and 3E/4 slots per layer (those in [k, E])."""
+    E, k = config.num_experts, config.num_experts_per_tok
+    slots = sorted({s for s in (k, E // 16, E // 8, E // 4, E // 2, 3 * E // 4) if k <= s <= E})
+    return {"expert_cache": {"slots_per_layer": slots, "policy": list(policies)}}
+
+
 def default_grid(config: MoEConfig) -> dict[str, dict[str, Any]]:
-    """Every strategy, partial offload at about ten host-layer counts from 0 to all."""
+    """Every strategy: partial offload at about ten host-layer counts from 0 to all, and
+    the expert caches of ``cache_grid``."""
     layers = config.num_hidden_layers
     step = max(1, layers // 10)
     return {
@@ -81,6 +94,7 @@ def default_grid(config: MoEConfig) -> dict[str, dict[str, Any]]:
         "experts_on_host": {},
         "expert_streaming": {"prefetch": [False, True]},
         "partial_offload": {"n_host_layers": sorted(set(range(0, layers + 1, step)) | {layers})},
+        **cache_grid(config),
     }
 
 
@@ -122,6 +136,7 @@ def sweep(
     cost_model: Optional[CostModel] = None,
     algorithm: str = "greedy",
     prefetch_hit_rate: Optional[float] = None,
+    trace: Optional[RoutingTrace] = None,
     workers: Optional[int] = None,
 ) -> SweepResult:
     """Sweep strategies × links and pick the best per budget (module rules).
@@ -137,6 +152,7 @@ def sweep(
             link is replaced by each of ``links``.
         algorithm: memory-planning algorithm.
         prefetch_hit_rate: expected prefetch hit rate (rule 3).
+        trace: the routing that expert caches are replayed over (rule 3).
         workers: processes of the default pool.
     """
     start = time.perf_counter()
@@ -155,7 +171,7 @@ def sweep(
             "the shape-only program itself), or pass executor=InlineExecutor()"
         )
     model_costs = cost_model if cost_model is not None else CostModel.preset("h200")
-    rate, rate_source = _prefetch_rate(prefetch_hit_rate) if any(s.prefetch for s in built.values()) else (None, "")
+    rates = _expected_hit_rates(specs, built, config, prefetch_hit_rate, trace)
     tasks = [
         SweepTask(
             index=i,
@@ -164,8 +180,8 @@ def sweep(
             links=links_t,
             cost_model=model_costs,
             algorithm=algorithm,
-            expected_hit_rate=rate if built[spec].prefetch else None,
-            hit_rate_source=rate_source if built[spec].prefetch else "",
+            expected_hit_rate=rates[spec][0],
+            hit_rate_source=rates[spec][1],
         )
         for i, spec in enumerate(specs)
     ]
@@ -186,6 +202,31 @@ def sweep(
         source=source.label,
         seconds=time.perf_counter() - start,
     )
+
+
+def _expected_hit_rates(
+    specs: list[StrategySpec],
+    built: dict[StrategySpec, Any],
+    config: Optional[MoEConfig],
+    prefetch_hit_rate: Optional[float],
+    trace: Optional[RoutingTrace],
+) -> dict[StrategySpec, tuple[Optional[float], str]]:
+    """Rule 3: ``(rate, where it comes from)`` per spec; ``(None, "")`` when none applies."""
+    out: dict[StrategySpec, tuple[Optional[float], str]] = {s: (None, "") for s in specs}
+    if any(b.prefetch for b in built.values()):
+        rate = _prefetch_rate(prefetch_hit_rate)
+        out.update({s: rate for s in specs if built[s].prefetch})
+    caches = [s for s in specs if s.name == "expert_cache"]
+    if caches:
+        if trace is None:
+            if config is None:
+                raise SweepError("give trace= (a RoutingTrace) to sweep expert caches of a Program")
+            trace = synthetic_trace_for(config, 2048, zipf=1.0, reuse=0.3, seed=0)
+        slab = slab_bytes(config) if config is not None else 0
+        for s in caches:
+            cache = built[s].cache
+            out[s] = (round(replay(trace, cache.policy, cache.slots_per_layer, slab).hit_rate(), 6), trace.label)
+    return out
 
 
 def _prefetch_rate(given: Optional[float]) -> tuple[float, str]:
