@@ -170,11 +170,7 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
 def _write_sweep(wt, config, rate: float, out, workers) -> None:
     """The answer table: best strategy per budget and link (sweep.csv: every point;
     sweep_best.csv: the answers; pareto.png)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    matplotlib.use("Agg")  # files only
     result = wt.capacity_sweep(config, prefetch_hit_rate=rate, workers=workers)
     result.points.to_csv(out / "sweep.csv", index=False)
     answers = wt.answer_table(result)

@@ -41,6 +41,7 @@ from .runtime.cost_model import CostModel, dtype_class, op_cost
 from .runtime.executor import RunResult, estimate, run
 from .runtime.tensors import stage_inputs, to_host
 from .strategies import Strategy, expert_streaming, strategy_variants
+from .sweeps import SweepResult, default_grid, sweep
 
 __all__ = [
     "LINKS",
@@ -357,13 +358,11 @@ def capacity_sweep(
     executor: Any = None,
     prefetch_hit_rate: Optional[float] = None,
     workers: Optional[int] = None,
-):
+) -> SweepResult:
     """The capacity-planning question for ``config`` (default: the published 35B-A3B,
     shape-only): every strategy setting of ``sweeps.default_grid`` under every link, and
     the best per budget (``workbench.sweeps.sweep``; expert-cache hit rates from a
     synthetic trace, labelled so)."""
-    from .sweeps import default_grid, sweep
-
     config = config or MoEConfig.full()
     rate = measured_hit_rate() if prefetch_hit_rate is None else prefetch_hit_rate
     return sweep(
@@ -377,7 +376,7 @@ def capacity_sweep(
     )
 
 
-def answer_table(result: Any) -> pd.DataFrame:
+def answer_table(result: SweepResult) -> pd.DataFrame:
     """One row per (budget, link) of a ``capacity_sweep``: the best strategy, its
     parameters, tokens/s, MiB over the link per token, device GiB used, and where its
     hit rate comes from ("" when it has none)."""

@@ -14,7 +14,7 @@ from workbench.moe import RoutingRecorder, replay, slab_bytes
 from workbench.moe.cache_ops import ADMIT, ExpertCacheError, expert_cache_admit
 from workbench.moe.decode import DecodeError, decode
 from workbench.moe.strategies import expert_cache, partial_offload
-from workbench.planning.bound import run_in_arenas
+from workbench.planning.arena_execution import run_in_arenas
 from workbench.strategies import StrategyError
 
 from conftest import moe_tiny

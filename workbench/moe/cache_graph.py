@@ -45,10 +45,11 @@ import torch.fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 
-from .._tensors import value_of
+from ..graph_values import value_of
 from ..capture import Program
 from ..copy_ops import GATHER_H2D, GATHER_REUSE
 from ..devices import CPU, Device
+from ..propagate import CopyRole
 from .cache_ops import ADMIT
 from .cache_policies import pinned_experts
 from .experts import ExpertLayer, expert_layers
@@ -209,6 +210,10 @@ def rewrite_reads(dg: Any, states: list[CacheState], spec: CacheSpec, device: De
         records[read.name] = dataclasses.replace(
             old,
             name=read.name,
+            role=CopyRole.REUSE,
+            index=_node(index).name,
+            prefetch=slab.name,  # the rows it may take from the device: the cache's slabs
+            prefetch_index=by_fqn[state.slots].name,
             consumers=tuple(u.name for u in read.users),
             reason=f"{old.reason}; through the layer-{state.layer} expert cache ({spec.slots_per_layer} slots, "
             f"{spec.policy}): cached rows are copied on {device}, only the others cross the link (nbytes is "
@@ -224,9 +229,8 @@ def rewrite_reads(dg: Any, states: list[CacheState], spec: CacheSpec, device: De
             residency[by_fqn[fqn].name] = (device,)
             node_device[by_fqn[fqn].name] = device
     graph.lint()
-    order = {n.name: i for i, n in enumerate(graph.nodes)}
     copies = tuple(records[n.name] for n in graph.nodes if n.name in records)
-    return dataclasses.replace(dg, graph=graph, node_device=node_device, copies=copies, residency=residency, _order=order)
+    return dataclasses.replace(dg, graph=graph, node_device=node_device, copies=copies, residency=residency)
 
 
 def _insert_admits(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, replace
+from importlib import import_module
 from typing import Any, Optional
 
 import numpy as np
@@ -35,7 +36,7 @@ import torch
 
 from ..copy_ops import is_copy_node
 from ..errors import WorkbenchError
-from ..planning.plan import MemoryPlan
+from ..planning.memory_plan import MemoryPlan
 from ..runtime import CostModel, Event, RunResult, Timeline, device_of, load, to_device, to_host
 from .experts import expert_layers
 
@@ -96,21 +97,20 @@ class DecodeResult:
 
     def figure(self) -> Any:
         """Hit-rate heat map (layer × step) over link bytes per step (``decode_figure``)."""
-        from .figures import decode_figure
-
-        return decode_figure(self)
+        # matplotlib loads on first use, like the views: decoding alone never imports it
+        return import_module(".figures", __package__).decode_figure(self)
 
 
 def _layer_of_weights(plan: MemoryPlan) -> dict[str, int]:
     """Placeholder of each layer's first expert weight → its layer (rule 4)."""
-    program = plan.graph.program
+    program = plan.device_graph.program
     by_fqn = {fqn: name for name, fqn in program.constants.items()}
     return {by_fqn[layer.weights[0]]: layer.layer for layer in expert_layers(program.constants)}
 
 
 def _hits(plan: MemoryPlan, results: list[RunResult]) -> pd.DataFrame:
     weight_layer = _layer_of_weights(plan)
-    nodes = {n.name: n for n in plan.graph.graph.nodes}
+    nodes = {n.name: n for n in plan.device_graph.graph.nodes}
     rows = []
     for step, res in enumerate(results):
         per_layer: dict[int, list[int]] = {}
@@ -143,7 +143,7 @@ def decode(
     """Run ``n_tokens`` greedy decode steps of ``plan`` in one session (module rules)."""
     if not isinstance(plan, MemoryPlan):
         raise TypeError(f"decode expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
-    dg = plan.graph
+    dg = plan.device_graph
     names = dg.program.user_inputs
     if len(names) < 2:
         raise DecodeError(f"a decode step takes (tokens, position, *caches); this program takes {list(names)}")

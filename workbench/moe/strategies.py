@@ -29,11 +29,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy as np
+import torch.fx
 
-from ..devices import Device
+from ..capture import Program
 from ..copy_ops import SELECT_ROWS
+from ..devices import Device
 from ..place import module_paths, place
-from ..propagate import propagate
+from ..propagate import DeviceGraph, propagate
 from ..schedule import schedule
 from ..strategies import EXPERT_WEIGHTS, STRATEGIES, Strategy, StrategyError
 from .cache_graph import CacheSpec, cached_program, rewrite_reads
@@ -49,7 +51,7 @@ class PartialOffload(Strategy):
 
     n_host_layers: int = 0  # MoE layers, counted from the first, whose experts run on the host
 
-    def apply(self, program, *, strict: bool = False):
+    def apply(self, program: Program, *, strict: bool = False) -> DeviceGraph:
         layers = len(expert_layers(program.constants))
         if self.n_host_layers > layers:
             raise StrategyError(
@@ -66,7 +68,7 @@ def partial_offload(n_host_layers: int, device: str = "cuda:0", skip_copies: boo
     dev = str(Device.parse(device))
     n = n_host_layers
 
-    def rule(node) -> str | None:
+    def rule(node: torch.fx.Node) -> str | None:
         for path in module_paths(node):
             layer = expert_layer_of(path)
             if layer is not None and layer < n:
@@ -90,7 +92,7 @@ class ExpertCache(Strategy):
     cache: Optional[CacheSpec] = None  # slots, policy, pinned popularity
     on_miss: str = "copy"  # what a miss does (only "copy" is built as a graph)
 
-    def apply(self, program, *, strict: bool = False):
+    def apply(self, program: Program, *, strict: bool = False) -> DeviceGraph:
         spec = self.cache
         assert spec is not None  # the factory always sets it
         layers = expert_layers(program.constants)
@@ -123,7 +125,7 @@ class ExpertCache(Strategy):
         return schedule(rewrite_reads(dg, states, spec, Device.parse(self.device)), self.schedule)
 
 
-def _top_k(program: Any) -> int:
+def _top_k(program: Program) -> int:
     """k: the routed rows a layer selects per token (the size of its index)."""
     for node in program.graph.nodes:
         if node.op == "call_function" and node.target is SELECT_ROWS:

@@ -19,8 +19,9 @@ Rules:
      starts and stops; a given executor (a process pool, ``InlineExecutor``, a Dask
      ``client.get_executor()``) is used as is and left running.
   3. A strategy whose reuse copies depend on a hit rate is estimated with an expected
-     rate: prefetching strategies with ``prefetch_hit_rate`` (default: the rate measured
-     on the tiny model); expert caches with the hit rate of their policy and slot count
+     rate: prefetching strategies with ``prefetch_hit_rate`` (default 0.0, the
+     pessimistic bound of ``CostModel``; ``walkthrough.capacity_sweep`` passes the rate
+     measured on the tiny model); expert caches with the hit rate of their policy and slot count
      replayed over ``trace`` (default: a synthetic trace shaped like the config, Zipf
      1.0, reuse 0.3 — labelled synthetic). The row says where the rate comes from.
   4. The same arguments give the same ``points`` and ``best`` on every executor.
@@ -33,7 +34,6 @@ from concurrent.futures import Executor
 from typing import Any, Optional, Sequence
 
 import pandas as pd
-import torch
 
 from ..capture import Program
 from ..errors import WorkbenchError
@@ -232,10 +232,7 @@ def _expected_hit_rates(
 def _prefetch_rate(given: Optional[float]) -> tuple[float, str]:
     if given is not None:
         return float(given), "given"
-    from ..walkthrough import measured_hit_rate
-
-    with torch.no_grad():
-        return measured_hit_rate(), "measured on the tiny model (next-layer prediction)"
+    return 0.0, "assumed 0: every predicted row crosses (pass prefetch_hit_rate=)"
 
 
 def _run(executor: Executor, tasks: list[SweepTask]) -> list[TaskResult]:

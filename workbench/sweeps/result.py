@@ -15,6 +15,7 @@ Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any, Sequence
 
 import pandas as pd
@@ -62,9 +63,8 @@ class SweepResult:
     def pareto_figure(self, **kwargs: Any) -> Any:
         """tok/s against device GiB, one line per strategy setting, one panel per link
         (``workbench.sweeps.figures.pareto_figure``)."""
-        from .figures import pareto_figure
-
-        return pareto_figure(self, **kwargs)
+        # matplotlib loads on first use, like the views: planning alone never imports it
+        return import_module(".figures", __package__).pareto_figure(self, **kwargs)
 
     def __repr__(self) -> str:
         return (

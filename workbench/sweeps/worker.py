@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..planning.plan import plan
+from ..devices import CPU, Device
+from ..planning.memory_plan import plan
 from ..runtime import CostModel, estimate
 from .source import Source
 from .spec import StrategySpec
@@ -69,10 +70,10 @@ def evaluate(task: SweepTask) -> TaskResult:
     strategy = task.spec.build()
     program = task.source.program(strategy.prefetch)
     memory = plan(strategy.apply(program), task.algorithm)
-    device = strategy.device
+    device = Device.parse(strategy.device)
     resident = int(memory.constant_bytes.get(device, 0))
     arena = int(memory.arena_bytes.get(device, 0))
-    host = int(memory.constant_bytes.get("cpu", 0)) + int(memory.arena_bytes.get("cpu", 0))
+    host = int(memory.constant_bytes.get(CPU, 0)) + int(memory.arena_bytes.get(CPU, 0))
     rows = []
     for link in task.links:
         model = task.cost_model.with_link(link)
