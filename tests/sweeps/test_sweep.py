@@ -230,3 +230,18 @@ def test_pareto_figure_has_a_panel_per_link():
     assert {"partial_offload", "all_on_device", "Pareto frontier"} <= labels
     frontier = next(line for line in axes[0].get_lines() if line.get_label() == "Pareto frontier")
     assert np.all(np.diff(frontier.get_ydata()) > 0)  # a frontier only rises
+
+
+def test_answer_table_reads_the_best_rows():
+    """The walkthrough's answer table has one row per (budget, link), names the best
+    strategy and its parameters, and says '(nothing fits)' where no point fits."""
+    from workbench.walkthrough import answer_table
+
+    result = inline_sweep()
+    table = answer_table(result)
+    assert len(table) == len(result.best)
+    assert (table.loc[~result.best["fits"], "best"] == "(nothing fits)").all()
+    fits = result.best["fits"]
+    assert (table.loc[fits, "best"] == result.best.loc[fits, "strategy"]).all()
+    offload = table["best"] == "partial_offload"
+    assert table.loc[offload, "parameters"].str.fullmatch(r"n_host_layers=\d+").all()
