@@ -9,7 +9,7 @@ import torch
 
 import workbench as wb
 from workbench import Device
-from workbench.models import MoEConfig, QwenMoEDecoder
+from workbench.models import QwenMoEDecoder
 from workbench.moe import RoutingRecorder, replay, slab_bytes
 from workbench.moe.cache_ops import ADMIT, ExpertCacheError, expert_cache_admit
 from workbench.moe.decode import DecodeError, decode
