@@ -2,7 +2,8 @@
 
 Commands:
   walkthrough  the MoE walkthrough: every placement strategy on a Qwen-3.5-MoE-shaped
-               decoder (tiny model run; full-size model analysed shape-only)
+               decoder (tiny model run; full-size model analysed shape-only; the best
+               strategy per memory budget and link: sweep.csv, sweep_best.csv, pareto.png)
   propagate    place and propagate a built-in example; print its graph and copies
 """
 
@@ -162,6 +163,8 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
             print("\n# published decode times vs the cost model (all on device, one set of device figures)")
             print(anchors.to_string(index=False))
             print("modeled/published: " + "; ".join(f"{r['hardware']} {r['ratio']:.2f}" for r in anchors.to_dict("records")))
+        if not args.skip_sweep:
+            _write_sweep(wt, full_config, rate, out, args.sweep_workers)
     print(f"\nwrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out} "
           f"in {time.perf_counter() - started:.1f} s")
     bad = [r.strategy.label for r in results if not r.matches_eager]
@@ -169,6 +172,21 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
         print(f"outputs differ from eager for: {', '.join(bad)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _write_sweep(wt, config, rate: float, out, workers) -> None:
+    """The answer table: best strategy per budget and link (sweep.csv: every point;
+    sweep_best.csv: the answers; pareto.png)."""
+    matplotlib.use("Agg")  # files only
+    result = wt.capacity_sweep(config, prefetch_hit_rate=rate, workers=workers)
+    result.points.to_csv(out / "sweep.csv", index=False)
+    answers = wt.answer_table(result)
+    answers.to_csv(out / "sweep_best.csv", index=False)
+    result.pareto_figure().savefig(out / "pareto.png", dpi=120)
+    plt.close("all")
+    print(f"\n# capacity planning, shape-only, modeled on an H200: {len(result.points)} points in "
+          f"{result.seconds:.0f} s on {len(result.workers)} worker(s); best strategy per budget and link")
+    print(answers.to_string(index=False))
 
 
 def _write_figures(results, out, progress) -> None:
@@ -201,7 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--full-config", default="full", help="model analysed shape-only (default: the published 35B-A3B)")
     w.add_argument("--backend", choices=["sim", "cuda"], default="sim", help="sim (modeled time) or cuda (measured)")
     w.add_argument("--out", default="out/walkthrough", help="folder for CSV tables, PNG figures and Chrome traces")
-    w.add_argument("--skip-full", action="store_true", help="skip the full-size shape-only analysis")
+    w.add_argument("--skip-full", action="store_true", help="skip the full-size shape-only analysis (and the sweep)")
+    w.add_argument("--skip-sweep", action="store_true", help="skip the full-size budget sweep (sweep.csv, pareto.png)")
+    w.add_argument("--sweep-workers", type=int, default=None, help="processes for the budget sweep (default: CPUs)")
     w.add_argument("--no-progress", action="store_true", help="no progress bars")
     w.set_defaults(func=_cmd_walkthrough)
     p = sub.add_parser("propagate", help="place and propagate a built-in example, print graph and copies")
