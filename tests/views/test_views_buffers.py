@@ -8,7 +8,7 @@ import pytest
 import workbench as wb
 from workbench.views import BufferView, ViewInputError, buffer_panels
 
-from views_helpers import planned, residual_plan, residual_two_devices
+from views_helpers import click, planned, residual_plan, residual_two_devices
 
 
 def test_rectangles_equal_the_plans_offsets_sizes_and_lifetimes():
@@ -62,22 +62,25 @@ def test_algorithm_dropdown_replans_once_and_caches():
 
 
 def test_selecting_a_tensor_or_an_alias_highlights_its_storage():
-    """Selecting a storage shows its offset and lifetime; selecting a value that shares a
-    storage selects that storage."""
+    """Clicking a storage shows its offset and lifetime; selecting a value that shares a
+    storage selects that storage; a weight selects its resident segment and says why it
+    has no arena slot; a name the plan does not know is an error."""
     plan = residual_plan()
     view = BufferView(plan)
     name, a = next((n, a) for n, a in plan.allocations.items() if a.device == "cuda:0")
-    view.tensor_dropdown.value = name
+    click(view, name)
     assert view.selected == name
-    assert f"{a.offset} (0x{a.offset:x})" in view.spec.value and f"steps {a.start}..{a.end}" in view.spec.value
+    assert f"{a.offset} (0x{a.offset:x})" in view.spec_html() and f"steps {a.start}..{a.end}" in view.spec_html()
     attention = planned("attention", (("cuda:0", ("aten.linear", "aten.matmul")),))
     view = BufferView(attention)
     alias, owner = next((v, o) for v, o in attention.storage_of.items() if v != o)
     view.select(alias)
-    assert view.selected == owner and view.tensor_dropdown.value == owner
+    assert view.selected == owner and view.focus == alias
     assert view.rect_of(owner).y0 == attention.allocations[owner].offset
-    with pytest.raises(KeyError, match="has no planned memory: constant"):
-        view.select("p_qkv_weight")
+    view.select("p_qkv_weight")
+    assert view.selected == "p_qkv_weight" and "constant" in view.spec_html()
+    with pytest.raises(KeyError, match="has no planned memory"):
+        view.select("no_such_tensor")
 
 
 def test_buffer_view_needs_a_plan_and_known_algorithms():
@@ -88,14 +91,19 @@ def test_buffer_view_needs_a_plan_and_known_algorithms():
         BufferView(residual_plan(), algorithms=["fastest"])
 
 
-def test_buffer_figure_has_one_axes_per_panel(tmp_path):
-    """The static figure draws one axes per arena, each with its arena and lower-bound lines."""
+def test_buffer_figure_has_one_axes_per_arena_and_a_resident_bar(tmp_path):
+    """The static figure draws one axes per non-empty arena, each with its arena and
+    lower-bound lines, and one axes of resident weights with a bar per device."""
     plan = residual_plan()
     view = BufferView(plan)
     fig = view.figure()
-    axes = fig.get_axes()
-    assert len(axes) == len(buffer_panels(plan))
-    for ax, panel in zip(axes, buffer_panels(plan)):
+    by_gid = {ax.get_gid(): ax for ax in fig.get_axes()}
+    panels = [p for p in buffer_panels(plan) if not p.empty]
+    assert set(by_gid) == {f"arena:{p.device}:{p.arena}" for p in panels} | {"resident"}
+    for panel in panels:
+        ax = by_gid[f"arena:{panel.device}:{panel.arena}"]
         ys = sorted(line.get_ydata()[0] for line in ax.get_lines())
         assert ys == sorted([panel.arena_bytes, panel.lower_bound])
+    resident = by_gid["resident"]
+    assert [t.get_text() for t in resident.get_yticklabels()] == sorted({str(d) for held in plan.device_graph.residency.values() for d in held})
     assert view.save(tmp_path / "b.svg").read_text().lstrip().startswith("<?xml")

@@ -54,11 +54,17 @@ def test_chrome_trace_validates_against_the_format():
     assert process[1] == "cpu"
 
 
-def test_chrome_trace_is_written_as_json(tmp_path):
+def test_chrome_trace_is_written_as_json_and_the_path_returned(tmp_path):
+    """With a path the trace is written as JSON and the path comes back (a notebook cell
+    ending with the call shows the path); without one the trace's repr is one line."""
     tl, trace = _trace()
     path = tmp_path / "trace.json"
-    assert to_chrome_trace(tl, path) == trace
+    assert to_chrome_trace(tl, path) == path
     assert json.loads(path.read_text()) == trace
+    from IPython.lib.pretty import pretty
+
+    shown = pretty(trace)
+    assert "\n" not in shown and f"{len(tl.events)} events" in shown and len(shown) < 200
 
 
 def _dot_nodes(graph) -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 from workbench.runtime import Event, StreamScheduler, Timeline
 from workbench.views import TimelineView, ViewInputError, timeline_data
 
-from views_helpers import residual_run
+from views_helpers import click, residual_run
 
 
 def _timeline():
@@ -78,7 +78,7 @@ def test_compare_draws_a_second_run_on_the_same_time_axis():
     axes = view.figure().get_axes()
     assert len(axes) == 2 and axes[0].get_xlim() == axes[1].get_xlim()
     assert axes[0].get_xlim()[1] >= tl.span_us
-    assert "short" in view.summary.value
+    assert [(r["label"], r["summary"]) for r in view.canvas.scene["runs"]] == [("residual", view.data.summary.line), ("short", view.comparisons["short"].summary.line)]
     view.compare_dropdown.value = ""  # the "(none)" entry
     assert len(view.figure().get_axes()) == 1
     with pytest.raises(KeyError, match="valid ones are 'short'"):
@@ -95,10 +95,10 @@ def test_selecting_an_event_shows_bytes_duration_and_bandwidth():
     tl = _timeline()
     view = TimelineView(tl)
     i = next(i for i, e in enumerate(tl.events) if e.kind == "d2d")
-    view.event_dropdown.value = i
+    click(view, i, tl.events[i].node)
     e = tl.events[i]
-    assert view.selected == i
-    assert f"{e.gb_per_s:.2f} GB/s" in view.spec.value and e.node in view.spec.value
+    assert view.selected == i and view.focus == e.node
+    assert f"{e.gb_per_s:.2f} GB/s" in view.spec_html() and e.node in view.spec_html()
     with pytest.raises(IndexError, match="out of range"):
         view.select(len(tl.events))
 
