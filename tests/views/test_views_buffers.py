@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import workbench as wb
-from workbench.views import BufferView, ViewInputError, buffer_panels
+from workbench.views import BufferView, ViewInputError, buffer_panels, byte_ticks, live_steps, resident_weights
 
 from views_helpers import click, planned, residual_plan, residual_two_devices
 
@@ -107,3 +107,67 @@ def test_buffer_figure_has_one_axes_per_arena_and_a_resident_bar(tmp_path):
     resident = by_gid["resident"]
     assert [t.get_text() for t in resident.get_yticklabels()] == sorted({str(d) for held in plan.device_graph.residency.values() for d in held})
     assert view.save(tmp_path / "b.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_panels_are_sized_by_arena_bytes_and_empty_arenas_are_one_line():
+    """A panel's drawn height grows with its arena's bytes (a floor keeps small arenas
+    readable); an arena with no tensor has no panel body, just its title line."""
+    plan = residual_plan()
+    scene = BufferView(plan).canvas.scene
+    drawn = [p for p in scene["panels"] if not p["empty"]]
+    assert len(drawn) >= 2
+    for a, b in zip(drawn, drawn[1:]):
+        if a["arena_bytes"] < b["arena_bytes"]:
+            assert a["h"] <= b["h"]
+    biggest = max(drawn, key=lambda p: p["arena_bytes"])
+    assert biggest["h"] == max(p["h"] for p in drawn)
+    from workbench.views import BufferPanel
+
+    empty = BufferPanel("cpu", 0, 0, 0, 0, 5, ())
+    assert empty.empty and "empty" in empty.title
+
+
+def test_the_x_range_is_the_live_steps():
+    """The step axis starts at the first step a planned tensor is live, not at 0 (the
+    steps before only bind weights and inputs), and ends after the last."""
+    plan = residual_plan()
+    x = BufferView(plan).canvas.scene["x"]
+    assert x == {"lo": min(a.start for a in plan.allocations.values()), "hi": max(a.end for a in plan.allocations.values()) + 1}
+    assert live_steps(buffer_panels(plan)) == (x["lo"], x["hi"])
+
+
+def test_byte_ticks_are_round_and_in_one_unit():
+    """Ticks are multiples of 1, 2, 2.5 or 5 × 10^k of one unit, start at 0, reach the
+    top, and never mix units (no "1000 B" next to "1.5 KiB")."""
+    for top in (1, 7, 1000, 1500, 5000, 49.4 * 1024, 48.1 * 2**20, 3 * 2**30):
+        ticks = byte_ticks(top)
+        values, labels = zip(*ticks)
+        assert values[0] == 0 and values[-1] >= top and list(values) == sorted(values)
+        units = {label.split()[-1] for label in labels[1:]}
+        assert len(units) == 1, labels
+        steps = {round(float(label.split()[0]) / float(labels[1].split()[0]), 6) for label in labels[1:]}
+        assert steps == set(range(1, len(labels))), labels
+    assert [label for _v, label in byte_ticks(1500)] == ["0", "500 B", "1000 B", "1500 B"]
+
+
+def test_resident_weights_per_device_add_up_to_the_constant_bytes():
+    """The resident bar of each device lists the weights held there; their bytes add up
+    to the plan's constant bytes for that device."""
+    plan = residual_plan()
+    bars = resident_weights(plan.device_graph)
+    assert {b.device for b in bars} == {d for d, n in plan.constant_bytes.items() if n}
+    for b in bars:
+        assert b.total == plan.constant_bytes[b.device]
+
+
+def test_a_step_window_is_kept_and_checked():
+    """``set_window`` is the zoom the front end sets; an empty window shows every live step."""
+    view = BufferView(residual_plan())
+    view.set_window(3, 9)
+    assert view.canvas.window == [3.0, 9.0]
+    ax = next(a for a in view.figure().get_axes() if a.get_gid().startswith("arena:"))
+    assert ax.get_xlim() == (3.0, 9.0)
+    view.set_window()
+    assert view.canvas.window == []
+    with pytest.raises(ValueError, match="first < last"):
+        view.set_window(5, 5)

@@ -73,3 +73,15 @@ def tiny_moe():
     model = QwenMoEDecoder(MoEConfig.tiny())
     inputs = model.example_inputs()
     return model, inputs, wb.capture(model, inputs)
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_streaming():
+    """(plan, RunResult) of the tiny MoE under expert_streaming, run once on ``sim``."""
+    from workbench.runtime import stage_inputs
+    from workbench.strategies import expert_streaming
+
+    _model, inputs, prog = tiny_moe()
+    dg = expert_streaming().apply(prog)
+    plan = wb.plan(dg)
+    return plan, wb.run(plan, *stage_inputs(dg, inputs, "sim"), backend="sim")

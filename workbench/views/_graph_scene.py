@@ -17,6 +17,9 @@ Rules:
    themselves), so search and linked selection find every graph node.
 5. An edge carries its route as a flat [x0, y0, x1, y1, …] list, and the graph nodes at
    its ends only when they differ from the drawn nodes it joins.
+6. A selection's own edges (``own_edges``): for a drawn node, every edge at it; for a
+   graph node drawn inside a group, only the edges that carry that node's own inputs
+   and users — the front end highlights the same ones.
 """
 
 from __future__ import annotations
@@ -195,3 +198,28 @@ def format_copies(layout: GraphLayout) -> str:
             count[b.kind] = count.get(b.kind, 0) + b.count
             moved[b.kind] = moved.get(b.kind, 0) + b.nbytes
     return ", ".join(f"{k} {count[k]}× {format_bytes(moved[k])}" for k in COPY_COLOURS if k in count) or "no copies"
+
+
+def drawn_id(scene: dict, focus: Optional[str]) -> Optional[str]:
+    """The drawn node that shows graph node (or group) ``focus``; None when not drawn."""
+    if focus is None:
+        return None
+    if any(n["id"] == focus for n in scene.get("nodes", [])):
+        return focus
+    return scene.get("node_of", {}).get(focus)
+
+
+def own_edges(scene: dict, focus: Optional[str]) -> list[int]:
+    """Rule 6: indices of the scene's edges to highlight for ``focus``."""
+    drawn = drawn_id(scene, focus)
+    if drawn is None:
+        return []
+    out = []
+    for i, e in enumerate(scene.get("edges", [])):
+        if drawn == focus:
+            hit = drawn in (e["s"], e["d"])
+        else:
+            hit = focus in e.get("m", [e["s"]]) or focus in e.get("n", [e["d"]])
+        if hit:
+            out.append(i)
+    return out

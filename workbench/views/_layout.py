@@ -397,12 +397,12 @@ def _check_expand(expand: Iterable[str], groups: set[str]) -> tuple[str, ...]:
     chosen = tuple(dict.fromkeys(str(g) for g in expand))
     unknown = [g for g in chosen if g not in groups]
     if unknown:
-        valid = ", ".join(sorted(groups, key=_natural)) or "none (collapse the graph first)"
+        valid = ", ".join(sorted(groups, key=natural_key)) or "none (collapse the graph first)"
         raise ViewOptionError(f"cannot expand {', '.join(map(repr, unknown))}: not a collapsed group here; groups are {valid}")
     return chosen
 
 
-def _natural(text: str) -> tuple:
+def natural_key(text: str) -> tuple:
     """``layers.10`` after ``layers.9``."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 

@@ -85,12 +85,12 @@ class TimelineData:
 def timeline_data(run_or_timeline: Any, steps: Optional[Sequence[float]] = None) -> TimelineData:
     """Rules 1-5 for a ``Timeline`` or a run result with ``.timeline``."""
     timeline: Timeline = as_timeline(run_or_timeline, "TimelineView")
-    lanes = tuple(timeline.streams())
+    lanes = tuple((str(d), str(s)) for d, s in timeline.streams())  # strings: the data leaves here
     lane_of = {lane: i for i, lane in enumerate(lanes)}
     bars = tuple(
         TimelineBar(
-            lane=lane_of[(e.device, e.stream)],
-            device=e.device,
+            lane=lane_of[(str(e.device), str(e.stream))],
+            device=str(e.device),
             stream=e.stream,
             kind=e.kind,
             node=e.node,

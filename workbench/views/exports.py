@@ -69,7 +69,7 @@ def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path, None] = None) -
             tid[lane] = j + 1
     meta: list[dict] = []
     for d in devices:
-        meta.append({"ph": "M", "name": "process_name", "pid": pid[d], "tid": 0, "args": {"name": d}})
+        meta.append({"ph": "M", "name": "process_name", "pid": pid[d], "tid": 0, "args": {"name": str(d)}})
         meta.append({"ph": "M", "name": "process_sort_index", "pid": pid[d], "tid": 0, "args": {"sort_index": pid[d]}})
     for (d, s), t in tid.items():
         meta.append({"ph": "M", "name": "thread_name", "pid": pid[d], "tid": t, "args": {"name": s}})

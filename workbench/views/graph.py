@@ -25,9 +25,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Ellipse, FancyBboxPatch, Patch, Rectangle
 from matplotlib.path import Path as MplPath
 
-from ._graph_scene import format_copies, graph_scene, group_rows, group_title
+from ._graph_scene import drawn_id, format_copies, graph_scene, group_rows, group_title, own_edges
 from ._inputs import UnknownNameError, as_graph_and_plan
-from ._layout import COLLAPSE_MODES, GROUP_KINDS, GraphLayout, graph_layout
+from ._layout import COLLAPSE_MODES, GROUP_KINDS, GraphLayout, graph_layout, natural_key
 from ._spec import NodeSpec, find_node, node_spec
 from ._widget import NO_CHOICE, FigureView, as_choice, detail, new_figure
 
@@ -94,7 +94,8 @@ class GraphView(FigureView):
     def search(self, text: str, limit: int = 20) -> list[str]:
         """Graph nodes and drawn groups whose name contains ``text`` (case-insensitive),
         names that start with it first — what the search box lists."""
-        return search_names(list(self._drawn_groups()) + [n.name for n in self.graph.graph.nodes], text, limit)
+        groups = sorted(self._drawn_groups(), key=natural_key)
+        return search_names(groups + [n.name for n in self.graph.graph.nodes], text, limit)
 
     def spec_of(self, name: str) -> NodeSpec:
         return node_spec(self.graph, name, self.plan)
@@ -251,7 +252,7 @@ def draw_graph_scene(scene: dict, focus: Optional[str] = None) -> Figure:
         )
         if font >= _MIN_FONT_PT:
             ax.text(b["x0"] + 5, b["y0"] + 4, b["label"], fontsize=font * 1.05, va="top", ha="left", color="#444444", zorder=1)
-    own = _own_edges(scene, focus)
+    own = set(own_edges(scene, focus))
     paths, dark = [], []
     for i, e in enumerate(scene.get("edges", [])):
         (dark if i in own else paths).append(_edge_path(e["p"]))
@@ -259,7 +260,7 @@ def draw_graph_scene(scene: dict, focus: Optional[str] = None) -> Figure:
     if dark:
         ax.add_collection(PathCollection(dark, facecolors="none", edgecolors="#111111", linewidths=1.6, zorder=2))
     patches, faces, edges_, widths = [], [], [], []
-    drawn = _drawn(scene, focus)
+    drawn = drawn_id(scene, focus)
     for n in nodes:
         x0, y0 = n["x"] - n["w"] / 2, n["y"] - n["h"] / 2
         if n.get("shape") == "ellipse":
@@ -282,29 +283,6 @@ def draw_graph_scene(scene: dict, focus: Optional[str] = None) -> Figure:
     if bars:
         ax.add_collection(PatchCollection([p for p, _ in bars], facecolors=[c for _, c in bars], edgecolors="none", zorder=4))
     return fig
-
-
-def _drawn(scene: dict, focus: Optional[str]) -> Optional[str]:
-    if focus is None:
-        return None
-    ids = {n["id"] for n in scene.get("nodes", [])}
-    return focus if focus in ids else scene.get("node_of", {}).get(focus)
-
-
-def _own_edges(scene: dict, focus: Optional[str]) -> set[int]:
-    """Rule 2: the edges carrying ``focus``'s own inputs and users."""
-    drawn = _drawn(scene, focus)
-    if drawn is None:
-        return set()
-    out = set()
-    for i, e in enumerate(scene.get("edges", [])):
-        if drawn == focus:
-            hit = drawn in (e["s"], e["d"])
-        else:
-            hit = focus in e.get("m", [e["s"]]) or focus in e.get("n", [e["d"]])
-        if hit:
-            out.add(i)
-    return out
 
 
 def _edge_path(flat: list) -> MplPath:

@@ -529,7 +529,6 @@ class GraphView extends View {
         e.own = false;
       }
     }
-    this.svg.classList.toggle("wbv-has-sel", !!id);
     if (!id) return;
     const item = this.nodes.get(id);
     item.el.classList.add(id === focus ? "wbv-sel" : "wbv-inside");
@@ -1201,6 +1200,7 @@ export default {
     const t0 = performance.now();
     const view = new View_(model, el);
     view.rebuild();
+    view.lastWidth = view.stage.clientWidth; // drawn for this width already
     afterPaint(() => {
       timing(kind + ":first-paint", t0);
       el.dataset.firstPaintMs = (performance.now() - t0).toFixed(1);
@@ -1209,7 +1209,7 @@ export default {
     const ro = new ResizeObserver(() => {
       const w = view.stage.clientWidth;
       if (w && w !== view.lastWidth) {
-        const first = !view.lastWidth;
+        const first = !view.lastWidth; // not attached when first drawn (a hidden tab …)
         view.lastWidth = w;
         if (kind === "graph") { if (first) view.fit(false); } else view.draw();
       }
