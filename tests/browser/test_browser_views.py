@@ -17,6 +17,7 @@ latencies are printed and written beside them as ``<name>-timing.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,8 +29,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+
+from chromium import CHROMIUM_ARGS, find_chromium
 
 pytestmark = pytest.mark.browser
 
@@ -37,16 +41,6 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 DEMO = HERE / "views_demo.ipynb"
 FULL = HERE / "views_full_size.ipynb"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 VIEWS = {"graph": ".wbv-graph", "buffers": ".wbv-buffers", "timeline": ".wbv-timeline"}
 
 # dispatch a click and wait for the frame that shows its effect; the time is the
@@ -71,19 +65,34 @@ def _require_or_skip(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _chromium() -> str:
-    path = os.environ.get("WORKBENCH_CHROMIUM") or shutil.which("chromium") or (CHROMIUM if os.path.exists(CHROMIUM) else None)
-    if path is None:
+@contextlib.contextmanager
+def _lab_page(url: str, notebook: Path, shot: Path) -> Iterator:
+    """A Chromium page on ``notebook`` in JupyterLab; a failure leaves a screenshot."""
+    chromium = find_chromium()
+    if chromium is None:
         _require_or_skip("Chromium is not installed (apt-get install chromium)")
-    return str(path)
-
-
-def _playwright():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _require_or_skip("Playwright is not installed (pip install playwright==1.64.1)")
-    return sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1400})
+        try:
+            _open(page, url, notebook.name)
+            yield page
+            _no_errors(page)
+        except Exception:
+            page.screenshot(path=str(shot.with_name(f"{shot.stem}-failure.png")), full_page=True)
+            raise
+        finally:
+            browser.close()
+
+
+def _view_shots(page, shot: Path) -> None:
+    page.evaluate("() => window.scrollTo(0, 0)")
+    for name, css in VIEWS.items():
+        page.locator(css).first.screenshot(path=str(shot.with_name(f"{shot.stem}-{name}.png")))
 
 
 def _free_port() -> int:
@@ -207,86 +216,73 @@ def test_views_link_zoom_search_expand_in_jupyterlab(jupyter_lab, tmp_path):
     highlights its buffer and its events (measured, no kernel round trip), the kernel
     sees the same selection, the graph zooms, search selects a layer, a layer expands in
     place, and the timeline's kind filter hides compute."""
-    chromium, sync_playwright = _chromium(), _playwright()
     shot = _shot_paths(tmp_path, "tiny")
     timings: dict[str, object] = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 1400})
-        try:
-            _open(page, jupyter_lab, DEMO.name)
-            _run_cells(page, 4)
-            _wait_for_views(page)
-            assert page.locator(".jupyter-widgets.wb-view").count() >= 3
-            gather = '.wbv-graph .wbv-node[data-id="index_select_gather"]'
-            page.wait_for_selector(gather, timeout=10_000)
-            # a click: the buffer rectangle and the timeline events of that value light up
-            clicks = [page.evaluate(_CLICK_AND_PAINT, sel) for sel in (gather, '.wbv-graph .wbv-node[data-id="layers.1"]', gather)]
-            assert min(clicks) >= 0, clicks
-            timings["click_to_linked_paint_ms"] = clicks
-            page.wait_for_selector('.wbv-buffers .wbv-rect.wbv-sel[data-id="index_select_gather"]', timeout=5_000)
-            page.wait_for_selector(".wbv-timeline .wbv-bar.wbv-sel, .wbv-timeline .wbv-bar.wbv-linked", timeout=5_000)
-            page.wait_for_function(
-                "() => { const t = document.querySelector('.wbv-graph .wbv-side').textContent;"
-                " return t.includes('index_select_gather') && t.includes('copy reason') && t.includes('streamed host weight'); }",
-                timeout=10_000,
-            )
-            # the kernel got the selection the browser made
-            _run_cell(page, 3)
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('.jp-OutputArea-output')].some("
-                "e => e.textContent.includes('focus=index_select_gather buffer=index_select_gather event='))",
-                timeout=30_000,
-            )
-            # zoom: the wheel scales the drawing, and the visible rectangle reaches the kernel
-            before = page.locator(".wbv-graph").get_attribute("data-zoom")
-            stage = page.locator(".wbv-graph .wbv-stage")
-            stage.hover()
-            t0 = time.perf_counter()
-            page.mouse.wheel(0, -400)
-            page.wait_for_function(f"() => document.querySelector('.wbv-graph').dataset.zoom !== '{before}'", timeout=5_000)
-            timings["wheel_to_zoom_s"] = round(time.perf_counter() - t0, 4)
-            # search: type a layer's name, Enter selects it and shows its spec
-            search = page.locator(".wbv-graph .wbv-search")
-            search.fill("layers.2")
-            search.press("Enter")
-            page.wait_for_selector('.wbv-graph .wbv-node.wbv-sel[data-id="layers.2"]', timeout=5_000)
-            page.wait_for_function(
-                "() => document.querySelector('.wbv-graph .wbv-side').textContent.includes('layers.2 (collapsed layer)')",
-                timeout=10_000,
-            )
-            # expand layers.2 in place (a kernel relayout): its members appear inside a box
-            page.locator(".wbv-graph .wbv-tools .wbv-button", has_text="expand").click()
-            page.wait_for_selector(".wbv-graph .wbv-box-layer", timeout=30_000)
-            assert page.locator('.wbv-graph .wbv-node[data-id="layers.2"]').count() == 0
-            # the kind filter hides every compute bar
-            compute = page.locator(".wbv-timeline .wbv-filter input[data-kind='compute']")
-            shown = page.locator(".wbv-timeline .wbv-bar").count()
-            compute.uncheck()
-            page.wait_for_function(
-                f"() => document.querySelectorAll('.wbv-timeline .wbv-bar').length < {shown}", timeout=5_000
-            )
-            assert page.locator(".wbv-timeline .wbv-bar").count() == 8  # the eight expert gathers
-            _run_cell(page, 3)
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('.jp-OutputArea-output')].some("
-                "e => e.textContent.includes(\"expanded=['layers.2'] hidden=['compute'] zoomed=True\"))",
-                timeout=30_000,
-            )
-            compute.check()
-            # the first click again, for the pictures
-            page.evaluate(_CLICK_AND_PAINT, '.wbv-graph .wbv-node[data-id="index_select_2_gather"]')
-            page.evaluate("() => window.scrollTo(0, 0)")
-            for name, css in VIEWS.items():
-                page.locator(css).first.screenshot(path=str(shot.with_name(f"{shot.stem}-{name}.png")))
-            page.screenshot(path=str(shot), full_page=True)
-            timings["browser_timing"] = page.evaluate("() => window.wbViewsTiming || []")
-            _no_errors(page)
-        except Exception:
-            page.screenshot(path=str(shot.with_name(f"{shot.stem}-failure.png")), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with _lab_page(jupyter_lab, DEMO, shot) as page:
+        _run_cells(page, 4)
+        _wait_for_views(page)
+        assert page.locator(".jupyter-widgets.wb-view").count() >= 3
+        gather = '.wbv-graph .wbv-node[data-id="index_select_gather"]'
+        page.wait_for_selector(gather, timeout=10_000)
+        # a click: the buffer rectangle and the timeline events of that value light up
+        clicks = [page.evaluate(_CLICK_AND_PAINT, sel) for sel in (gather, '.wbv-graph .wbv-node[data-id="layers.1"]', gather)]
+        assert min(clicks) >= 0, clicks
+        timings["click_to_linked_paint_ms"] = clicks
+        page.wait_for_selector('.wbv-buffers .wbv-rect.wbv-sel[data-id="index_select_gather"]', timeout=5_000)
+        page.wait_for_selector(".wbv-timeline .wbv-bar.wbv-sel, .wbv-timeline .wbv-bar.wbv-linked", timeout=5_000)
+        page.wait_for_function(
+            "() => { const t = document.querySelector('.wbv-graph .wbv-side').textContent;"
+            " return t.includes('index_select_gather') && t.includes('copy reason') && t.includes('streamed host weight'); }",
+            timeout=10_000,
+        )
+        # the kernel got the selection the browser made
+        _run_cell(page, 3)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.jp-OutputArea-output')].some("
+            "e => e.textContent.includes('focus=index_select_gather buffer=index_select_gather event='))",
+            timeout=30_000,
+        )
+        # zoom: the wheel scales the drawing, and the visible rectangle reaches the kernel
+        before = page.locator(".wbv-graph").get_attribute("data-zoom")
+        stage = page.locator(".wbv-graph .wbv-stage")
+        stage.hover()
+        t0 = time.perf_counter()
+        page.mouse.wheel(0, -400)
+        page.wait_for_function(f"() => document.querySelector('.wbv-graph').dataset.zoom !== '{before}'", timeout=5_000)
+        timings["wheel_to_zoom_s"] = round(time.perf_counter() - t0, 4)
+        # search: type a layer's name, Enter selects it and shows its spec
+        search = page.locator(".wbv-graph .wbv-search")
+        search.fill("layers.2")
+        search.press("Enter")
+        page.wait_for_selector('.wbv-graph .wbv-node.wbv-sel[data-id="layers.2"]', timeout=5_000)
+        page.wait_for_function(
+            "() => document.querySelector('.wbv-graph .wbv-side').textContent.includes('layers.2 (collapsed layer)')",
+            timeout=10_000,
+        )
+        # expand layers.2 in place (a kernel relayout): its members appear inside a box
+        page.locator(".wbv-graph .wbv-tools .wbv-button", has_text="expand").click()
+        page.wait_for_selector(".wbv-graph .wbv-box-layer", timeout=30_000)
+        assert page.locator('.wbv-graph .wbv-node[data-id="layers.2"]').count() == 0
+        # the kind filter hides every compute bar
+        compute = page.locator(".wbv-timeline .wbv-filter input[data-kind='compute']")
+        shown = page.locator(".wbv-timeline .wbv-bar").count()
+        compute.uncheck()
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.wbv-timeline .wbv-bar').length < {shown}", timeout=5_000
+        )
+        assert page.locator(".wbv-timeline .wbv-bar").count() == 8  # the eight expert gathers
+        _run_cell(page, 3)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.jp-OutputArea-output')].some("
+            "e => e.textContent.includes(\"expanded=['layers.2'] hidden=['compute'] zoomed=True\"))",
+            timeout=30_000,
+        )
+        compute.check()
+        # the first click again, for the pictures
+        page.evaluate(_CLICK_AND_PAINT, '.wbv-graph .wbv-node[data-id="index_select_2_gather"]')
+        _view_shots(page, shot)
+        page.screenshot(path=str(shot), full_page=True)
+        timings["browser_timing"] = page.evaluate("() => window.wbViewsTiming || []")
     ms = [c for c in timings["click_to_linked_paint_ms"] if isinstance(c, (int, float))]
     print(f"\nclick → linked highlight painted: median {statistics.median(ms):.1f} ms ({', '.join(f'{c:.1f}' for c in ms)})")
     shot.with_name(f"{shot.stem}-timing.json").write_text(json.dumps(timings, indent=1))
@@ -297,28 +293,15 @@ def test_views_link_zoom_search_expand_in_jupyterlab(jupyter_lab, tmp_path):
 def test_full_size_views_render_collapsed_in_jupyterlab(jupyter_lab, tmp_path):
     """The 35B config, shape-only: 40 collapsed layers with their expert gathers drawn
     outside; a click on a gather highlights its 32 MiB buffer and its copy event."""
-    chromium, sync_playwright = _chromium(), _playwright()
     shot = _shot_paths(tmp_path, "full")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 1400})
-        try:
-            _open(page, jupyter_lab, FULL.name)
-            _run_cells(page, 3)
-            _wait_for_views(page)
-            assert page.locator(".wbv-graph .wbv-node-layer").count() == 40
-            gather = '.wbv-graph .wbv-node[data-id="index_select_gather"]'
-            ms = page.evaluate(_CLICK_AND_PAINT, gather)
-            assert ms >= 0
-            page.wait_for_selector('.wbv-buffers .wbv-rect.wbv-sel[data-id="index_select_gather"]', timeout=5_000)
-            page.wait_for_selector(".wbv-timeline .wbv-bar.wbv-sel", timeout=5_000)
-            print(f"\nfull size: click → linked highlight painted in {ms:.1f} ms")
-            page.evaluate("() => window.scrollTo(0, 0)")
-            for name, css in VIEWS.items():
-                page.locator(css).first.screenshot(path=str(shot.with_name(f"{shot.stem}-{name}.png")))
-            _no_errors(page)
-        except Exception:
-            page.screenshot(path=str(shot.with_name(f"{shot.stem}-failure.png")), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with _lab_page(jupyter_lab, FULL, shot) as page:
+        _run_cells(page, 3)
+        _wait_for_views(page)
+        assert page.locator('.wbv-graph .wbv-node-layer[data-id^="layers."]').count() == 40
+        gather = '.wbv-graph .wbv-node[data-id="index_select_gather"]'
+        ms = page.evaluate(_CLICK_AND_PAINT, gather)
+        assert ms >= 0
+        page.wait_for_selector('.wbv-buffers .wbv-rect.wbv-sel[data-id="index_select_gather"]', timeout=5_000)
+        page.wait_for_selector(".wbv-timeline .wbv-bar.wbv-sel", timeout=5_000)
+        print(f"\nfull size: click → linked highlight painted in {ms:.1f} ms")
+        _view_shots(page, shot)

@@ -11,6 +11,7 @@ import pytest
 from workbench.place import module_paths
 from workbench.strategies import EXPERT_MODULES, experts_on_host
 from workbench.views import PlacementExplorer, explore, expert_modules, module_groups
+from workbench.views.explorer import placement_text
 
 from views_helpers import captured, tiny_moe
 
@@ -62,13 +63,16 @@ def test_op_groups_toggle_and_history_of_placements_tried():
     ex.set_group("ups.*", "cpu")
     ex.set_flags(skip_h2d=False)  # the first setting again: no new row
     history = ex.history
-    assert list(history["placement"]) == ["all on cpu", "ups.*→cuda:0", "ups.*→cuda:0", "all on cpu"]
+    assert list(history["placement"]) == ["all on cpu", "ups.* on cuda:0, the rest on cpu", "ups.* on cuda:0, the rest on cpu", "all on cpu"]
     assert list(history["skip_h2d"]) == [False, False, True, True]
     row = history.iloc[1]
     state = explore(prog, {"cuda:0": ["module:ups.*"]})
     assert row["copies"] == state.copies and row["h2d_bytes"] == state.copy_bytes["h2d"]
     assert row["arena_cuda:0"] == state.arena_bytes["cuda:0"] and row["time_us"] > 0
-    assert "▶" in ex.history_html.value and "ups.*→cuda:0" in ex.history_html.value
+    assert "▶" in ex.history_html.value and "ups.* on cuda:0" in ex.history_html.value
+    bundle = ex._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle and "placements tried" not in bundle["text/html"]
+    assert "ups.* on cuda:0" in bundle["text/html"] and bundle["text/plain"].startswith("PlacementExplorer: 4 module groups")
     ex.restore(1)
     assert ex.assignment()["ups.*"] == "cuda:0" and not ex.state.skip_h2d and len(ex.history) == 4
     ex.grouping_toggle.value = "op"
@@ -86,3 +90,11 @@ def test_explorer_links_its_views():
     copy = ex.state.graph.copies[0].name
     graph.select(copy)
     assert buffers.focus == copy and buffers.selected == ex.state.plan.storage_of[copy]
+
+
+def test_a_placement_in_words_names_the_exceptions_to_the_rest():
+    """The device with the most groups is "the rest"; the others are named."""
+    assert placement_text({}) == "all on cpu"
+    assert placement_text({"a": "cuda:0", "b": "cuda:0"}) == "all on cuda:0"
+    assert placement_text({"experts": "cpu", "attention": "cuda:0", "router": "cuda:0"}) == "experts on cpu, the rest on cuda:0"
+    assert placement_text({"a": "cuda:1", "b": "cpu", "c": "cpu", "d": "cuda:0"}) == "d on cuda:0; a on cuda:1, the rest on cpu"

@@ -18,7 +18,7 @@ without displaying). Every view gives ``.figure()`` (a matplotlib Figure) and
 
 from ._buffer_data import BufferPanel, BufferRect, ResidentWeights, buffer_panels, byte_ticks, live_steps, resident_weights
 from ._buffer_scene import buffer_scene
-from ._canvas import ViewCanvas
+from ._canvas import FRONT_END, FRONT_END_STYLES, ViewCanvas
 from ._graph_scene import graph_scene
 from ._graphviz import GraphvizUnavailable
 from ._inputs import UnknownNameError, ViewIndexError, ViewInputError, ViewOptionError
@@ -28,7 +28,7 @@ from ._timeline_data import TimelineBar, TimelineData, TimelineSummary, step_sta
 from ._timeline_scene import timeline_scene
 from .buffers import BufferView
 from .charts import link_throughput_figure
-from .explorer import ExplorerState, PlacementExplorer, explore
+from .explorer import ExplorerState, PlacementExplorer, explore, placement_text
 from .exports import ChromeTrace, copies_table, full_text, plan_table, specs_table, timeline_table, to_chrome_trace, to_dot
 from .graph import GraphView, search_names
 from .groups import GroupSet, default_groups, expert_modules, module_groups, op_groups, rules_for
@@ -42,6 +42,8 @@ __all__ = [
     "ChromeTrace",
     "CopyBadge",
     "ExplorerState",
+    "FRONT_END",
+    "FRONT_END_STYLES",
     "GraphLayout",
     "GraphView",
     "GraphvizUnavailable",
@@ -80,6 +82,7 @@ __all__ = [
     "module_groups",
     "node_spec",
     "op_groups",
+    "placement_text",
     "plan_table",
     "resident_weights",
     "rules_for",

@@ -79,7 +79,7 @@ def buffer_scene(panels: tuple[BufferPanel, ...], plan: Any, dg: DeviceGraph, ti
         if w.weights
     ]
     kinds = sorted({r.kind for p in panels for r in p.rects})
-    legend = [{"label": k, "fill": BUFFER_COLOURS[k], "stroke": BUFFER_COLOURS[k]} for k in kinds]
+    legend: list[dict[str, Any]] = [{"label": k, "fill": BUFFER_COLOURS[k], "stroke": BUFFER_COLOURS[k]} for k in kinds]
     legend += [
         {"label": "arena size", "fill": "transparent", "stroke": "#222222", "shape": "line"},
         {"label": "lower bound", "fill": "transparent", "stroke": "#D62728", "shape": "line", "dashed": True},

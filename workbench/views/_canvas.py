@@ -28,6 +28,9 @@ import anywidget
 import traitlets
 
 STATIC = Path(__file__).resolve().parent / "static"
+#: The front end every view runs in the browser, and its stylesheet (package data).
+FRONT_END = STATIC / "views.js"
+FRONT_END_STYLES = STATIC / "views.css"
 VIEW_KINDS = ("graph", "buffers", "timeline")
 
 
@@ -40,16 +43,16 @@ def scene_to_json(scene: dict, _widget: Any) -> str:
 class ViewCanvas(anywidget.AnyWidget):
     """The drawing of one view (see the module rules)."""
 
-    _esm = STATIC / "views.js"
-    _css = STATIC / "views.css"
+    _esm = FRONT_END
+    _css = FRONT_END_STYLES
 
     kind = traitlets.Unicode("graph").tag(sync=True)
     scene = traitlets.Dict().tag(sync=True, to_json=scene_to_json)
     focus = traitlets.Unicode(None, allow_none=True).tag(sync=True)
     selected = traitlets.Any(None).tag(sync=True)
     detail = traitlets.Dict().tag(sync=True)
-    window = traitlets.List().tag(sync=True)
-    viewbox = traitlets.List().tag(sync=True)
+    window: traitlets.List[float] = traitlets.List(traitlets.Float()).tag(sync=True)
+    viewbox: traitlets.List[float] = traitlets.List(traitlets.Float()).tag(sync=True)
     hidden_kinds = traitlets.List(traitlets.Unicode()).tag(sync=True)
     expanded = traitlets.List(traitlets.Unicode()).tag(sync=True)
     query = traitlets.Unicode("").tag(sync=True)

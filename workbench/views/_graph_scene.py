@@ -155,7 +155,7 @@ def _legend(layout: GraphLayout) -> list[dict]:
     """Rule 3."""
     devices = sorted({d for n in layout.nodes for d in n.devices if n.kind != "constant"}, key=Device.parse)
     held = sorted({d for n in layout.nodes if n.kind == "constant" for d in n.devices}, key=Device.parse)
-    items = [{"label": d, "fill": tint(device_colour(d), 0.35), "stroke": device_colour(d)} for d in devices]
+    items: list[dict[str, Any]] = [{"label": d, "fill": tint(device_colour(d), 0.35), "stroke": device_colour(d)} for d in devices]
     items += [
         {"label": f"weight on {d}", "fill": "#EEEEEE", "stroke": device_colour(d), "shape": "ellipse"}
         for d in held

@@ -374,8 +374,9 @@ def _layer_groups(
         if n.name in constants and any(u.name in records for u in users):
             continue  # read through a copy: lives elsewhere, drawn outside (rule 3)
         owners = {group.get(u.name) for u in users}
-        if users and len(owners) == 1 and None not in owners:
-            group[n.name] = owners.pop()
+        owner = owners.pop() if len(owners) == 1 else None
+        if users and owner is not None:
+            group[n.name] = owner
     # a copy stays inside only when the value it copies is computed in the same group
     for name, record in records.items():
         if name in group and group.get(record.value) != group[name]:
@@ -745,7 +746,7 @@ def _boxes(clusters: Mapping[str, Cluster], placed: _Placed, where: Mapping[str,
     for name, (kind, label, inside, device) in clusters.items():
         x0, y0, x1, y1 = placed.clusters[name]
         if device is None:
-            devs = Counter(where[m].device for m in inside if where[m].device)
+            devs = Counter(d for d in (where[m].device for m in inside) if d is not None)
             device = devs.most_common(1)[0][0] if devs else "cpu"
         boxes.append(GroupBox(name, device, inside, x0, x1, y0, y1, kind, label))
     return tuple(boxes)

@@ -4,7 +4,6 @@ upstream touches one file of the views."""
 from __future__ import annotations
 
 from ..capture import Program, capture
-from ..devices import CopyKind
 from ..graph_values import node_nbytes, op_name, packet_name, produces_tensors, value_of
 from ..place import module_paths, place
 from ..planning.algorithms import ALGORITHMS
@@ -14,9 +13,6 @@ from ..runtime.executor import RunResult, run
 from ..runtime.tensors import stage_inputs
 from ..runtime.timeline import COMPUTE_EVENT_KINDS, COPY_EVENT_KINDS, EVENT_KINDS, Timeline
 from ..units import format_bytes, format_us
-
-#: The copy kinds, in table order ("h2d", "d2h", "d2d").
-COPY_KINDS: tuple[str, ...] = tuple(str(k) for k in CopyKind)
 
 
 
@@ -29,7 +25,6 @@ __all__ = [
     "ALGORITHMS",
     "COMPUTE_EVENT_KINDS",
     "COPY_EVENT_KINDS",
-    "COPY_KINDS",
     "CopyRecord",
     "DeviceGraph",
     "EVENT_KINDS",

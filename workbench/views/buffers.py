@@ -23,7 +23,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ._buffer_data import BufferPanel, BufferRect, buffer_panels, find_rect
+from ._buffer_data import BufferRect, buffer_panels, find_rect
 from ._buffer_scene import allocation_rows, buffer_scene
 from ._inputs import UnknownNameError, ViewOptionError, as_plan
 from ._style import format_bytes

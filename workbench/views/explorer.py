@@ -20,9 +20,11 @@ Rules:
 6. With skip-h2d, the example inputs a graph wants on a device are staged there before
    the run (the caller's job the flag describes), so every point of the space can run.
 7. Every placement computed is a row of ``history`` (once per distinct setting, in the
-   order first tried): the groups off the host, the flags, the algorithm, copies and
+   order first tried): the placement in words, the flags, the algorithm, copies and
    bytes per call, arena and resident bytes per device, modeled time; ``restore(i)``
    goes back to row ``i``.
+8. Displayed, the explorer is the live widget; a static viewer (a stored notebook) shows
+   its summary and history table instead.
 """
 
 from __future__ import annotations
@@ -34,12 +36,11 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import ipywidgets as widgets
 import pandas as pd
 
-from ..devices import Device
+from ..devices import CopyKind, Device
 from ._inputs import UnknownNameError, ViewOptionError
 from ._style import format_bytes, format_us
 from ._upstream import (
     ALGORITHMS,
-    COPY_KINDS,
     DeviceGraph,
     MemoryPlan,
     Program,
@@ -58,7 +59,7 @@ from .groups import GROUPINGS, Groups, GroupSet, default_groups, given_groups, r
 from .linking import LinkedViews
 from .timeline import TimelineView
 
-__all__ = ["ExplorerState", "PlacementExplorer", "default_groups", "explore", "rules_for"]
+__all__ = ["ExplorerState", "PlacementExplorer", "default_groups", "explore", "placement_text", "rules_for"]
 
 _VIEW_NAMES = ("graph", "buffers", "timeline")
 _GROUPINGS = (("module groups", "module"), ("op groups", "op"))
@@ -87,12 +88,12 @@ class ExplorerState:
         return self.plan.algorithm
 
     @property
-    def copy_counts(self) -> dict[str, int]:
+    def copy_counts(self) -> Mapping[CopyKind, int]:
         """Copies per kind."""
         return self.graph.copy_counts()
 
     @property
-    def copy_bytes(self) -> dict[str, int]:
+    def copy_bytes(self) -> Mapping[CopyKind, int]:
         """Bytes moved per call, per copy kind."""
         return self.graph.copy_bytes()
 
@@ -101,16 +102,16 @@ class ExplorerState:
         return len(self.graph.copies)
 
     @property
-    def arena_bytes(self) -> Mapping[str, int]:
+    def arena_bytes(self) -> Mapping[Device, int]:
         """Per device."""
         return self.plan.arena_bytes
 
     @property
-    def lower_bound(self) -> Mapping[str, int]:
+    def lower_bound(self) -> Mapping[Device, int]:
         return self.plan.lower_bound
 
     @property
-    def constant_bytes(self) -> Mapping[str, int]:
+    def constant_bytes(self) -> Mapping[Device, int]:
         return self.plan.constant_bytes
 
     @property
@@ -123,16 +124,15 @@ class ExplorerState:
 
     def history_row(self) -> dict[str, Any]:
         """Rule 7: this state as one row of the explorer's history."""
-        off_host = {g: d for g, d in self.assignment.items() if not Device.parse(d).is_host}
         row: dict[str, Any] = {
-            "placement": ", ".join(f"{g}→{d}" for g, d in off_host.items()) or "all on cpu",
+            "placement": placement_text(self.assignment),
             "skip_h2d": self.skip_h2d,
             "skip_d2h": self.skip_d2h,
             "algorithm": self.algorithm,
             "copies": self.copies,
         }
         moved = self.copy_bytes
-        for kind in COPY_KINDS:
+        for kind in CopyKind:
             row[f"{kind}_bytes"] = moved[kind]
         for d in sorted(self.arena_bytes, key=Device.parse):
             row[f"arena_{d}"] = int(self.arena_bytes[d])
@@ -140,6 +140,21 @@ class ExplorerState:
             row[f"resident_{d}"] = int(b)
         row["time_us"] = round(self.timeline.span_us, 3) if self.timeline is not None else None
         return row
+
+
+def placement_text(assignment: Mapping[str, str]) -> str:
+    """A placement in words: ``"routed experts on cpu, the rest on cuda:0"``; the device
+    holding the most groups is "the rest" (``"all on cpu"`` when there is one device)."""
+    by_device: dict[str, list[str]] = {}
+    for group, device in assignment.items():
+        by_device.setdefault(str(Device.parse(device)), []).append(group)
+    if not by_device:
+        return "all on cpu"
+    if len(by_device) == 1:
+        return f"all on {next(iter(by_device))}"
+    rest = max(by_device, key=lambda d: (len(by_device[d]), Device.parse(d).is_host))
+    named = [f"{', '.join(gs)} on {d}" for d, gs in sorted(by_device.items(), key=lambda kv: Device.parse(kv[0])) if d != rest]
+    return f"{'; '.join(named)}, the rest on {rest}"
 
 
 def explore(
@@ -438,10 +453,18 @@ class PlacementExplorer:
             return BufferView(state.plan)
         return TimelineView(state.run, label=f"sim run · {state.algorithm}")
 
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict:
+        """The live widget, and for a static viewer the summary and the history table."""
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        data = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+        data["text/html"] = self.status.value + self.history_html.value
+        data["text/plain"] = f"PlacementExplorer: {len(self.group_controls)} {self.group_set.kind} groups, {len(self._history)} placements tried"
+        return data
+
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.widget)
+        display(self._repr_mimebundle_(), raw=True)
 
 
 def _setting(state: ExplorerState) -> tuple:
@@ -450,7 +473,7 @@ def _setting(state: ExplorerState) -> tuple:
 
 def _status_html(state: ExplorerState) -> str:
     counts, moved = state.copy_counts, state.copy_bytes
-    copies = " · ".join(f"{k}: {counts[k]} ({format_bytes(moved[k])})" for k in COPY_KINDS)
+    copies = " · ".join(f"{k}: {counts[k]} ({format_bytes(moved[k])})" for k in CopyKind)
     arenas = " · ".join(
         f"{d}: arena {format_bytes(state.arena_bytes[d])} (lower bound {format_bytes(state.lower_bound.get(d, 0))}), "
         f"constants {format_bytes(state.constant_bytes.get(d, 0))}"

@@ -63,7 +63,7 @@ def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path, None] = None) -
     lanes = timeline.streams()
     devices = list(dict.fromkeys(d for d, _ in lanes))
     pid = {d: i + 1 for i, d in enumerate(devices)}
-    tid: dict[tuple[str, str], int] = {}
+    tid: dict[tuple[Any, str], int] = {}
     for d in devices:
         for j, lane in enumerate(lane for lane in lanes if lane[0] == d):
             tid[lane] = j + 1

@@ -20,14 +20,14 @@ from typing import Any, Iterable, Optional
 
 import ipywidgets as widgets
 import numpy as np
-from matplotlib.collections import PatchCollection, PathCollection
+from matplotlib.collections import PatchCollection, PathCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Ellipse, FancyBboxPatch, Patch, Rectangle
 from matplotlib.path import Path as MplPath
 
 from ._graph_scene import drawn_id, format_copies, graph_scene, group_rows, group_title, own_edges
 from ._inputs import UnknownNameError, as_graph_and_plan
-from ._layout import COLLAPSE_MODES, GROUP_KINDS, GraphLayout, graph_layout, natural_key
+from ._layout import COLLAPSE_MODES, GraphLayout, graph_layout, natural_key
 from ._spec import NodeSpec, find_node, node_spec
 from ._widget import NO_CHOICE, FigureView, as_choice, detail, new_figure
 
@@ -253,16 +253,25 @@ def draw_graph_scene(scene: dict, focus: Optional[str] = None) -> Figure:
         if font >= _MIN_FONT_PT:
             ax.text(b["x0"] + 5, b["y0"] + 4, b["label"], fontsize=font * 1.05, va="top", ha="left", color="#444444", zorder=1)
     own = set(own_edges(scene, focus))
-    paths, dark = [], []
+    paths: list[MplPath] = []
+    dark: list[MplPath] = []
     for i, e in enumerate(scene.get("edges", [])):
         (dark if i in own else paths).append(_edge_path(e["p"]))
     ax.add_collection(PathCollection(paths, facecolors="none", edgecolors="#9A9A9A", linewidths=0.7, zorder=1))
     if dark:
         ax.add_collection(PathCollection(dark, facecolors="none", edgecolors="#111111", linewidths=1.6, zorder=2))
+    heads = [(_arrow_head(e["p"]), i in own) for i, e in enumerate(scene.get("edges", []))]
+    ax.add_collection(
+        PolyCollection(
+            [h for h, _ in heads if h is not None], facecolors=["#111111" if d else "#8A8A8A" for h, d in heads if h is not None],
+            edgecolors="none", zorder=2,
+        )
+    )
     patches, faces, edges_, widths = [], [], [], []
     drawn = drawn_id(scene, focus)
     for n in nodes:
         x0, y0 = n["x"] - n["w"] / 2, n["y"] - n["h"] / 2
+        patch: Patch
         if n.get("shape") == "ellipse":
             patch = Ellipse((n["x"], n["y"]), n["w"], n["h"])
         else:
@@ -298,6 +307,20 @@ def _edge_path(flat: list) -> MplPath:
         verts.append(tip)
         codes.append(MplPath.LINETO)
     return MplPath(verts, codes)
+
+
+def _arrow_head(flat: list, length: float = 7.0, half_width: float = 3.0) -> Optional[list[tuple[float, float]]]:
+    """A triangle at the edge's head, pointing along its last segment."""
+    if len(flat) < 4:
+        return None
+    (x0, y0), (x1, y1) = (flat[-4], flat[-3]), (flat[-2], flat[-1])
+    dx, dy = x1 - x0, y1 - y0
+    norm = (dx * dx + dy * dy) ** 0.5
+    if norm == 0:
+        return None
+    ux, uy = dx / norm, dy / norm
+    bx, by = x1 - ux * length, y1 - uy * length
+    return [(x1, y1), (bx - uy * half_width, by + ux * half_width), (bx + uy * half_width, by - ux * half_width)]
 
 
 def _node_text(ax: Any, n: dict, font: float) -> None:

@@ -73,6 +73,24 @@ export function niceTicks(lo, hi, n) {
   return out;
 }
 
+// lines of at most ``width`` px made of ``parts`` joined by " · " (the first part, a label,
+// is followed by a space only)
+function wrapParts(parts, width, charPx) {
+  const lines = [];
+  let line = "";
+  parts.forEach((part, i) => {
+    const sep = i === 0 ? "" : i === 1 ? " " : " · ";
+    if (line && (line + sep + part).length * charPx > width) {
+      lines.push(line + (i > 1 ? " ·" : ""));
+      line = part;
+    } else {
+      line += sep + part;
+    }
+  });
+  if (line) lines.push(line);
+  return lines;
+}
+
 function timing(kind, t0) {
   // interaction latency, read by the browser test and the benchmark
   const list = (window.wbViewsTiming = window.wbViewsTiming || []);
@@ -552,7 +570,7 @@ class GraphView extends View {
     let k = Math.min((w - 16) / ew, (hgt - 16) / eh, 1.4);
     if (k < 0.45) k = Math.min(1, Math.max(0.45, (w - 16) / ew)); // tall graphs: readable, top first
     this.k = k;
-    this.tx = (w - ew * k) / 2;
+    this.tx = ew * k < w ? (w - ew * k) / 2 : 8; // wider than the stage: its left edge first
     this.ty = eh * k < hgt ? (hgt - eh * k) / 2 : 8;
     this.applyTransform(save);
   }
@@ -680,12 +698,74 @@ function drawNode(parent, n) {
   return g;
 }
 
+// --- views with an x window (buffers: steps, timeline: µs) ---------------------------
+
+class WindowView extends View {
+  plotWidth() {
+    return Math.max(300, (this.stage.clientWidth || 900) - 4) - this.left - RIGHT;
+  }
+
+  zoomBy(f) {
+    const c = (this.win[0] + this.win[1]) / 2;
+    this.setWindow(c - (c - this.win[0]) / f, c + (this.win[1] - c) / f);
+  }
+
+  zoomAt(f, cx) {
+    const [w0, w1] = this.win;
+    const at = w0 + ((cx - this.left) / this.plotWidth()) * (w1 - w0);
+    this.setWindow(at - (at - w0) / f, at + (w1 - at) / f);
+  }
+
+  panBy(dx) {
+    const d = (-dx / this.plotWidth()) * (this.win[1] - this.win[0]);
+    this.setWindow(this.win[0] + d, this.win[1] + d);
+  }
+
+  fit(save) {
+    this.win = this.extent();
+    this.draw();
+    if (save) this.set({ window: [] });
+  }
+
+  setWindow(a, b) {
+    const [lo, hi] = this.extent();
+    const span = Math.max(this.minSpan(), Math.min(hi - lo, b - a));
+    a = Math.max(lo, Math.min(a, hi - span));
+    this.win = [a, a + span];
+    this.draw();
+    this.saveWindow();
+  }
+
+  saveWindow = debounce(() => {
+    this.lastWindow = JSON.stringify(this.win.map((v) => this.roundWindow(v)));
+    this.set({ window: JSON.parse(this.lastWindow) });
+  }, 250);
+
+  onWindow() {
+    const w = this.model.get("window");
+    if (JSON.stringify(w) === this.lastWindow) return;
+    this.win = w && w.length === 2 ? w.slice() : this.extent();
+    this.draw();
+  }
+
+  // bring item ``key`` into the window (keeping the zoom when it fits)
+  reveal(key) {
+    const range = this.rangeOf(key);
+    if (!range) return;
+    const [w0, w1] = this.win;
+    if (range[0] >= w0 && range[1] <= w1) return;
+    const span = Math.max(w1 - w0, (range[1] - range[0]) * 4);
+    const c = (range[0] + range[1]) / 2;
+    this.setWindow(c - span / 2, c + span / 2);
+  }
+}
+
 // --- buffers -------------------------------------------------------------------------
 
 const LEFT = 76;
 const RIGHT = 16;
 
-class BufferView extends View {
+class BufferView extends WindowView {
   get kind() { return "buffers"; }
   get searchHint() { return "search tensors…"; }
   get emptyPanel() { return "Click a tensor (or search) to see its allocation."; }
@@ -860,61 +940,16 @@ class BufferView extends View {
     for (const [key, seg] of this.segments) if (key.startsWith((sel || focus) + "@")) seg.el.classList.add("wbv-sel");
   }
 
-  zoomBy(f) {
-    const c = (this.win[0] + this.win[1]) / 2;
-    this.setWindow(c - (c - this.win[0]) / f, c + (this.win[1] - c) / f);
-  }
-
-  zoomAt(f, cx) {
-    const width = Math.max(300, (this.stage.clientWidth || 900) - 4) - LEFT - RIGHT;
-    const [w0, w1] = this.win;
-    const at = w0 + ((cx - LEFT) / width) * (w1 - w0);
-    this.setWindow(at - (at - w0) / f, at + (w1 - at) / f);
-  }
-
-  panBy(dx) {
-    const width = Math.max(300, (this.stage.clientWidth || 900) - 4) - LEFT - RIGHT;
-    const d = (-dx / width) * (this.win[1] - this.win[0]);
-    this.setWindow(this.win[0] + d, this.win[1] + d);
-  }
-
-  fit(save) {
+  get left() { return LEFT; }
+  extent() {
     const x = this.scene.x || { lo: 0, hi: 1 };
-    this.win = [x.lo, x.hi];
-    this.draw();
-    if (save) this.set({ window: [] });
+    return [x.lo, x.hi];
   }
-
-  setWindow(a, b) {
-    const x = this.scene.x || { lo: 0, hi: 1 };
-    const span = Math.max(2, Math.min(x.hi - x.lo, b - a));
-    a = Math.max(x.lo, Math.min(a, x.hi - span));
-    this.win = [a, a + span];
-    this.draw();
-    this.saveWindow();
-  }
-
-  saveWindow = debounce(() => {
-    this.lastWindow = JSON.stringify(this.win.map((v) => Math.round(v * 100) / 100));
-    this.set({ window: JSON.parse(this.lastWindow) });
-  }, 250);
-
-  onWindow() {
-    const w = this.model.get("window");
-    if (JSON.stringify(w) === this.lastWindow) return;
-    const x = this.scene.x || { lo: 0, hi: 1 };
-    this.win = w && w.length === 2 ? w.slice() : [x.lo, x.hi];
-    this.draw();
-  }
-
-  reveal(key) {
+  minSpan() { return 2; }
+  roundWindow(v) { return Math.round(v * 100) / 100; }
+  rangeOf(key) {
     const item = this.rects.get(this.storageOf(key));
-    if (!item) return;
-    const [w0, w1] = this.win;
-    if (item.r.x0 >= w0 && item.r.x1 <= w1) return;
-    const span = Math.max(w1 - w0, item.r.x1 - item.r.x0 + 4);
-    const c = (item.r.x0 + item.r.x1) / 2;
-    this.setWindow(c - span / 2, c + span / 2);
+    return item ? [item.r.x0, item.r.x1] : null;
   }
 }
 
@@ -923,7 +958,7 @@ class BufferView extends View {
 const LANE = 20;
 const TL_LEFT = 128;
 
-class TimelineView extends View {
+class TimelineView extends WindowView {
   get kind() { return "timeline"; }
   get searchHint() { return "search events…"; }
   get emptyPanel() { return "Click an event (or search) to see its bytes, duration and GB/s."; }
@@ -993,8 +1028,11 @@ class TimelineView extends View {
     y = axisY + 8;
     const top = y;
     (scene.runs || []).forEach((run, ri) => {
-      stext(this.svg, 4, y + 12, run.label + ": " + run.summary, { class: "wbv-panel-title" });
-      y += 18;
+      for (const line of wrapParts([run.label + ":"].concat(run.summary.split(" · ")), width - 8, 6.4)) {
+        stext(this.svg, 4, y + 12, line, { class: "wbv-panel-title" });
+        y += 15;
+      }
+      y += 3;
       const laneTop = y;
       run.lanes.forEach(([dev, stream], li) => {
         s("rect", { x: TL_LEFT, y: y + li * LANE, width: plotW, height: LANE, class: li % 2 ? "wbv-lane-b" : "wbv-lane-a" }, this.svg);
@@ -1129,61 +1167,18 @@ class TimelineView extends View {
     }
   }
 
-  zoomBy(f) {
-    const c = (this.win[0] + this.win[1]) / 2;
-    this.setWindow(c - (c - this.win[0]) / f, c + (this.win[1] - c) / f);
+  get left() { return TL_LEFT; }
+  extent() { return [this.scene.t0 || 0, this.scene.t1 || 1]; }
+  minSpan() {
+    const [lo, hi] = this.extent();
+    return (hi - lo) * 1e-5;
   }
-
-  zoomAt(f, cx) {
-    const plotW = Math.max(300, (this.stage.clientWidth || 900) - 4) - TL_LEFT - RIGHT;
-    const [w0, w1] = this.win;
-    const at = w0 + ((cx - TL_LEFT) / plotW) * (w1 - w0);
-    this.setWindow(at - (at - w0) / f, at + (w1 - at) / f);
-  }
-
-  panBy(dx) {
-    const plotW = Math.max(300, (this.stage.clientWidth || 900) - 4) - TL_LEFT - RIGHT;
-    const d = (-dx / plotW) * (this.win[1] - this.win[0]);
-    this.setWindow(this.win[0] + d, this.win[1] + d);
-  }
-
-  fit(save) {
-    this.win = [this.scene.t0 || 0, this.scene.t1 || 1];
-    this.draw();
-    if (save) this.set({ window: [] });
-  }
-
-  setWindow(a, b) {
-    const lo = this.scene.t0 || 0;
-    const hi = this.scene.t1 || 1;
-    const span = Math.max((hi - lo) * 1e-5, Math.min(hi - lo, b - a));
-    a = Math.max(lo, Math.min(a, hi - span));
-    this.win = [a, a + span];
-    this.draw();
-    this.saveWindow();
-  }
-
-  saveWindow = debounce(() => {
-    this.lastWindow = JSON.stringify(this.win.map((v) => Number(v.toPrecision(9))));
-    this.set({ window: JSON.parse(this.lastWindow) });
-  }, 250);
-
-  onWindow() {
-    const w = this.model.get("window");
-    if (JSON.stringify(w) === this.lastWindow) return;
-    this.win = w && w.length === 2 ? w.slice() : [this.scene.t0 || 0, this.scene.t1 || 1];
-    this.draw();
-  }
-
-  reveal(key) {
+  roundWindow(v) { return Number(v.toPrecision(9)); }
+  rangeOf(key) {
     const k = this.parseKey(key);
-    if (!k) return;
+    if (!k) return null;
     const b = this.scene.runs[k[0]].bars[k[1]];
-    const [w0, w1] = this.win;
-    if (b[1] >= w0 && b[2] <= w1) return;
-    const span = Math.max(w1 - w0, (b[2] - b[1]) * 4);
-    const c = (b[1] + b[2]) / 2;
-    this.setWindow(c - span / 2, c + span / 2);
+    return [b[1], b[2]];
   }
 }
 
