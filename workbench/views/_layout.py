@@ -582,7 +582,7 @@ def _delegate_boxes(dg: DeviceGraph, where: Mapping[str, LayoutNode]) -> tuple[G
                 round(min(n.y - n.h / 2 for n in inside) - _BOX_PAD_PT - _LINE_PT, 1),
                 round(max(n.y + n.h / 2 for n in inside) + _BOX_PAD_PT, 1),
                 "delegate",
-                f"{d.name} · {d.device}",
+                d.name,  # the device is the box's colour; a longer label would not fit one op
             )
         )
     return tuple(boxes)

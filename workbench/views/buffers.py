@@ -184,7 +184,7 @@ def draw_buffer_scene(scene: dict, selected: Optional[str] = None, window: Optio
               linestyle="--" if i.get("dashed") else "-", label=i["label"])
         for i in scene.get("legend", [])
     ]
-    fig.legend(handles=handles, loc="outside upper center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     if scene.get("title"):
         fig.suptitle(scene["title"], fontsize=9, x=0.01, ha="left")
     return fig

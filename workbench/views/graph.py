@@ -251,7 +251,8 @@ def draw_graph_scene(scene: dict, focus: Optional[str] = None) -> Figure:
                       linestyle="--" if b["kind"] == "delegate" else "-", linewidth=0.9, zorder=0)
         )
         if font >= _MIN_FONT_PT:
-            ax.text(b["x0"] + 5, b["y0"] + 4, b["label"], fontsize=font * 1.05, va="top", ha="left", color="#444444", zorder=1)
+            ax.text(b["x0"] + 4, b["y0"] + 3, b["label"], fontsize=font * (1.05 if b["kind"] == "layer" else 0.9), va="top",
+                    ha="left", color="#444444", zorder=1)
     own = set(own_edges(scene, focus))
     paths: list[MplPath] = []
     dark: list[MplPath] = []
