@@ -212,6 +212,6 @@ def timeline_table(run_or_timeline: Any) -> pd.DataFrame:
 def full_text(table: pd.DataFrame) -> Any:
     """Rule 4: ``table`` styled to show every cell in full, long text wrapped (pandas
     otherwise cuts cells at ``display.max_colwidth``); display it in a notebook."""
-    return table.style.set_properties(**{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"}).format(
-        escape="html"
-    )
+    styled = table.style.set_properties(**{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"})
+    # a fixed id instead of a random one keeps a stored notebook's output the same run to run
+    return styled.format(escape="html").set_uuid("wb-full-text")

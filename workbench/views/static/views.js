@@ -454,7 +454,7 @@ class GraphView extends View {
     };
     const vb = this.model.get("viewbox");
     if (this.pendingReveal) {
-      this.fit(false);
+      // expanded or collapsed in place: same zoom, centred on the group
       const id = this.pendingReveal;
       this.pendingReveal = null;
       this.reveal(id, true);
