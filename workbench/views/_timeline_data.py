@@ -38,6 +38,7 @@ class TimelineBar:
     flops: int
     gb_per_s: float
     id: int
+    activity: str = "op"  # "op", or "slot_copy": the copy of an op's result into its planned slot
 
     @property
     def duration_us(self) -> float:
@@ -100,6 +101,7 @@ def timeline_data(run_or_timeline: Any, steps: Optional[Sequence[float]] = None)
             flops=e.flops,
             gb_per_s=e.gb_per_s,
             id=e.id,
+            activity=str(getattr(e, "activity", "op")),
         )
         for e in timeline.events
     )

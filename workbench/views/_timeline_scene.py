@@ -4,7 +4,8 @@ draw (plain, JSON-able data, compact: a timeline can hold thousands of events).
 Rules:
 1. One entry per run shown (the main run first): its label, summary line, lanes, and
    one bar per event as ``[lane, start_us, end_us, kind index, node, bytes, flops,
-   colour index]``; ``kinds`` and ``palette`` resolve the indices.
+   colour index, activity]`` (activity "op", or "slot_copy" for the copy of an op's
+   result into its planned slot); ``kinds`` and ``palette`` resolve the indices.
 2. Copies are coloured by kind, compute and host work by the device that ran it; the
    legend and the kind filter list the kinds present and nothing else.
 3. ``t0``/``t1`` span every run shown, so compared runs share one time axis; ``steps``
@@ -37,7 +38,7 @@ def timeline_scene(runs: Sequence[tuple[str, TimelineData]]) -> dict:
     out_runs = []
     for label, data in runs:
         bars = [
-            [b.lane, round(b.start_us, 6), round(b.end_us, 6), kind_index[b.kind], b.node, b.nbytes, b.flops, colour(b.kind, b.device)]
+            [b.lane, round(b.start_us, 6), round(b.end_us, 6), kind_index[b.kind], b.node, b.nbytes, b.flops, colour(b.kind, b.device), b.activity]
             for b in data.bars
         ]
         out_runs.append({"label": label, "summary": data.summary.line, "lanes": [list(lane) for lane in data.lanes], "bars": bars})

@@ -28,6 +28,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
+import IPython.display
 import ipywidgets as widgets
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -223,6 +224,4 @@ class FigureView:
 
     def _ipython_display_(self) -> None:
         """Rule 3."""
-        from IPython.display import display
-
-        display(self._repr_mimebundle_(), raw=True)
+        IPython.display.display(self._repr_mimebundle_(), raw=True)

@@ -33,6 +33,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+import IPython.display
 import ipywidgets as widgets
 import pandas as pd
 
@@ -462,9 +463,7 @@ class PlacementExplorer:
         return data
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self._repr_mimebundle_(), raw=True)
+        IPython.display.display(self._repr_mimebundle_(), raw=True)
 
 
 def _setting(state: ExplorerState) -> tuple:

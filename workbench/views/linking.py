@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import IPython.display
 import ipywidgets as widgets
 
 from ._inputs import ViewInputError
@@ -65,10 +66,8 @@ class LinkedViews:
             v.linked = tuple(o for o in v.linked if o not in self.views)
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
         for v in self.views:
-            display(v)
+            IPython.display.display(v)
 
     def __repr__(self) -> str:
         return f"LinkedViews({', '.join(type(v).__name__ for v in self.views)}, focus={self.focus!r})"
@@ -81,9 +80,7 @@ def link(*views: Any) -> LinkedViews:
 
 def show(*views: Any) -> None:
     """Rule 3: link ``views`` (two or more) and display them; one view is just displayed."""
-    from IPython.display import display
-
     if len(views) == 1:
-        display(views[0])
+        IPython.display.display(views[0])
         return
-    display(link(*views))
+    IPython.display.display(link(*views))

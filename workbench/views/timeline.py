@@ -172,6 +172,8 @@ class TimelineView(FigureView):
             rows.append(("bandwidth", f"{b.gb_per_s:.2f} GB/s"))
         if b.flops:
             rows.append(("flops", f"{b.flops:,}"))
+        if b.activity != "op":
+            rows.append(("activity", b.activity.replace("_", " ") + " (the op's result copied into its planned slot)"))
         others = len(self.linked_bars()) - 1
         if others > 0:
             rows.append(("same node", f"{others} more event(s), outlined"))

@@ -1094,13 +1094,14 @@ class TimelineView extends WindowView {
   barInfo(ri, i) {
     const scene = this.scene;
     const run = scene.runs[ri];
-    const [lane, x0, x1, ki, node, nbytes, flops] = run.bars[i];
+    const [lane, x0, x1, ki, node, nbytes, flops, , activity] = run.bars[i];
     const kind = scene.kinds[ki];
     const [dev, stream] = run.lanes[lane];
     const dur = x1 - x0;
     const rows = [["kind", kind], ["node", node], ["lane", dev + " · " + stream], ["start", fmtUs(x0)], ["end", fmtUs(x1)], ["duration", fmtUs(dur)], ["bytes", `${nbytes} (${fmtBytes(nbytes)})`]];
     if ((scene.copy_kinds || []).includes(kind)) rows.push(["bandwidth", (dur > 0 ? nbytes / (dur * 1e3) : 0).toFixed(2) + " GB/s"]);
     if (flops) rows.push(["flops", flops.toLocaleString("en-US")]);
+    if (activity && activity !== "op") rows.push(["activity", activity.replace("_", " ") + " (the op's result copied into its planned slot)"]);
     if (scene.runs.length > 1) rows.push(["run", run.label]);
     return { title: `${kind} ${node} (#${i})`, rows };
   }
