@@ -89,12 +89,12 @@ class ExplorerState:
         return self.plan.algorithm
 
     @property
-    def copy_counts(self) -> Mapping[CopyKind, int]:
+    def copy_counts(self) -> Mapping[str, int]:
         """Copies per kind."""
         return self.graph.copy_counts()
 
     @property
-    def copy_bytes(self) -> Mapping[CopyKind, int]:
+    def copy_bytes(self) -> Mapping[str, int]:
         """Bytes moved per call, per copy kind."""
         return self.graph.copy_bytes()
 
