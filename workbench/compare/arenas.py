@@ -45,47 +45,49 @@ from __future__ import annotations
 
 import functools
 import operator
-import types
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, cast
 
 import pandas as pd
 import torch
 
 from ..graph_values import is_view_op
 from ..capture import capture
-from ..place import place
+from ..executorch.dependency import executorch_api
+from ..place import Placement, place
 from ..planning import Assignment, Buffer, assign_offsets, lower_bound, verify
-from ..planning.memory_plan import plan as _plan
-from ..propagate import propagate
-from .executorch import (
-    _ET_COPY_KINDS,
+from ..planning.memory_plan import MemoryPlan
+from ..planning.memory_plan import plan as plan_memory
+from ..propagate import DeviceGraph, propagate
+from .cases import Case
+from .lowering import (
+    ET_COPY_KINDS,
     DelegateOps,
-    _as_tuple,
-    _check_settings,
-    _delegate_ops,
-    _error_text,
-    _et,
-    _freeze_rules,
-    _lower,
-    _parse_edge_rules,
-    _rules_text,
-    _short_op_name,
+    delegate_ops,
+    error_text,
+    lower,
     rule_partitioner,
+    short_op_name,
+)
+from .settings import (
+    CrossCheckTypeError,
+    FrozenRules,
+    as_input_tuple,
+    check_settings,
+    freeze_rules,
+    parse_edge_rules,
+    rules_text,
 )
 
 _getitem = operator.getitem
 
 __all__ = [
-    "ARENA_CASES",
     "ARENA_REASONS",
-    "ArenaCase",
     "ArenaComparison",
     "ETTensor",
     "ExecuTorchArenas",
     "OneSided",
-    "arena_case",
     "arena_table",
     "compare_arena_case",
     "compare_arenas",
@@ -120,22 +122,6 @@ ARENA_REASONS: Mapping[str, str] = {
     ),
 }
 
-@functools.cache
-def _et_memory() -> Any:
-    """ExecuTorch's memory-planning names, imported on first use (after ``_et``)."""
-    _et()  # raises ExecuTorchNotInstalled with the install hint
-    from executorch.exir import memory
-    from executorch.exir.delegate import executorch_call_delegate
-    from executorch.exir.memory_planning import get_node_tensor_specs
-
-    return types.SimpleNamespace(
-        alloc=memory.alloc,
-        view=memory.view,
-        call_delegate=executorch_call_delegate,
-        specs=get_node_tensor_specs,
-    )
-
-
 # --- results -----------------------------------------------------------------------
 
 
@@ -154,7 +140,9 @@ class ETTensor:
     start: int  # lifetime over the final graph's node indices, inclusive
     end: int
     source: Optional[str] = None  # for a copy: the node it copies
-    of_constant: bool = False  # a view of a weight, or a copy of a weight or such a view
+    of_constant: bool = (
+        False  # a view of a weight, or a copy of a weight or such a view
+    )
 
     def buffer(self) -> Buffer:
         """This tensor as planning input: its bytes and lifetime."""
@@ -172,7 +160,9 @@ class ExecuTorchArenas:
     """
 
     arena_bytes: Mapping[str, int]  # device → planned non-constant bytes
-    buffer_sizes: tuple[int, ...]  # non_const_buffer_sizes as emitted (index 0 reserved)
+    buffer_sizes: tuple[
+        int, ...
+    ]  # non_const_buffer_sizes as emitted (index 0 reserved)
     buffer_devices: tuple[str, ...]  # the device of each buffer index
     tensors: tuple[ETTensor, ...]
     alignment: int  # the MemoryPlanningPass alignment
@@ -198,8 +188,12 @@ class ExecuTorchArenas:
             by_buffer[t.mem_id].append(t)
         for mem_id, group in sorted(by_buffer.items()):
             buffers = [t.buffer() for t in group]
-            offsets = {t.name: t.offset for t in group}
-            verify(buffers, Assignment(offsets, self.buffer_sizes[mem_id], "executorch"), self.alignment)
+            offsets: dict[Hashable, int] = {t.name: t.offset for t in group}
+            verify(
+                buffers,
+                Assignment(offsets, self.buffer_sizes[mem_id], "executorch"),
+                self.alignment,
+            )
 
 
 @dataclass(frozen=True)
@@ -219,16 +213,20 @@ class ArenaComparison:
     """One model, placement and flag setting: both systems' arena bytes per device."""
 
     model: str
-    rules: tuple[tuple[str, tuple[str, ...]], ...]  # () for CPU only
+    rules: FrozenRules  # () for CPU only
     skip_h2d: bool
     skip_d2h: bool
     alignment: int
     et: ExecuTorchArenas
     wb_greedy: Mapping[str, int]  # device → arena bytes
     wb_best: Mapping[str, int]
-    wb_lower_bound: Mapping[str, int]  # peak of live aligned bytes of the workbench's tensors
+    wb_lower_bound: Mapping[
+        str, int
+    ]  # peak of live aligned bytes of the workbench's tensors
     wb_delegates: tuple[DelegateOps, ...]
-    et_tensors_best: Mapping[str, int]  # workbench ``best`` on ExecuTorch's tensors and lifetimes
+    et_tensors_best: Mapping[
+        str, int
+    ]  # workbench ``best`` on ExecuTorch's tensors and lifetimes
     et_tensors_lower_bound: Mapping[str, int]  # lower bound of ExecuTorch's tensors
     one_sided: tuple[OneSided, ...]  # empty when ExecuTorch failed
 
@@ -253,7 +251,7 @@ class ArenaComparison:
 
     @property
     def rules_text(self) -> str:
-        return _rules_text(self.rules) or "(cpu only)"
+        return rules_text(self.rules) or "(cpu only)"
 
     def one_sided_bytes(self, side: str, device: str) -> dict[str, int]:
         """Bytes planned by ``side`` only on ``device``, per reason."""
@@ -281,12 +279,24 @@ class ArenaComparison:
                     "wb_greedy": self.wb_greedy.get(device, 0),
                     "wb_best": best,
                     "wb_lower_bound": self.wb_lower_bound.get(device, 0),
-                    "et_over_wb": (et_bytes / best if best else None) if et_bytes is not None else None,
-                    "wb_best_on_et_tensors": self.et_tensors_best.get(device) if self.et.ok else None,
-                    "et_tensors_lower_bound": self.et_tensors_lower_bound.get(device) if self.et.ok else None,
-                    "et_only_bytes": sum(self.one_sided_bytes("executorch", device).values()),
-                    "wb_only_bytes": sum(self.one_sided_bytes("workbench", device).values()),
-                    "unexplained": sum(1 for t in self.unexplained if t.device == device),
+                    "et_over_wb": (et_bytes / best if best else None)
+                    if et_bytes is not None
+                    else None,
+                    "wb_best_on_et_tensors": self.et_tensors_best.get(device)
+                    if self.et.ok
+                    else None,
+                    "et_tensors_lower_bound": self.et_tensors_lower_bound.get(device)
+                    if self.et.ok
+                    else None,
+                    "et_only_bytes": sum(
+                        self.one_sided_bytes("executorch", device).values()
+                    ),
+                    "wb_only_bytes": sum(
+                        self.one_sided_bytes("workbench", device).values()
+                    ),
+                    "unexplained": sum(
+                        1 for t in self.unexplained if t.device == device
+                    ),
                     "et_error": self.et.error,
                 }
             )
@@ -317,13 +327,15 @@ def executorch_arena_bytes(
     alignment 16). Raises ``ExecuTorchNotInstalled`` without executorch and
     ``PlacementError`` for malformed rules; an ExecuTorch failure is in ``.error``.
     """
-    _check_settings(((skip_h2d, skip_d2h),))
+    check_settings(((skip_h2d, skip_d2h),))
     if rules:
-        _parse_edge_rules(rules)  # bad rules fail before ExecuTorch runs
-    mem = _et_memory()
+        parse_edge_rules(rules)  # bad rules fail before ExecuTorch runs
+    mem = executorch_api()
     partitioner = rule_partitioner(rules) if rules else None
 
-    def delegates() -> tuple[DelegateOps, ...]:  # as the partitioner tagged them, once it ran
+    def delegates() -> tuple[
+        DelegateOps, ...
+    ]:  # as the partitioner tagged them, once it ran
         return partitioner.delegates if partitioner is not None else ()
 
     def read(program: Any, config: Any) -> ExecuTorchArenas:
@@ -334,13 +346,19 @@ def executorch_arena_bytes(
         for index in range(1, len(sizes)):  # rule 1: index 0 is reserved
             arena[devices[index]] = arena.get(devices[index], 0) + sizes[index]
         tensors = _read_tensors(program.exported_program().graph_module, devices, mem)
-        return ExecuTorchArenas(arena, sizes, devices, tensors, _alignment(config), delegates())
+        return ExecuTorchArenas(
+            arena, sizes, devices, tensors, _alignment(config), delegates()
+        )
 
     def failed(exc: BaseException, stage: str, config: Any) -> ExecuTorchArenas:
-        error, detail = _error_text(exc)
-        return ExecuTorchArenas({}, (), (), (), _alignment(config), delegates(), error, stage, detail)
+        error, detail = error_text(exc)
+        return ExecuTorchArenas(
+            {}, (), (), (), _alignment(config), delegates(), error, stage, detail
+        )
 
-    return _lower(model, example_inputs, partitioner, ((skip_h2d, skip_d2h),), read, failed)[0]
+    return lower(
+        model, example_inputs, partitioner, ((skip_h2d, skip_d2h),), read, failed
+    )[0]
 
 
 def _alignment(config: Any) -> int:
@@ -359,37 +377,67 @@ def _buffer_devices(sizes: tuple[int, ...], listed: Any) -> tuple[str, ...]:
 @functools.cache
 def _is_view_copy(op: str) -> bool:
     """An edge ``*_copy`` op whose aten base op is a view op (``permute_copy`` of ``permute``)."""
-    packet = getattr(torch.ops.aten, op.removesuffix("_copy"), None) if op.endswith("_copy") else None
-    return packet is not None and any(is_view_op(getattr(packet, o)) for o in packet.overloads())
+    packet = (
+        getattr(torch.ops.aten, op.removesuffix("_copy"), None)
+        if op.endswith("_copy")
+        else None
+    )
+    return packet is not None and any(
+        is_view_op(getattr(packet, o)) for o in packet.overloads()
+    )
 
 
-def _delegate_output_ops(graph_module: torch.fx.GraphModule, call: torch.fx.Node) -> list[str]:
+def _delegate_output_ops(
+    graph_module: torch.fx.GraphModule, call: torch.fx.Node
+) -> list[str]:
     """The op writing each output of a delegate, read off its original program."""
-    lowered = getattr(graph_module, call.args[0].target)
+    lowered_module = cast(
+        torch.fx.Node, call.args[0]
+    )  # the get_attr node of the lowered module
+    lowered = getattr(graph_module, str(lowered_module.target))
     graph = lowered.original_module.graph_module.graph
     outputs = next(n for n in graph.nodes if n.op == "output").args[0]
     outputs = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
-    return [_short_op_name(o) if isinstance(o, torch.fx.Node) and o.op == "call_function" else "input" for o in outputs]
+    return [
+        short_op_name(o)
+        if isinstance(o, torch.fx.Node) and o.op == "call_function"
+        else "input"
+        for o in outputs
+    ]
 
 
-def _read_tensors(graph_module: torch.fx.GraphModule, devices: tuple[str, ...], mem: Any) -> tuple[ETTensor, ...]:
+def _read_tensors(
+    graph_module: torch.fx.GraphModule, devices: tuple[str, ...], mem: Any
+) -> tuple[ETTensor, ...]:
     """Every storage with a ``mem_id``, named by the node that writes it (rule 2)."""
     skip = {mem.alloc, mem.view}
     nodes = list(graph_module.graph.nodes)
     # An output of a multi-output op is read through a getitem, whose spec is that
     # output's; the getitem may hang off the op or off its ``out`` allocation.
-    read = {id(s) for n in nodes if n.target is _getitem for s in mem.specs(n)}
+    read = {id(s) for n in nodes if n.target is _getitem for s in mem.tensor_specs(n)}
     # weights, and the values ExecuTorch derives from them per call (permute_copy of a weight)
-    constant = {n.name for n in nodes if n.op == "placeholder" and getattr(n.meta.get("spec"), "const", False)}
+    constant = {
+        n.name
+        for n in nodes
+        if n.op == "placeholder" and getattr(n.meta.get("spec"), "const", False)
+    }
     seen: set[int] = set()
     out = []
     for node in nodes:
-        if node.op in ("output", "get_attr") or node.target in skip or node.target is _getitem:
+        if (
+            node.op in ("output", "get_attr")
+            or node.target in skip
+            or node.target is _getitem
+        ):
             continue
         specs = node.meta.get("spec")
         multi = isinstance(specs, (list, tuple))
         specs = list(specs) if multi else [specs]
-        delegate_ops = _delegate_output_ops(graph_module, node) if node.target is mem.call_delegate else None
+        delegate_ops = (
+            _delegate_output_ops(graph_module, node)
+            if node.target is mem.call_delegate
+            else None
+        )
         for index, spec in enumerate(specs):
             if (
                 spec is None
@@ -406,13 +454,27 @@ def _read_tensors(graph_module: torch.fx.GraphModule, devices: tuple[str, ...], 
             elif delegate_ops is not None:
                 op, kind = delegate_ops[index], "delegate_output"
             else:
-                op = _short_op_name(node)
-                kind = "copy" if op in _ET_COPY_KINDS else "view_copy" if _is_view_copy(op) else "activation"
+                op = short_op_name(node)
+                kind = (
+                    "copy"
+                    if op in ET_COPY_KINDS
+                    else "view_copy"
+                    if _is_view_copy(op)
+                    else "activation"
+                )
             if multi and kind != "view_copy" and id(spec) not in read:
                 kind = "unread_output"
-            first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+            first = (
+                node.args[0]
+                if node.args and isinstance(node.args[0], torch.fx.Node)
+                else None
+            )
             source = first.name if kind == "copy" and first is not None else None
-            of_constant = kind in ("view_copy", "copy") and first is not None and first.name in constant
+            of_constant = (
+                kind in ("view_copy", "copy")
+                and first is not None
+                and first.name in constant
+            )
             if of_constant:
                 constant.add(node.name)
             out.append(
@@ -460,28 +522,36 @@ def compare_arenas(
     workbench extends through its views, and ExecuTorch's node order can differ. So the
     one-sided tensors say *what* differs, not a byte-exact split of the gap.
     """
-    inputs = _as_tuple(example_inputs)
-    parsed = _parse_edge_rules(rules) if rules else []
+    inputs = as_input_tuple(example_inputs)
+    parsed = parse_edge_rules(rules) if rules else []
     et_result = executorch_arena_bytes(model, inputs, rules, skip_h2d, skip_d2h)
     alignment = et_result.alignment
     program = capture(model, inputs, decompose=True)
     placement = place(program, dict(rules) if rules else {})
-    dg = propagate(placement, skip_h2d_for_method_inputs=skip_h2d, skip_d2h_for_method_outputs=skip_d2h)
-    greedy = _plan(
-        dg, "greedy", alignment=alignment, alloc_graph_inputs=not skip_h2d, alloc_graph_outputs=not skip_d2h
+    dg = propagate(
+        placement,
+        skip_h2d_for_method_inputs=skip_h2d,
+        skip_d2h_for_method_outputs=skip_d2h,
+    )
+    greedy = plan_memory(
+        dg,
+        "greedy",
+        alignment=alignment,
+        alloc_graph_inputs=not skip_h2d,
+        alloc_graph_outputs=not skip_d2h,
     )
     best = greedy.with_algorithm("best")
     et_best, et_lb = {}, {}
     one_sided: tuple[OneSided, ...] = ()
     if et_result.ok:
-        one_sided = _account(et_result.tensors, _wb_tensors(best, placement))
+        one_sided = _account(et_result.tensors, _wb_tensors(best, dg, placement))
         for device in sorted({t.device for t in et_result.tensors}):
             buffers = et_result.buffers(device)
             et_best[device] = assign_offsets(buffers, "best", alignment).arena_bytes
             et_lb[device] = lower_bound(buffers, alignment)
     return ArenaComparison(
         model=name or type(model).__name__,
-        rules=_freeze_rules(parsed),
+        rules=freeze_rules(parsed),
         skip_h2d=skip_h2d,
         skip_d2h=skip_d2h,
         alignment=alignment,
@@ -489,7 +559,7 @@ def compare_arenas(
         wb_greedy=dict(greedy.arena_bytes),
         wb_best=dict(best.arena_bytes),
         wb_lower_bound=dict(best.lower_bound),
-        wb_delegates=_delegate_ops(placement),
+        wb_delegates=delegate_ops(placement),
         et_tensors_best=et_best,
         et_tensors_lower_bound=et_lb,
         one_sided=one_sided,
@@ -505,10 +575,12 @@ class _WBTensor:
     internal: bool  # written and read only inside one multi-op delegate
 
 
-def _wb_tensors(memory, placement) -> list[_WBTensor]:
-    """The workbench's planned storages with the op that writes each."""
-    nodes = {n.name: n for n in memory.device_graph.graph.nodes}
-    outputs = set(memory.device_graph.user_outputs)
+def _wb_tensors(
+    memory: MemoryPlan, dg: DeviceGraph, placement: Placement
+) -> list[_WBTensor]:
+    """The workbench's planned storages (of ``memory``, a plan of ``dg``) with the op that writes each."""
+    nodes = {n.name: n for n in dg.graph.nodes}
+    outputs = set(dg.user_outputs)
     sizes = {d.name: len(d.nodes) for d in placement.delegates}
     out = []
     for alloc in memory.allocations.values():
@@ -516,12 +588,14 @@ def _wb_tensors(memory, placement) -> list[_WBTensor]:
         writer = node.args[0] if node.target is _getitem else node
         if node.op == "placeholder":
             op = "input"
-        elif writer.name in memory.device_graph.copy_table:
-            op = f"{memory.device_graph.copy_table[writer.name].kind}_copy"
+        elif writer.name in dg.copy_table:
+            op = f"{dg.copy_table[writer.name].kind}_copy"
         else:
-            op = _short_op_name(writer)
+            op = short_op_name(writer)
         delegate = placement.node_delegate.get(writer.name)
-        readers = [u for name in (alloc.name, *alloc.aliases) for u in nodes[name].users]
+        readers = [
+            u for name in (alloc.name, *alloc.aliases) for u in nodes[name].users
+        ]
         internal = (
             delegate is not None
             and sizes[delegate] > 1
@@ -532,13 +606,17 @@ def _wb_tensors(memory, placement) -> list[_WBTensor]:
     return out
 
 
-def _account(et_tensors: Sequence[ETTensor], wb_tensors: Sequence[_WBTensor]) -> tuple[OneSided, ...]:
+def _account(
+    et_tensors: Sequence[ETTensor], wb_tensors: Sequence[_WBTensor]
+) -> tuple[OneSided, ...]:
     """Tensors planned by one side only, each with its reason (rule 3)."""
     result: list[OneSided] = []
     pending: list[ETTensor] = []
     for t in et_tensors:
         if t.kind in ("view_copy", "unread_output"):
-            result.append(OneSided("executorch", t.device, t.name, t.op, t.nbytes, t.kind))
+            result.append(
+                OneSided("executorch", t.device, t.name, t.op, t.nbytes, t.kind)
+            )
         else:
             pending.append(t)
     # match the rest as a multiset of (device, op, bytes); order does not matter
@@ -557,7 +635,9 @@ def _account(et_tensors: Sequence[ETTensor], wb_tensors: Sequence[_WBTensor]) ->
     host_legs = {t.name for t in et_tensors if t.op == "d2h_copy"}
     for t in et_left:
         reason = None
-        if direct and (t.op == "d2h_copy" or (t.op == "h2d_copy" and t.source in host_legs)):
+        if direct and (
+            t.op == "d2h_copy" or (t.op == "h2d_copy" and t.source in host_legs)
+        ):
             reason = "through_host"
         elif t.op == "h2d_copy" and t.of_constant:
             reason = "resident_weight"
@@ -565,7 +645,13 @@ def _account(et_tensors: Sequence[ETTensor], wb_tensors: Sequence[_WBTensor]) ->
             reason = "per_argument_copy"
         result.append(OneSided("executorch", t.device, t.name, t.op, t.nbytes, reason))
     for w in wb_rest:
-        reason = "through_host" if w.op == "d2d_copy" else "delegate_internal" if w.internal else None
+        reason = (
+            "through_host"
+            if w.op == "d2d_copy"
+            else "delegate_internal"
+            if w.internal
+            else None
+        )
         result.append(OneSided("workbench", w.device, w.name, w.op, w.nbytes, reason))
     return tuple(result)
 
@@ -575,7 +661,7 @@ def arena_table(comparisons: Iterable[ArenaComparison]) -> pd.DataFrame:
     rows = []
     for item in comparisons:
         if not isinstance(item, ArenaComparison):
-            raise TypeError(
+            raise CrossCheckTypeError(
                 f"arena_table takes ArenaComparison results (from compare_arenas), got {type(item).__name__}"
             )
         rows.extend(item.rows())
@@ -585,73 +671,20 @@ def arena_table(comparisons: Iterable[ArenaComparison]) -> pd.DataFrame:
 # --- the cases -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ArenaCase:
-    """A model, its inputs and a placement for the arena cross-check."""
-
-    name: str
-    build: Callable[[], tuple[torch.nn.Module, tuple]]  # a fresh seeded (model, inputs)
-    rules: Optional[Mapping[str, Sequence[str]]]  # None: CPU only
-    shows: str
-
-
-def _example(name: str) -> Callable[[], tuple[torch.nn.Module, tuple]]:
-    def build():
-        from ..examples import example
-
-        model, inputs = example(name)
-        return model.eval(), inputs
-
-    return build
-
-
-def _copy_case(name: str) -> Callable[[], tuple[torch.nn.Module, tuple]]:
-    def build():
-        from .models import case
-
-        c = case(name)
-        return c.model(), c.example_inputs()
-
-    return build
-
-
-# Device ops are weight-free on purpose: a parameter feeding a device delegate crashes
-# ExecuTorch 1.5.1's memory planning (see compare.models: param_on_device).
-ARENA_CASES: tuple[ArenaCase, ...] = (
-    ArenaCase("mlp", _example("mlp"), None, "linear/relu chain on the host"),
-    ArenaCase("mlp", _example("mlp"), {"cuda:0": ["aten.relu"]}, "each relu a one-op delegate"),
-    ArenaCase("residual", _example("residual"), None, "pre-norm residual blocks (layer norm has unread outputs)"),
-    ArenaCase("residual", _example("residual"), {"cuda:0": ["aten.gelu"]}, "gelu on the device between host linears"),
-    ArenaCase("fanout", _example("fanout"), None, "one value read by three branches"),
-    ArenaCase("fanout", _example("fanout"), {"cuda:0": ["aten.mul"]}, "both graph inputs cross to the device"),
-    ArenaCase("attention", _example("attention"), None, "split into q/k/v views, topk with an unread output"),
-    ArenaCase("attention", _example("attention"), {"cuda:0": ["aten._softmax"]}, "softmax on the device"),
-    ArenaCase("shared_value", _copy_case("shared_value"), {"cuda:0": ["aten.relu", "aten.add"]},
-              "a host value read by two delegates: ExecuTorch copies it twice"),
-    ArenaCase("residual_stack", _copy_case("residual"), {"cuda:0": ["aten.relu", "aten.add"]},
-              "a residual stream crossing back and forth"),
-    ArenaCase("two_devices", _copy_case("two_devices"), {"cuda:0": ["aten.relu"], "cuda:1": ["aten.mul"]},
-              "cuda:0 → cuda:1: through the host in ExecuTorch, direct in the workbench"),
-)  # fmt: skip
-
-
-def arena_case(name: str, placed: bool) -> ArenaCase:
-    """The case called ``name``, placed (with device rules) or CPU only."""
-    for c in ARENA_CASES:
-        if c.name == name and bool(c.rules) == bool(placed):
-            return c
-    valid = ", ".join(f"{c.name} ({'placed' if c.rules else 'cpu only'})" for c in ARENA_CASES)
-    raise KeyError(f"no arena case {name!r} with placed={placed}; valid cases are {valid}")
-
-
 def compare_arena_case(
-    case: ArenaCase, settings: Sequence[tuple[bool, bool]] = ((False, False),)
+    case: Case, settings: Sequence[tuple[bool, bool]] = ((False, False),)
 ) -> tuple[ArenaComparison, ...]:
     """``compare_arenas`` on one of ``ARENA_CASES`` under each ``(skip_h2d, skip_d2h)``."""
-    if not isinstance(case, ArenaCase):
-        raise TypeError(f"compare_arena_case takes an ArenaCase, got {type(case).__name__}")
+    if not isinstance(case, Case):
+        raise CrossCheckTypeError(
+            f"compare_arena_case takes a workbench.compare.Case (see ARENA_CASES), got {type(case).__name__}"
+        )
     out = []
-    for skip_h2d, skip_d2h in _check_settings(settings):
+    for skip_h2d, skip_d2h in check_settings(settings):
         model, inputs = case.build()
-        out.append(compare_arenas(model, inputs, case.rules, skip_h2d, skip_d2h, name=case.name))
+        out.append(
+            compare_arenas(
+                model, inputs, case.rules, skip_h2d, skip_d2h, name=case.name
+            )
+        )
     return tuple(out)
