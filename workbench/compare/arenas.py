@@ -43,7 +43,6 @@ Rules:
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -52,9 +51,9 @@ from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, cast
 import pandas as pd
 import torch
 
-from ..graph_values import is_view_op
 from ..capture import capture
 from ..executorch.dependency import executorch_api
+from ..executorch.operators import is_view_copy
 from ..place import Placement, place
 from ..planning import Assignment, Buffer, assign_offsets, lower_bound, verify
 from ..planning.memory_plan import MemoryPlan
@@ -91,7 +90,10 @@ __all__ = [
     "arena_table",
     "compare_arena_case",
     "compare_arenas",
+    "WorkbenchTensor",
     "executorch_arena_bytes",
+    "workbench_plan",
+    "workbench_tensors",
 ]
 
 #: Why a tensor is planned by one side only (rule 3).
@@ -374,19 +376,6 @@ def _buffer_devices(sizes: tuple[int, ...], listed: Any) -> tuple[str, ...]:
     return tuple(devices)
 
 
-@functools.cache
-def _is_view_copy(op: str) -> bool:
-    """An edge ``*_copy`` op whose aten base op is a view op (``permute_copy`` of ``permute``)."""
-    packet = (
-        getattr(torch.ops.aten, op.removesuffix("_copy"), None)
-        if op.endswith("_copy")
-        else None
-    )
-    return packet is not None and any(
-        is_view_op(getattr(packet, o)) for o in packet.overloads()
-    )
-
-
 def _delegate_output_ops(
     graph_module: torch.fx.GraphModule, call: torch.fx.Node
 ) -> list[str]:
@@ -459,7 +448,7 @@ def _read_tensors(
                     "copy"
                     if op in ET_COPY_KINDS
                     else "view_copy"
-                    if _is_view_copy(op)
+                    if is_view_copy(op)
                     else "activation"
                 )
             if multi and kind != "view_copy" and id(spec) not in read:
@@ -528,23 +517,12 @@ def compare_arenas(
     alignment = et_result.alignment
     program = capture(model, inputs, decompose=True)
     placement = place(program, dict(rules) if rules else {})
-    dg = propagate(
-        placement,
-        skip_h2d_for_method_inputs=skip_h2d,
-        skip_d2h_for_method_outputs=skip_d2h,
-    )
-    greedy = plan_memory(
-        dg,
-        "greedy",
-        alignment=alignment,
-        alloc_graph_inputs=not skip_h2d,
-        alloc_graph_outputs=not skip_d2h,
-    )
+    dg, greedy = workbench_plan(placement, skip_h2d, skip_d2h, "greedy", alignment)
     best = greedy.with_algorithm("best")
     et_best, et_lb = {}, {}
     one_sided: tuple[OneSided, ...] = ()
     if et_result.ok:
-        one_sided = _account(et_result.tensors, _wb_tensors(best, dg, placement))
+        one_sided = _account(et_result.tensors, workbench_tensors(best, dg, placement))
         for device in sorted({t.device for t in et_result.tensors}):
             buffers = et_result.buffers(device)
             et_best[device] = assign_offsets(buffers, "best", alignment).arena_bytes
@@ -566,8 +544,31 @@ def compare_arenas(
     )
 
 
+def workbench_plan(
+    placement: Placement, skip_h2d: bool, skip_d2h: bool, algorithm: str, alignment: int
+) -> tuple[DeviceGraph, MemoryPlan]:
+    """The workbench's side of a memory comparison: ``placement`` propagated with the skip
+    flags and planned by ``algorithm``, graph inputs / outputs left to the caller exactly
+    when the matching flag hands them over (as on ExecuTorch's side)."""
+    dg = propagate(
+        placement,
+        skip_h2d_for_method_inputs=skip_h2d,
+        skip_d2h_for_method_outputs=skip_d2h,
+    )
+    memory = plan_memory(
+        dg,
+        algorithm,
+        alignment=alignment,
+        alloc_graph_inputs=not skip_h2d,
+        alloc_graph_outputs=not skip_d2h,
+    )
+    return dg, memory
+
+
 @dataclass(frozen=True)
-class _WBTensor:
+class WorkbenchTensor:
+    """One storage the workbench planned, with the op that writes it."""
+
     name: str
     op: str
     device: str
@@ -575,9 +576,9 @@ class _WBTensor:
     internal: bool  # written and read only inside one multi-op delegate
 
 
-def _wb_tensors(
+def workbench_tensors(
     memory: MemoryPlan, dg: DeviceGraph, placement: Placement
-) -> list[_WBTensor]:
+) -> list[WorkbenchTensor]:
     """The workbench's planned storages (of ``memory``, a plan of ``dg``) with the op that writes each."""
     nodes = {n.name: n for n in dg.graph.nodes}
     outputs = set(dg.user_outputs)
@@ -602,12 +603,14 @@ def _wb_tensors(
             and alloc.name not in outputs
             and all(placement.node_delegate.get(u.name) == delegate for u in readers)
         )
-        out.append(_WBTensor(alloc.name, op, alloc.device, alloc.nbytes, internal))
+        out.append(
+            WorkbenchTensor(alloc.name, op, alloc.device, alloc.nbytes, internal)
+        )
     return out
 
 
 def _account(
-    et_tensors: Sequence[ETTensor], wb_tensors: Sequence[_WBTensor]
+    et_tensors: Sequence[ETTensor], wb_tensors: Sequence[WorkbenchTensor]
 ) -> tuple[OneSided, ...]:
     """Tensors planned by one side only, each with its reason (rule 3)."""
     result: list[OneSided] = []
@@ -620,7 +623,7 @@ def _account(
         else:
             pending.append(t)
     # match the rest as a multiset of (device, op, bytes); order does not matter
-    wb_left: dict[tuple, list[_WBTensor]] = defaultdict(list)
+    wb_left: dict[tuple, list[WorkbenchTensor]] = defaultdict(list)
     for w in wb_tensors:
         wb_left[(w.device, w.op, w.nbytes)].append(w)
     et_left = []

@@ -1,5 +1,17 @@
 """ExecuTorch programs in the workbench (optional dependency ``executorch``).
 
+``from_executorch(program)`` reads a lowering (``ExecutorchProgramManager`` /
+``EdgeProgramManager``) or a ``.pte`` file through ExecuTorch's own schema and
+deserializer, and returns the workbench's plain data: delegate calls with their backend
+and device, every ``et_copy`` with its bytes, tensors with their buffers and offsets.
+
+- ``dependency``: the one place that imports ExecuTorch;
+- ``source``: lowering or file → ExecuTorch's ``schema.Program``;
+- ``program``: ``schema.Program`` → ``ExecuTorchProgram`` (the one reader);
+- ``operators``: ExecuTorch's operator names as torch operators;
+- ``patterns``: what the program spends that the workbench's rules avoid;
+- ``imported``: ``from_executorch`` and its result.
+
 This package imports without ExecuTorch; its functions import it on first use and say
 how to install it when it is missing.
 """
@@ -14,14 +26,43 @@ from .dependency import (
     installed_version,
     quiet_executorch,
 )
+from .imported import ImportedProgram, from_executorch
+from .patterns import PATTERNS, Pattern, find_patterns
+from .program import (
+    ExecuTorchImportError,
+    ExecuTorchProgram,
+    MissingDeviceMetadata,
+    ProgramCall,
+    ProgramTensor,
+    TensorList,
+    UnsupportedProgram,
+    read_program,
+)
+from .source import ExecuTorchImportTypeError, NotAnExecuTorchProgram, schema_program
 
 __all__ = [
     "INSTALL_HINT",
+    "PATTERNS",
     "SUPPORTED_VERSION",
+    "ExecuTorchImportError",
+    "ExecuTorchImportTypeError",
     "ExecuTorchNotInstalled",
+    "ExecuTorchProgram",
     "ExecuTorchWithoutDeviceSupport",
+    "ImportedProgram",
+    "MissingDeviceMetadata",
+    "NotAnExecuTorchProgram",
+    "Pattern",
+    "ProgramCall",
+    "ProgramTensor",
+    "TensorList",
+    "UnsupportedProgram",
     "executorch_api",
     "executorch_available",
+    "find_patterns",
+    "from_executorch",
     "installed_version",
     "quiet_executorch",
+    "read_program",
+    "schema_program",
 ]

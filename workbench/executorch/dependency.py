@@ -99,6 +99,9 @@ def executorch_api() -> Any:
             to_edge,
         )
         from executorch.exir._serialize._program import deserialize_pte_binary
+        from executorch.exir._serialize.generated.executorch_flatbuffer.Program import (
+            Program as FlatbufferProgram,
+        )
         from executorch.exir.backend.compile_spec_schema import CompileSpec
         from executorch.exir.backend.partitioner import (
             DelegationSpec,
@@ -108,6 +111,7 @@ def executorch_api() -> Any:
         from executorch.exir.delegate import executorch_call_delegate
         from executorch.exir.memory_planning import get_node_tensor_specs
         from executorch.exir.passes import MemoryPlanningPass
+        from executorch.exir.tensor import get_scalar_type
 
         backend = importlib.import_module(DEMO_BACKEND_MODULE).ExecutorBackend
     except ImportError as exc:
@@ -124,6 +128,8 @@ def executorch_api() -> Any:
         to_edge=to_edge,
         schema=schema,
         deserialize_pte_binary=deserialize_pte_binary,
+        has_program_identifier=FlatbufferProgram.ProgramBufferHasIdentifier,
+        get_scalar_type=get_scalar_type,
         CompileSpec=CompileSpec,
         DelegationSpec=DelegationSpec,
         Partitioner=Partitioner,

@@ -1,0 +1,344 @@
+"""``compare_with_executorch``: one model, one placement, both systems, every difference explained.
+
+The ExecuTorch side is lowered with ``workbench.compare.lowering`` and imported with
+``workbench.executorch.from_executorch`` (ExecuTorch's own placement, copies and buffers);
+the workbench side is ``capture(decompose=True)`` → ``place`` → ``propagate`` → ``plan``
+(``best``, at ExecuTorch's alignment) under the same rules and skip flags.
+
+Rules:
+1. One table, one row per quantity: copies and bytes copied per call by kind, buffer
+   bytes per device (with both sides' lower bounds), constant bytes per device.
+2. Every row where the two sides differ says why in plain words: the ExecuTorch patterns
+   behind it (``workbench.executorch.patterns``: per-edge copies, copies through the host,
+   parameters copied to a device, materialised views, unread outputs) with their counts
+   and bytes, the workbench's delegate internals, and the planners' results against
+   their lower bounds. A copy difference the patterns do not account for is called
+   unexplained, with its size.
+3. An ExecuTorch refusal or crash is a result (its stage and message fill the reasons),
+   not an exception; malformed rules and flags raise before anything runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+import pandas as pd
+import torch
+
+from ..capture import capture
+from ..executorch.imported import ImportedProgram, from_executorch
+from ..executorch.patterns import PATTERNS, Pattern, find_patterns
+from ..place import place
+from ..planning.memory_plan import MemoryPlan
+from ..propagate import DeviceGraph
+from .arenas import workbench_plan, workbench_tensors
+from .lowering import error_text, lower, rule_partitioner
+from .settings import (
+    FrozenRules,
+    as_input_tuple,
+    check_settings,
+    freeze_rules,
+    parse_edge_rules,
+    rules_text,
+)
+
+__all__ = ["SideBySide", "compare_with_executorch"]
+
+COLUMNS = [
+    "quantity", "of", "executorch", "workbench", "executorch_lower_bound", "workbench_lower_bound",
+    "difference", "reason",
+]  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class SideBySide:
+    """Both systems on one model, placement and flag setting (see the module's rules)."""
+
+    model: str
+    rules: FrozenRules
+    skip_h2d: bool
+    skip_d2h: bool
+    alignment: int  # ExecuTorch's memory-planning alignment, used on both sides
+    executorch: Optional[ImportedProgram]  # None when ExecuTorch refused or crashed
+    et_error: Optional[str]  # "<exception type>: <first line>" when it did
+    et_stage: Optional[str]  # the pipeline step that raised
+    patterns: tuple[Pattern, ...]  # what ExecuTorch spends that the workbench avoids
+    workbench: MemoryPlan  # the workbench's plan (``best``) of the same placement
+    workbench_internal: Mapping[
+        str, int
+    ]  # device → bytes planned inside multi-op delegates
+
+    @property
+    def workbench_graph(self) -> DeviceGraph:
+        """The workbench's propagated graph (the one its plan placed)."""
+        return self.workbench.device_graph
+
+    @property
+    def rules_text(self) -> str:
+        return rules_text(self.rules)
+
+    def table(self) -> pd.DataFrame:
+        """Rule 1's table: one row per quantity, with the reason for every difference."""
+        rows = self._copy_rows() + self._memory_rows()
+        table = pd.DataFrame(rows, columns=COLUMNS)
+        for column in (
+            "executorch",
+            "workbench",
+            "executorch_lower_bound",
+            "workbench_lower_bound",
+            "difference",
+        ):
+            table[column] = table[column].astype("Int64")
+        return table
+
+    # -- rows -------------------------------------------------------------------------
+
+    def _copy_rows(self) -> list[dict[str, Any]]:
+        dg = self.workbench_graph
+        wb_counts, wb_bytes = dg.copy_counts(), dg.copy_bytes()
+        p = self.executorch.program if self.executorch is not None else None
+        et_counts = (
+            {**dict.fromkeys(wb_counts, 0), **p.copy_counts()} if p is not None else {}
+        )
+        et_bytes = (
+            {**dict.fromkeys(wb_bytes, 0), **p.copy_bytes()} if p is not None else {}
+        )
+        rows = []
+        for quantity, et, wb in (
+            ("copies per call", et_counts, wb_counts),
+            ("bytes copied per call", et_bytes, wb_bytes),
+        ):
+            for kind in wb:
+                rows.append(
+                    self._row(
+                        quantity,
+                        kind,
+                        et.get(kind),
+                        wb[kind],
+                        None,
+                        None,
+                        self._copy_reason(kind, quantity),
+                    )
+                )
+        return rows
+
+    def _memory_rows(self) -> list[dict[str, Any]]:
+        p = self.executorch.program if self.executorch is not None else None
+        et_arena = p.arena_bytes if p is not None else {}
+        et_bound = p.lower_bound(self.alignment) if p is not None else {}
+        et_constants = p.constant_bytes if p is not None else {}
+        devices = sorted(
+            set(self.workbench.arena_bytes)
+            | set(et_arena)
+            | set(self.workbench.constant_bytes)
+            | set(et_constants),
+            key=lambda d: (d != "cpu", d),
+        )
+        rows = []
+        for device in devices:
+            rows.append(
+                self._row(
+                    "buffer bytes", device, et_arena.get(device, 0) if p is not None else None,
+                    self.workbench.arena_bytes.get(device, 0), et_bound.get(device, 0) if p is not None else None,
+                    self.workbench.lower_bound.get(device, 0), self._buffer_reason(device),
+                )
+            )  # fmt: skip
+        for device in devices:
+            rows.append(
+                self._row(
+                    "constant bytes", device, et_constants.get(device, 0) if p is not None else None,
+                    self.workbench.constant_bytes.get(device, 0), None, None, self._constant_reason(device),
+                )
+            )  # fmt: skip
+        return rows
+
+    def _row(
+        self,
+        quantity: str,
+        of: str,
+        et: Optional[int],
+        wb: int,
+        et_lb: Optional[int],
+        wb_lb: Optional[int],
+        reason: str,
+    ) -> dict[str, Any]:
+        difference = None if et is None else et - wb
+        if et is None:
+            reason = f"ExecuTorch failed in {self.et_stage}: {self.et_error}"
+        elif difference == 0 and (et_lb is None or et == wb):
+            reason = ""
+        return dict(
+            zip(COLUMNS, (quantity, of, et, wb, et_lb, wb_lb, difference, reason))
+        )
+
+    # -- reasons (rule 2) ---------------------------------------------------------------
+
+    def _copy_reason(self, kind: str, quantity: str) -> str:
+        counted = quantity == "copies per call"
+        parts, explained = [], 0
+        for key, group in _by_key(
+            p for p in self.patterns if p.copies.get(kind)
+        ).items():
+            amount = (
+                sum(p.copies[kind] for p in group)
+                if counted
+                else sum(_kind_bytes(p, kind) for p in group)
+            )
+            explained += amount
+            parts.append(
+                f"{PATTERNS[key]}: {_amount(amount, counted)} — "
+                + "; ".join(p.detail for p in group)
+            )
+        if kind == "d2d":
+            parts.append(
+                "ExecuTorch has no device-to-device copy: it goes through the host (see copies through the host)"
+            )
+        et = self._et_copies(kind, counted)
+        wb = (
+            self.workbench_graph.copy_counts()
+            if counted
+            else self.workbench_graph.copy_bytes()
+        )[kind]
+        left = (et - wb - explained) if et is not None and kind != "d2d" else 0
+        if left:
+            parts.append(f"unexplained: {_amount(left, counted)}")
+        return " | ".join(parts)
+
+    def _et_copies(self, kind: str, counted: bool) -> Optional[int]:
+        if self.executorch is None:
+            return None
+        p = self.executorch.program
+        return (p.copy_counts() if counted else p.copy_bytes()).get(kind, 0)
+
+    def _buffer_reason(self, device: str) -> str:
+        parts = []
+        tensors = self._et_tensor_devices()
+        for key, group in _by_key(self.patterns).items():
+            nbytes = sum(
+                tensors.get(name, ("", 0))[1]
+                for p in group
+                for name in p.tensors
+                if tensors.get(name, ("",))[0] == device
+            )
+            if nbytes:
+                parts.append(f"{PATTERNS[key]} (ExecuTorch only): {nbytes:,} B")
+        internal = self.workbench_internal.get(device, 0)
+        if internal:
+            parts.append(
+                f"delegate internals (the workbench only): {internal:,} B planned inside multi-op delegates, "
+                "which ExecuTorch leaves to the backend"
+            )
+        if self.executorch is not None:
+            p = self.executorch.program
+            parts.append(
+                f"planning: ExecuTorch's greedy {p.arena_bytes.get(device, 0):,} B for its tensors (their lower "
+                f"bound {p.lower_bound(self.alignment).get(device, 0):,} B); the workbench's best "
+                f"{self.workbench.arena_bytes.get(device, 0):,} B (lower bound {self.workbench.lower_bound.get(device, 0):,} B)"
+            )
+        return " | ".join(parts)
+
+    def _constant_reason(self, device: str) -> str:
+        if device == "cpu":
+            return (
+                "ExecuTorch's program holds its constants on the host (weights a backend took into its "
+                "delegate are inside the delegate's payload, not counted); the workbench counts every "
+                "parameter on each device that uses it"
+            )
+        return (
+            f"the workbench keeps the parameters used on {device} resident there, loaded once; ExecuTorch "
+            "keeps them in the program and copies what a device delegate reads (see parameters copied to a device)"
+        )
+
+    def _et_tensor_devices(self) -> dict[str, tuple[str, int]]:
+        if self.executorch is None:
+            return {}
+        return {
+            t.name: (str(t.device), t.nbytes)
+            for t in self.executorch.program.tensors.values()
+        }
+
+
+def _by_key(patterns: Any) -> dict[str, list[Pattern]]:
+    out: dict[str, list[Pattern]] = {}
+    for p in patterns:
+        out.setdefault(p.key, []).append(p)
+    return out
+
+
+def _kind_bytes(pattern: Pattern, kind: str) -> int:
+    """Bytes a copy pattern moves per call with copies of ``kind``."""
+    total = sum(pattern.copies.values())
+    return pattern.nbytes * pattern.copies.get(kind, 0) // total if total else 0
+
+
+def _amount(amount: int, counted: bool) -> str:
+    return (
+        f"{amount} cop{'y' if amount == 1 else 'ies'}" if counted else f"{amount:,} B"
+    )
+
+
+# --- running both sides ------------------------------------------------------------------
+
+
+def compare_with_executorch(
+    model: torch.nn.Module,
+    example_inputs: Any,
+    rules: Mapping[str, Sequence[str] | str],
+    flags: tuple[bool, bool] = (False, False),
+    *,
+    name: Optional[str] = None,
+) -> SideBySide:
+    """Lower ``model`` with ExecuTorch and plan it with the workbench under the same
+    ``rules`` and ``flags`` = ``(skip_h2d, skip_d2h)``; see the module's rules.
+
+    Raises ``PlacementError`` for malformed rules, ``CrossCheckInputError`` for bad flags,
+    ``ExecuTorchNotInstalled`` without executorch.
+    """
+    parsed = parse_edge_rules(rules)
+    ((skip_h2d, skip_d2h),) = check_settings((flags,))
+    inputs = as_input_tuple(example_inputs)
+    partitioner = rule_partitioner(rules)
+
+    def read(
+        program: Any, config: Any
+    ) -> tuple[Optional[ImportedProgram], int, Optional[str], Optional[str]]:
+        return (
+            from_executorch(program),
+            int(config.memory_planning_pass.alignment),
+            None,
+            None,
+        )
+
+    def failed(
+        exc: BaseException, stage: str, config: Any
+    ) -> tuple[Optional[ImportedProgram], int, Optional[str], Optional[str]]:
+        return (
+            None,
+            int(config.memory_planning_pass.alignment),
+            error_text(exc)[0],
+            stage,
+        )
+
+    imported, alignment, error, stage = lower(
+        model, inputs, partitioner, [(skip_h2d, skip_d2h)], read, failed
+    )[0]
+    placement = place(capture(model, inputs, decompose=True), rules)
+    dg, plan = workbench_plan(placement, skip_h2d, skip_d2h, "best", alignment)
+    internal: dict[str, int] = {}
+    for t in workbench_tensors(plan, dg, placement):
+        if t.internal:
+            internal[t.device] = internal.get(t.device, 0) + t.nbytes
+    return SideBySide(
+        model=name or type(model).__name__,
+        rules=freeze_rules(parsed),
+        skip_h2d=skip_h2d,
+        skip_d2h=skip_d2h,
+        alignment=alignment,
+        executorch=imported,
+        et_error=error,
+        et_stage=stage,
+        patterns=find_patterns(imported.program) if imported is not None else (),
+        workbench=plan,
+        workbench_internal=internal,
+    )
