@@ -2,7 +2,9 @@
 
 - ``cases``: the one registry of cases (a model, its inputs, a placement) by unique name;
 - ``lowering``: ExecuTorch's device pipeline under workbench placement rules;
-- ``copies``: the copies each system inserts; ``arenas``: the memory each plans.
+- ``copies``: the copies each system inserts; ``arenas``: the memory each plans;
+- ``side_by_side``: ``compare_with_executorch``, one model in both systems, every
+  difference with its reason.
 
 The ``executorch`` package is optional: this package imports without it, and its
 functions say how to install it.
@@ -52,6 +54,8 @@ from .settings import (
     CrossCheckInputError,
     CrossCheckTypeError,
 )
+from .side_by_side import SideBySide, compare_with_executorch
+from .two_columns import side_by_side_view
 
 __all__ = [
     "ARENA_CASES",
@@ -74,6 +78,8 @@ __all__ = [
     "ExecuTorchNotInstalled",
     "ExecuTorchWithoutDeviceSupport",
     "OneSided",
+    "SideBySide",
+    "SideBySide",
     "UnknownCaseError",
     "arena_table",
     "case",
@@ -83,10 +89,12 @@ __all__ = [
     "compare_case",
     "compare_copies",
     "compare_settings",
+    "compare_with_executorch",
     "comparison_table",
     "executorch_arena_bytes",
     "executorch_available",
     "executorch_copies",
     "executorch_copies_for",
     "rule_partitioner",
+    "side_by_side_view",
 ]

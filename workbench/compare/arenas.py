@@ -107,8 +107,7 @@ ARENA_REASONS: Mapping[str, str] = {
         "topk's values); the exported graph has no value for it, so the workbench plans none"
     ),
     "per_argument_copy": (
-        "ExecuTorch copies a value to the device once per delegate argument; the workbench "
-        "once per (value, device)"
+        "ExecuTorch copies a value to the device once per delegate argument; the workbench once per (value, device)"
     ),
     "resident_weight": (
         "ExecuTorch copies a weight (or a host-made view of one) to the device on every call; "
@@ -119,8 +118,7 @@ ARENA_REASONS: Mapping[str, str] = {
         "workbench copies it directly (d2d)"
     ),
     "delegate_internal": (
-        "a tensor inside a multi-op delegate: the workbench plans it, ExecuTorch leaves it "
-        "to the backend"
+        "a tensor inside a multi-op delegate: the workbench plans it, ExecuTorch leaves it to the backend"
     ),
 }
 
@@ -142,9 +140,7 @@ class ETTensor:
     start: int  # lifetime over the final graph's node indices, inclusive
     end: int
     source: Optional[str] = None  # for a copy: the node it copies
-    of_constant: bool = (
-        False  # a view of a weight, or a copy of a weight or such a view
-    )
+    of_constant: bool = False  # a view of a weight, or a copy of a weight or such a view
 
     def buffer(self) -> Buffer:
         """This tensor as planning input: its bytes and lifetime."""
@@ -162,9 +158,7 @@ class ExecuTorchArenas:
     """
 
     arena_bytes: Mapping[str, int]  # device → planned non-constant bytes
-    buffer_sizes: tuple[
-        int, ...
-    ]  # non_const_buffer_sizes as emitted (index 0 reserved)
+    buffer_sizes: tuple[int, ...]  # non_const_buffer_sizes as emitted (index 0 reserved)
     buffer_devices: tuple[str, ...]  # the device of each buffer index
     tensors: tuple[ETTensor, ...]
     alignment: int  # the MemoryPlanningPass alignment
@@ -222,13 +216,9 @@ class ArenaComparison:
     et: ExecuTorchArenas
     wb_greedy: Mapping[str, int]  # device → arena bytes
     wb_best: Mapping[str, int]
-    wb_lower_bound: Mapping[
-        str, int
-    ]  # peak of live aligned bytes of the workbench's tensors
+    wb_lower_bound: Mapping[str, int]  # peak of live aligned bytes of the workbench's tensors
     wb_delegates: tuple[DelegateOps, ...]
-    et_tensors_best: Mapping[
-        str, int
-    ]  # workbench ``best`` on ExecuTorch's tensors and lifetimes
+    et_tensors_best: Mapping[str, int]  # workbench ``best`` on ExecuTorch's tensors and lifetimes
     et_tensors_lower_bound: Mapping[str, int]  # lower bound of ExecuTorch's tensors
     one_sided: tuple[OneSided, ...]  # empty when ExecuTorch failed
 
@@ -281,24 +271,12 @@ class ArenaComparison:
                     "wb_greedy": self.wb_greedy.get(device, 0),
                     "wb_best": best,
                     "wb_lower_bound": self.wb_lower_bound.get(device, 0),
-                    "et_over_wb": (et_bytes / best if best else None)
-                    if et_bytes is not None
-                    else None,
-                    "wb_best_on_et_tensors": self.et_tensors_best.get(device)
-                    if self.et.ok
-                    else None,
-                    "et_tensors_lower_bound": self.et_tensors_lower_bound.get(device)
-                    if self.et.ok
-                    else None,
-                    "et_only_bytes": sum(
-                        self.one_sided_bytes("executorch", device).values()
-                    ),
-                    "wb_only_bytes": sum(
-                        self.one_sided_bytes("workbench", device).values()
-                    ),
-                    "unexplained": sum(
-                        1 for t in self.unexplained if t.device == device
-                    ),
+                    "et_over_wb": (et_bytes / best if best else None) if et_bytes is not None else None,
+                    "wb_best_on_et_tensors": self.et_tensors_best.get(device) if self.et.ok else None,
+                    "et_tensors_lower_bound": self.et_tensors_lower_bound.get(device) if self.et.ok else None,
+                    "et_only_bytes": sum(self.one_sided_bytes("executorch", device).values()),
+                    "wb_only_bytes": sum(self.one_sided_bytes("workbench", device).values()),
+                    "unexplained": sum(1 for t in self.unexplained if t.device == device),
                     "et_error": self.et.error,
                 }
             )
@@ -335,9 +313,7 @@ def executorch_arena_bytes(
     mem = executorch_api()
     partitioner = rule_partitioner(rules) if rules else None
 
-    def delegates() -> tuple[
-        DelegateOps, ...
-    ]:  # as the partitioner tagged them, once it ran
+    def delegates() -> tuple[DelegateOps, ...]:  # as the partitioner tagged them, once it ran
         return partitioner.delegates if partitioner is not None else ()
 
     def read(program: Any, config: Any) -> ExecuTorchArenas:
@@ -348,19 +324,13 @@ def executorch_arena_bytes(
         for index in range(1, len(sizes)):  # rule 1: index 0 is reserved
             arena[devices[index]] = arena.get(devices[index], 0) + sizes[index]
         tensors = _read_tensors(program.exported_program().graph_module, devices, mem)
-        return ExecuTorchArenas(
-            arena, sizes, devices, tensors, _alignment(config), delegates()
-        )
+        return ExecuTorchArenas(arena, sizes, devices, tensors, _alignment(config), delegates())
 
     def failed(exc: BaseException, stage: str, config: Any) -> ExecuTorchArenas:
         error, detail = error_text(exc)
-        return ExecuTorchArenas(
-            {}, (), (), (), _alignment(config), delegates(), error, stage, detail
-        )
+        return ExecuTorchArenas({}, (), (), (), _alignment(config), delegates(), error, stage, detail)
 
-    return lower(
-        model, example_inputs, partitioner, ((skip_h2d, skip_d2h),), read, failed
-    )[0]
+    return lower(model, example_inputs, partitioner, ((skip_h2d, skip_d2h),), read, failed)[0]
 
 
 def _alignment(config: Any) -> int:
@@ -376,28 +346,17 @@ def _buffer_devices(sizes: tuple[int, ...], listed: Any) -> tuple[str, ...]:
     return tuple(devices)
 
 
-def _delegate_output_ops(
-    graph_module: torch.fx.GraphModule, call: torch.fx.Node
-) -> list[str]:
+def _delegate_output_ops(graph_module: torch.fx.GraphModule, call: torch.fx.Node) -> list[str]:
     """The op writing each output of a delegate, read off its original program."""
-    lowered_module = cast(
-        torch.fx.Node, call.args[0]
-    )  # the get_attr node of the lowered module
+    lowered_module = cast(torch.fx.Node, call.args[0])  # the get_attr node of the lowered module
     lowered = getattr(graph_module, str(lowered_module.target))
     graph = lowered.original_module.graph_module.graph
     outputs = next(n for n in graph.nodes if n.op == "output").args[0]
     outputs = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
-    return [
-        short_op_name(o)
-        if isinstance(o, torch.fx.Node) and o.op == "call_function"
-        else "input"
-        for o in outputs
-    ]
+    return [short_op_name(o) if isinstance(o, torch.fx.Node) and o.op == "call_function" else "input" for o in outputs]
 
 
-def _read_tensors(
-    graph_module: torch.fx.GraphModule, devices: tuple[str, ...], mem: Any
-) -> tuple[ETTensor, ...]:
+def _read_tensors(graph_module: torch.fx.GraphModule, devices: tuple[str, ...], mem: Any) -> tuple[ETTensor, ...]:
     """Every storage with a ``mem_id``, named by the node that writes it (rule 2)."""
     skip = {mem.alloc, mem.view}
     nodes = list(graph_module.graph.nodes)
@@ -405,28 +364,16 @@ def _read_tensors(
     # output's; the getitem may hang off the op or off its ``out`` allocation.
     read = {id(s) for n in nodes if n.target is _getitem for s in mem.tensor_specs(n)}
     # weights, and the values ExecuTorch derives from them per call (permute_copy of a weight)
-    constant = {
-        n.name
-        for n in nodes
-        if n.op == "placeholder" and getattr(n.meta.get("spec"), "const", False)
-    }
+    constant = {n.name for n in nodes if n.op == "placeholder" and getattr(n.meta.get("spec"), "const", False)}
     seen: set[int] = set()
     out = []
     for node in nodes:
-        if (
-            node.op in ("output", "get_attr")
-            or node.target in skip
-            or node.target is _getitem
-        ):
+        if node.op in ("output", "get_attr") or node.target in skip or node.target is _getitem:
             continue
         specs = node.meta.get("spec")
         multi = isinstance(specs, (list, tuple))
         specs = list(specs) if multi else [specs]
-        delegate_ops = (
-            _delegate_output_ops(graph_module, node)
-            if node.target is mem.call_delegate
-            else None
-        )
+        delegate_ops = _delegate_output_ops(graph_module, node) if node.target is mem.call_delegate else None
         for index, spec in enumerate(specs):
             if (
                 spec is None
@@ -444,26 +391,12 @@ def _read_tensors(
                 op, kind = delegate_ops[index], "delegate_output"
             else:
                 op = short_op_name(node)
-                kind = (
-                    "copy"
-                    if op in ET_COPY_KINDS
-                    else "view_copy"
-                    if is_view_copy(op)
-                    else "activation"
-                )
+                kind = "copy" if op in ET_COPY_KINDS else "view_copy" if is_view_copy(op) else "activation"
             if multi and kind != "view_copy" and id(spec) not in read:
                 kind = "unread_output"
-            first = (
-                node.args[0]
-                if node.args and isinstance(node.args[0], torch.fx.Node)
-                else None
-            )
+            first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
             source = first.name if kind == "copy" and first is not None else None
-            of_constant = (
-                kind in ("view_copy", "copy")
-                and first is not None
-                and first.name in constant
-            )
+            of_constant = kind in ("view_copy", "copy") and first is not None and first.name in constant
             if of_constant:
                 constant.add(node.name)
             out.append(
@@ -576,9 +509,7 @@ class WorkbenchTensor:
     internal: bool  # written and read only inside one multi-op delegate
 
 
-def workbench_tensors(
-    memory: MemoryPlan, dg: DeviceGraph, placement: Placement
-) -> list[WorkbenchTensor]:
+def workbench_tensors(memory: MemoryPlan, dg: DeviceGraph, placement: Placement) -> list[WorkbenchTensor]:
     """The workbench's planned storages (of ``memory``, a plan of ``dg``) with the op that writes each."""
     nodes = {n.name: n for n in dg.graph.nodes}
     outputs = set(dg.user_outputs)
@@ -594,32 +525,24 @@ def workbench_tensors(
         else:
             op = short_op_name(writer)
         delegate = placement.node_delegate.get(writer.name)
-        readers = [
-            u for name in (alloc.name, *alloc.aliases) for u in nodes[name].users
-        ]
+        readers = [u for name in (alloc.name, *alloc.aliases) for u in nodes[name].users]
         internal = (
             delegate is not None
             and sizes[delegate] > 1
             and alloc.name not in outputs
             and all(placement.node_delegate.get(u.name) == delegate for u in readers)
         )
-        out.append(
-            WorkbenchTensor(alloc.name, op, alloc.device, alloc.nbytes, internal)
-        )
+        out.append(WorkbenchTensor(alloc.name, op, alloc.device, alloc.nbytes, internal))
     return out
 
 
-def _account(
-    et_tensors: Sequence[ETTensor], wb_tensors: Sequence[WorkbenchTensor]
-) -> tuple[OneSided, ...]:
+def _account(et_tensors: Sequence[ETTensor], wb_tensors: Sequence[WorkbenchTensor]) -> tuple[OneSided, ...]:
     """Tensors planned by one side only, each with its reason (rule 3)."""
     result: list[OneSided] = []
     pending: list[ETTensor] = []
     for t in et_tensors:
         if t.kind in ("view_copy", "unread_output"):
-            result.append(
-                OneSided("executorch", t.device, t.name, t.op, t.nbytes, t.kind)
-            )
+            result.append(OneSided("executorch", t.device, t.name, t.op, t.nbytes, t.kind))
         else:
             pending.append(t)
     # match the rest as a multiset of (device, op, bytes); order does not matter
@@ -638,9 +561,7 @@ def _account(
     host_legs = {t.name for t in et_tensors if t.op == "d2h_copy"}
     for t in et_left:
         reason = None
-        if direct and (
-            t.op == "d2h_copy" or (t.op == "h2d_copy" and t.source in host_legs)
-        ):
+        if direct and (t.op == "d2h_copy" or (t.op == "h2d_copy" and t.source in host_legs)):
             reason = "through_host"
         elif t.op == "h2d_copy" and t.of_constant:
             reason = "resident_weight"
@@ -648,13 +569,7 @@ def _account(
             reason = "per_argument_copy"
         result.append(OneSided("executorch", t.device, t.name, t.op, t.nbytes, reason))
     for w in wb_rest:
-        reason = (
-            "through_host"
-            if w.op == "d2d_copy"
-            else "delegate_internal"
-            if w.internal
-            else None
-        )
+        reason = "through_host" if w.op == "d2d_copy" else "delegate_internal" if w.internal else None
         result.append(OneSided("workbench", w.device, w.name, w.op, w.nbytes, reason))
     return tuple(result)
 
@@ -685,9 +600,5 @@ def compare_arena_case(
     out = []
     for skip_h2d, skip_d2h in check_settings(settings):
         model, inputs = case.build()
-        out.append(
-            compare_arenas(
-                model, inputs, case.rules, skip_h2d, skip_d2h, name=case.name
-            )
-        )
+        out.append(compare_arenas(model, inputs, case.rules, skip_h2d, skip_d2h, name=case.name))
     return tuple(out)

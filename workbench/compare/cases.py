@@ -73,12 +73,8 @@ class Case:
     """A model, its example inputs and a placement, with what the case is meant to show."""
 
     name: str  # unique in CASES
-    build: Callable[
-        [], tuple[nn.Module, tuple]
-    ]  # a fresh seeded (model in eval mode, inputs)
-    rules: Optional[
-        Mapping[str, Sequence[str]]
-    ]  # {device: [op patterns]}; None: all on the host
+    build: Callable[[], tuple[nn.Module, tuple]]  # a fresh seeded (model in eval mode, inputs)
+    rules: Optional[Mapping[str, Sequence[str]]]  # {device: [op patterns]}; None: all on the host
     shows: str  # one line: the difference this case exhibits
     checks: tuple[str, ...]  # the cross-checks that run it, of CHECKS
 
@@ -149,6 +145,4 @@ def case(name: str) -> Case:
     for c in CASES:
         if c.name == name:
             return c
-    raise UnknownCaseError(
-        f"no cross-check case named {name!r}; valid names are {', '.join(case_names())}"
-    )
+    raise UnknownCaseError(f"no cross-check case named {name!r}; valid names are {', '.join(case_names())}")

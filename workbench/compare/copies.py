@@ -137,9 +137,7 @@ class CopyComparison:
     skip_d2h: bool
     wb_counts: Mapping[str, int]  # {"h2d", "d2h", "d2d"} → copies per call
     wb_bytes: Mapping[str, int]  # same keys → bytes per call
-    wb_resident_bytes: Mapping[
-        str, int
-    ]  # device → parameter bytes held there (no copy)
+    wb_resident_bytes: Mapping[str, int]  # device → parameter bytes held there (no copy)
     wb_delegates: tuple[DelegateOps, ...]
     wb_equals_eager: bool  # the propagated graph, run, returns the eager output
     et: ExecuTorchCopies
@@ -164,9 +162,7 @@ class CopyComparison:
     @property
     def same_delegates(self) -> bool:
         """Both sides formed the same delegates (device and ops, in order)."""
-        return [d.signature() for d in self.wb_delegates] == [
-            d.signature() for d in self.et.delegates
-        ]
+        return [d.signature() for d in self.wb_delegates] == [d.signature() for d in self.et.delegates]
 
     @property
     def rules_text(self) -> str:
@@ -187,9 +183,7 @@ class CopyComparison:
             "wb_d2d": self.wb_counts["d2d"],
             "wb_copies": self.wb_total,
             "wb_bytes": self.wb_total_bytes,
-            "wb_resident": sum(
-                n for dev, n in self.wb_resident_bytes.items() if dev != "cpu"
-            ),
+            "wb_resident": sum(n for dev, n in self.wb_resident_bytes.items() if dev != "cpu"),
             "wb_eager_ok": self.wb_equals_eager,
             "et_h2d": et_counts.get("h2d"),
             "et_d2h": et_counts.get("d2h"),
@@ -221,9 +215,7 @@ def executorch_copies(
     Raises ``ExecuTorchNotInstalled`` without executorch, ``PlacementError`` for malformed
     rules; an ExecuTorch refusal or crash is returned in ``.error``.
     """
-    return executorch_copies_for(model, example_inputs, rules, ((skip_h2d, skip_d2h),))[
-        0
-    ]
+    return executorch_copies_for(model, example_inputs, rules, ((skip_h2d, skip_d2h),))[0]
 
 
 def executorch_copies_for(
@@ -289,9 +281,7 @@ def compare_copies(
     same flags, and a run of the propagated graph against eager PyTorch. The ExecuTorch
     side: ``executorch_copies``.
     """
-    return compare_settings(
-        model, example_inputs, rules, ((skip_h2d, skip_d2h),), name=name
-    )[0]
+    return compare_settings(model, example_inputs, rules, ((skip_h2d, skip_d2h),), name=name)[0]
 
 
 def compare_settings(
@@ -339,9 +329,7 @@ def compare_settings(
     return tuple(rows)
 
 
-def compare_case(
-    case: Case, settings: Sequence[tuple[bool, bool]] = FLAG_SETTINGS
-) -> tuple[CopyComparison, ...]:
+def compare_case(case: Case, settings: Sequence[tuple[bool, bool]] = FLAG_SETTINGS) -> tuple[CopyComparison, ...]:
     """``compare_settings`` on one of ``workbench.compare.COPY_CASES``."""
     if not isinstance(case, Case):
         raise CrossCheckTypeError(
@@ -352,9 +340,7 @@ def compare_case(
             f"case {case.name!r} places nothing on a device, so there are no copies to compare; "
             f"the copy cases are {', '.join(c.name for c in COPY_CASES)}"
         )
-    return compare_settings(
-        case.model(), case.example_inputs(), case.rules, settings, name=case.name
-    )
+    return compare_settings(case.model(), case.example_inputs(), case.rules, settings, name=case.name)
 
 
 def comparison_table(cases: Iterable[CopyComparison]) -> pd.DataFrame:

@@ -81,11 +81,7 @@ def delegate_ops(placement: Placement) -> tuple[DelegateOps, ...]:
     nodes = {n.name: n for n in placement.program.graph.nodes}
     out = []
     for d in placement.delegates:
-        ops = tuple(
-            packet_name(nodes[name])
-            for name in d.nodes
-            if _is_op_overload(nodes[name].target)
-        )
+        ops = tuple(packet_name(nodes[name]) for name in d.nodes if wrapped_overload(nodes[name].target) is not None)
         out.append(DelegateOps(str(d.device), ops))
     return tuple(out)
 
@@ -108,21 +104,15 @@ def _partitioner_class() -> type:
 
         def __init__(self, rules: Mapping[str, Sequence[str] | str]) -> None:
             super().__init__()
-            parse_edge_rules(
-                rules
-            )  # refuse what cannot be cross-checked before lowering
+            parse_edge_rules(rules)  # refuse what cannot be cross-checked before lowering
             self.rules = rules
             self.delegates: tuple[DelegateOps, ...] = ()
-            self.failure: Exception | None = (
-                None  # raised by our own code, not ExecuTorch's
-            )
+            self.failure: Exception | None = None  # raised by our own code, not ExecuTorch's
 
         def partition(self, exported_program: Any) -> Any:
             try:
                 program = Program.from_exported(exported_program, shape_only=False)
-                placement = place(
-                    program, self.rules
-                )  # edge ops are named like the aten ops they wrap
+                placement = place(program, self.rules)  # edge ops are named like the aten ops they wrap
             except Exception as exc:
                 self.failure = exc
                 raise
@@ -140,9 +130,7 @@ def _partitioner_class() -> type:
                     nodes[name].meta["delegation_tag"] = tag
                 tags[tag] = specs[device]
             self.delegates = delegate_ops(placement)
-            return et.PartitionResult(
-                tagged_exported_program=exported_program, partition_tags=tags
-            )
+            return et.PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
 
     return RulePartitioner
 
@@ -158,9 +146,7 @@ def backend_config(skip_h2d: bool = False, skip_d2h: bool = False) -> Any:
             skip_h2d_for_method_inputs=skip_h2d,
             skip_d2h_for_method_outputs=skip_d2h,
         ),
-        memory_planning_pass=et.MemoryPlanningPass(
-            alloc_graph_input=not skip_h2d, alloc_graph_output=not skip_d2h
-        ),
+        memory_planning_pass=et.MemoryPlanningPass(alloc_graph_input=not skip_h2d, alloc_graph_output=not skip_d2h),
     )
 
 
@@ -184,19 +170,13 @@ def lower(
     configs = [backend_config(skip_h2d, skip_d2h) for skip_h2d, skip_d2h in settings]
     exported = torch.export.export(model, as_input_tuple(example_inputs))
     stage = "to_edge"
-    with (
-        quiet_executorch()
-    ):  # ExecuTorch's deprecation chatter is not part of the result
+    with quiet_executorch():  # ExecuTorch's deprecation chatter is not part of the result
         try:
-            program = et.to_edge(
-                exported, compile_config=et.EdgeCompileConfig(_check_ir_validity=False)
-            )
+            program = et.to_edge(exported, compile_config=et.EdgeCompileConfig(_check_ir_validity=False))
             if partitioner is not None:
                 stage = "to_backend"
                 program = program.to_backend(partitioner)
-        except (
-            Exception
-        ) as exc:  # any failure inside ExecuTorch is the answer we report
+        except Exception as exc:  # any failure inside ExecuTorch is the answer we report
             if partitioner is not None and partitioner.failure is not None:
                 raise partitioner.failure  # the workbench failed, not ExecuTorch
             return [failed(exc, stage, config) for config in configs]

@@ -58,20 +58,13 @@ def check_settings(settings: Iterable[Any]) -> tuple[tuple[bool, bool], ...]:
     """The settings as a tuple of ``(skip_h2d, skip_d2h)`` pairs (rule 1); ``ValueError`` otherwise."""
     out = []
     for item in settings:
-        if not (
-            isinstance(item, tuple)
-            and len(item) == 2
-            and all(isinstance(f, bool) for f in item)
-        ):
+        if not (isinstance(item, tuple) and len(item) == 2 and all(isinstance(f, bool) for f in item)):
             raise CrossCheckInputError(
-                f"a flag setting is a pair of bools (skip_h2d, skip_d2h), such as (True, False); "
-                f"got {item!r}"
+                f"a flag setting is a pair of bools (skip_h2d, skip_d2h), such as (True, False); got {item!r}"
             )
         out.append(item)
     if not out:
-        raise CrossCheckInputError(
-            "settings is empty; give at least one (skip_h2d, skip_d2h) pair"
-        )
+        raise CrossCheckInputError("settings is empty; give at least one (skip_h2d, skip_d2h) pair")
     return tuple(out)
 
 
@@ -113,6 +106,5 @@ def as_input_tuple(example_inputs: Any) -> tuple:
     if isinstance(example_inputs, (list, tuple)):
         return tuple(example_inputs)
     raise CrossCheckTypeError(
-        f"example_inputs must be a tuple of inputs (or a single tensor), got "
-        f"{type(example_inputs).__name__}"
+        f"example_inputs must be a tuple of inputs (or a single tensor), got {type(example_inputs).__name__}"
     )

@@ -27,11 +27,12 @@ import pandas as pd
 import torch
 
 from ..capture import capture
-from ..executorch.imported import ImportedProgram, from_executorch
+from ..executorch.imported import ExecuTorchEstimate, ImportedProgram, from_executorch
 from ..executorch.patterns import PATTERNS, Pattern, find_patterns
 from ..place import place
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import DeviceGraph
+from ..runtime import Timeline, estimate
 from .arenas import workbench_plan, workbench_tensors
 from .lowering import error_text, lower, rule_partitioner
 from .settings import (
@@ -65,9 +66,9 @@ class SideBySide:
     et_stage: Optional[str]  # the pipeline step that raised
     patterns: tuple[Pattern, ...]  # what ExecuTorch spends that the workbench avoids
     workbench: MemoryPlan  # the workbench's plan (``best``) of the same placement
-    workbench_internal: Mapping[
-        str, int
-    ]  # device → bytes planned inside multi-op delegates
+    workbench_internal: Mapping[str, int]  # device → bytes planned inside multi-op delegates
+    executorch_estimate: Optional[ExecuTorchEstimate]  # ExecuTorch's program, modeled
+    workbench_timeline: Timeline  # the workbench's plan, modeled with the same cost model
 
     @property
     def workbench_graph(self) -> DeviceGraph:
@@ -98,12 +99,8 @@ class SideBySide:
         dg = self.workbench_graph
         wb_counts, wb_bytes = dg.copy_counts(), dg.copy_bytes()
         p = self.executorch.program if self.executorch is not None else None
-        et_counts = (
-            {**dict.fromkeys(wb_counts, 0), **p.copy_counts()} if p is not None else {}
-        )
-        et_bytes = (
-            {**dict.fromkeys(wb_bytes, 0), **p.copy_bytes()} if p is not None else {}
-        )
+        et_counts = {**dict.fromkeys(wb_counts, 0), **p.copy_counts()} if p is not None else {}
+        et_bytes = {**dict.fromkeys(wb_bytes, 0), **p.copy_bytes()} if p is not None else {}
         rows = []
         for quantity, et, wb in (
             ("copies per call", et_counts, wb_counts),
@@ -129,10 +126,7 @@ class SideBySide:
         et_bound = p.lower_bound(self.alignment) if p is not None else {}
         et_constants = p.constant_bytes if p is not None else {}
         devices = sorted(
-            set(self.workbench.arena_bytes)
-            | set(et_arena)
-            | set(self.workbench.constant_bytes)
-            | set(et_constants),
+            set(self.workbench.arena_bytes) | set(et_arena) | set(self.workbench.constant_bytes) | set(et_constants),
             key=lambda d: (d != "cpu", d),
         )
         rows = []
@@ -168,38 +162,23 @@ class SideBySide:
             reason = f"ExecuTorch failed in {self.et_stage}: {self.et_error}"
         elif difference == 0 and (et_lb is None or et == wb):
             reason = ""
-        return dict(
-            zip(COLUMNS, (quantity, of, et, wb, et_lb, wb_lb, difference, reason))
-        )
+        return dict(zip(COLUMNS, (quantity, of, et, wb, et_lb, wb_lb, difference, reason)))
 
     # -- reasons (rule 2) ---------------------------------------------------------------
 
     def _copy_reason(self, kind: str, quantity: str) -> str:
         counted = quantity == "copies per call"
         parts, explained = [], 0
-        for key, group in _by_key(
-            p for p in self.patterns if p.copies.get(kind)
-        ).items():
-            amount = (
-                sum(p.copies[kind] for p in group)
-                if counted
-                else sum(_kind_bytes(p, kind) for p in group)
-            )
+        for key, group in _by_key(p for p in self.patterns if p.copies.get(kind)).items():
+            amount = sum(p.copies[kind] for p in group) if counted else sum(_kind_bytes(p, kind) for p in group)
             explained += amount
-            parts.append(
-                f"{PATTERNS[key]}: {_amount(amount, counted)} — "
-                + "; ".join(p.detail for p in group)
-            )
+            parts.append(f"{PATTERNS[key]}: {_amount(amount, counted)} — " + "; ".join(p.detail for p in group))
         if kind == "d2d":
             parts.append(
                 "ExecuTorch has no device-to-device copy: it goes through the host (see copies through the host)"
             )
         et = self._et_copies(kind, counted)
-        wb = (
-            self.workbench_graph.copy_counts()
-            if counted
-            else self.workbench_graph.copy_bytes()
-        )[kind]
+        wb = (self.workbench_graph.copy_counts() if counted else self.workbench_graph.copy_bytes())[kind]
         left = (et - wb - explained) if et is not None and kind != "d2d" else 0
         if left:
             parts.append(f"unexplained: {_amount(left, counted)}")
@@ -253,10 +232,7 @@ class SideBySide:
     def _et_tensor_devices(self) -> dict[str, tuple[str, int]]:
         if self.executorch is None:
             return {}
-        return {
-            t.name: (str(t.device), t.nbytes)
-            for t in self.executorch.program.tensors.values()
-        }
+        return {t.name: (str(t.device), t.nbytes) for t in self.executorch.program.tensors.values()}
 
 
 def _by_key(patterns: Any) -> dict[str, list[Pattern]]:
@@ -273,9 +249,7 @@ def _kind_bytes(pattern: Pattern, kind: str) -> int:
 
 
 def _amount(amount: int, counted: bool) -> str:
-    return (
-        f"{amount} cop{'y' if amount == 1 else 'ies'}" if counted else f"{amount:,} B"
-    )
+    return f"{amount} cop{'y' if amount == 1 else 'ies'}" if counted else f"{amount:,} B"
 
 
 # --- running both sides ------------------------------------------------------------------
@@ -300,9 +274,7 @@ def compare_with_executorch(
     inputs = as_input_tuple(example_inputs)
     partitioner = rule_partitioner(rules)
 
-    def read(
-        program: Any, config: Any
-    ) -> tuple[Optional[ImportedProgram], int, Optional[str], Optional[str]]:
+    def read(program: Any, config: Any) -> tuple[Optional[ImportedProgram], int, Optional[str], Optional[str]]:
         return (
             from_executorch(program),
             int(config.memory_planning_pass.alignment),
@@ -320,9 +292,7 @@ def compare_with_executorch(
             stage,
         )
 
-    imported, alignment, error, stage = lower(
-        model, inputs, partitioner, [(skip_h2d, skip_d2h)], read, failed
-    )[0]
+    imported, alignment, error, stage = lower(model, inputs, partitioner, [(skip_h2d, skip_d2h)], read, failed)[0]
     placement = place(capture(model, inputs, decompose=True), rules)
     dg, plan = workbench_plan(placement, skip_h2d, skip_d2h, "best", alignment)
     internal: dict[str, int] = {}
@@ -341,4 +311,6 @@ def compare_with_executorch(
         patterns=find_patterns(imported.program) if imported is not None else (),
         workbench=plan,
         workbench_internal=internal,
+        executorch_estimate=imported.estimate() if imported is not None else None,
+        workbench_timeline=estimate(plan),
     )

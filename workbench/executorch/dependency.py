@@ -44,9 +44,7 @@ INSTALL_HINT = f"pip install executorch=={SUPPORTED_VERSION}"
 
 # The demo backend that lowers any subgraph; a test-tree path, so the likeliest to move
 # between ExecuTorch versions.
-DEMO_BACKEND_MODULE = (
-    "executorch.exir.backend.test.demos.rpc.executor_backend_preprocess"
-)
+DEMO_BACKEND_MODULE = "executorch.exir.backend.test.demos.rpc.executor_backend_preprocess"
 
 # Loggers that report optional native kernels missing on a CPU-only machine and a torch
 # deprecation while ExecuTorch imports: noise around the workbench's results, never part of them.
@@ -116,8 +114,7 @@ def executorch_api() -> Any:
         backend = importlib.import_module(DEMO_BACKEND_MODULE).ExecutorBackend
     except ImportError as exc:
         raise ExecuTorchNotInstalled(
-            f"this needs the optional package executorch ({type(exc).__name__}: {exc}); "
-            f"install it with: {INSTALL_HINT}"
+            f"this needs the optional package executorch ({type(exc).__name__}: {exc}); install it with: {INSTALL_HINT}"
         ) from exc
     propagate_config = _device_support(ExecutorchBackendConfig, schema)
     return types.SimpleNamespace(
@@ -151,9 +148,7 @@ def _device_support(backend_config: type, schema: types.ModuleType) -> type:
         from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig
     except ImportError:
         PropagateDeviceConfig = None
-        missing.append(
-            "executorch.exir.passes.propagate_device_config.PropagateDeviceConfig"
-        )
+        missing.append("executorch.exir.passes.propagate_device_config.PropagateDeviceConfig")
     fields = {f.name for f in dataclasses.fields(backend_config)}
     missing += [
         f"ExecutorchBackendConfig.{name}"

@@ -74,10 +74,7 @@ def functional_overload(op: torch._ops.OpOverload) -> Optional[torch._ops.OpOver
     for name in packet.overloads():
         candidate = getattr(packet, name)
         arguments = candidate._schema.arguments
-        if not any(
-            a.is_out or (a.alias_info is not None and a.alias_info.is_write)
-            for a in arguments
-        ):
+        if not any(a.is_out or (a.alias_info is not None and a.alias_info.is_write) for a in arguments):
             if _signature(arguments) == wanted:
                 return candidate
     return None
@@ -86,11 +83,5 @@ def functional_overload(op: torch._ops.OpOverload) -> Optional[torch._ops.OpOver
 @functools.cache
 def is_view_copy(op: str) -> bool:
     """Rule 4, on a short op name (``permute_copy``, ``split_with_sizes_copy``)."""
-    packet = (
-        getattr(torch.ops.aten, op.removesuffix("_copy"), None)
-        if op.endswith("_copy")
-        else None
-    )
-    return packet is not None and any(
-        is_view_op(getattr(packet, o)) for o in packet.overloads()
-    )
+    packet = getattr(torch.ops.aten, op.removesuffix("_copy"), None) if op.endswith("_copy") else None
+    return packet is not None and any(is_view_op(getattr(packet, o)) for o in packet.overloads())

@@ -47,9 +47,7 @@ class Pattern:
     calls: tuple[str, ...]  # names of the calls it concerns, in execution order
     tensors: tuple[str, ...]  # names of the tensors it plans
     device: Device  # where its tensors live (a copy's destination)
-    copies: Mapping[
-        str, int
-    ]  # copies it adds per call, by kind ({} for memory patterns)
+    copies: Mapping[str, int]  # copies it adds per call, by kind ({} for memory patterns)
     nbytes: int  # bytes of its tensors (for copies: bytes moved per call)
     detail: str  # one sentence in plain words
 
@@ -70,20 +68,10 @@ def find_patterns(program: ExecuTorchProgram) -> tuple[Pattern, ...]:
         source = program.storage(call.reads[0])
         upstream = writer.get(source)
         key = (source, call.device)
-        if (
-            upstream is not None
-            and upstream.copy_kind == "d2h"
-            and program.copy_source(upstream) != call.device
-        ):
-            found.append(
-                _through_host(program, upstream, call, readers.get(source, []))
-            )
+        if upstream is not None and upstream.copy_kind == "d2h" and program.copy_source(upstream) != call.device:
+            found.append(_through_host(program, upstream, call, readers.get(source, [])))
         elif source in derived:
-            found.append(
-                _copy_pattern(
-                    program, "weight_copy", call, _weight_detail(program, call, source)
-                )
-            )
+            found.append(_copy_pattern(program, "weight_copy", call, _weight_detail(program, call, source)))
         elif key in seen:
             found.append(
                 _copy_pattern(
@@ -113,18 +101,12 @@ def _constant_derived(program: ExecuTorchProgram) -> set[int]:
     """Constants, and every value computed from constants only (rule 2)."""
     derived = {t.index for t in program.tensors.values() if t.role == "constant"}
     for call in program.calls:
-        if (
-            call.kind == "kernel"
-            and call.reads
-            and all(program.storage(i) in derived for i in call.reads)
-        ):
+        if call.kind == "kernel" and call.reads and all(program.storage(i) in derived for i in call.reads):
             derived.update(call.writes)
     return derived
 
 
-def _copy_pattern(
-    program: ExecuTorchProgram, key: str, call: ProgramCall, detail: str
-) -> Pattern:
+def _copy_pattern(program: ExecuTorchProgram, key: str, call: ProgramCall, detail: str) -> Pattern:
     nbytes = program.copy_nbytes(call)
     names = tuple(program.tensors[i].name for i in call.writes)
     return Pattern(key, (call.name,), names, call.device, {"h2d": 1}, nbytes, detail)
@@ -137,9 +119,7 @@ def _through_host(
     host_readers: list[ProgramCall],
 ) -> Pattern:
     """Rule 1: the h2d, and the d2h when nothing but such h2d copies reads its result."""
-    value = (
-        program.tensors[program.storage(d2h.reads[0])].name if d2h.reads else d2h.name
-    )
+    value = program.tensors[program.storage(d2h.reads[0])].name if d2h.reads else d2h.name
     src = program.copy_source(d2h)
     only_copies = all(r.copy_kind == "h2d" and r.device != src for r in host_readers)
     # the d2h is counted with the first h2d that reads it, so it is counted once
@@ -148,25 +128,16 @@ def _through_host(
     calls = (d2h.name, h2d.name) if with_d2h else (h2d.name,)
     copies = {"d2h": 1, "h2d": 1} if with_d2h else {"h2d": 1}
     nbytes = program.copy_nbytes(h2d) * (2 if with_d2h else 1)
-    tensors = tuple(
-        program.tensors[i].name
-        for c in ((d2h, h2d) if with_d2h else (h2d,))
-        for i in c.writes
-    )
+    tensors = tuple(program.tensors[i].name for c in ((d2h, h2d) if with_d2h else (h2d,)) for i in c.writes)
     detail = (
-        f"{value} goes {src} → cpu → {h2d.device} ({' + '.join(calls)}); the workbench copies it "
-        f"directly with one d2d"
+        f"{value} goes {src} → cpu → {h2d.device} ({' + '.join(calls)}); the workbench copies it directly with one d2d"
     )
     return Pattern("through_host", calls, tensors, h2d.device, copies, nbytes, detail)
 
 
 def _weight_detail(program: ExecuTorchProgram, call: ProgramCall, source: int) -> str:
     what = program.tensors[source]
-    kind = (
-        "the weight"
-        if what.role == "constant"
-        else "a value computed from weights only,"
-    )
+    kind = "the weight" if what.role == "constant" else "a value computed from weights only,"
     return (
         f"{call.name} copies {kind} {what.name} ({program.copy_nbytes(call):,} B) to {call.device} on every "
         "call; the workbench keeps parameters resident on the device that uses them (loaded once)"
@@ -180,9 +151,7 @@ def _per_edge_detail(program: ExecuTorchProgram, call: ProgramCall, source: int)
     )
 
 
-def _view_pattern(
-    program: ExecuTorchProgram, call: ProgramCall, op: str, of_weight: bool
-) -> Pattern:
+def _view_pattern(program: ExecuTorchProgram, call: ProgramCall, op: str, of_weight: bool) -> Pattern:
     written = [program.tensors[i] for i in call.writes]
     nbytes = sum(t.nbytes for t in written)
     device = written[0].device if written else call.device
@@ -203,26 +172,15 @@ def _view_pattern(
     )
 
 
-def _unread_outputs(
-    program: ExecuTorchProgram, readers: Mapping[int, list[ProgramCall]]
-) -> list[Pattern]:
+def _unread_outputs(program: ExecuTorchProgram, readers: Mapping[int, list[ProgramCall]]) -> list[Pattern]:
     """Rule 5."""
     returned = {program.storage(i) for i in program.outputs if i in program.tensors}
-    viewed = {
-        program.storage(t.index)
-        for t in program.tensors.values()
-        if t.view_of is not None
-    }
+    viewed = {program.storage(t.index) for t in program.tensors.values() if t.view_of is not None}
     found = []
     for call in program.calls:
         for index in call.writes:
             t = program.tensors[index]
-            if (
-                index in readers
-                or index in returned
-                or index in viewed
-                or t.memory_id is None
-            ):
+            if index in readers or index in returned or index in viewed or t.memory_id is None:
                 continue
             detail = (
                 f"{call.name} writes {t.name} ({t.nbytes:,} B on {t.device}), which nothing reads; the "

@@ -36,6 +36,8 @@ Rules:
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -93,9 +95,7 @@ class ProgramTensor:
     nbytes: int
     device: Device  # rule 4
     role: str  # "input" | "constant" | "activation" (a call writes it) | "view" | "state" | "unused"
-    memory_id: Optional[
-        int
-    ]  # its planned buffer (an index of buffer_sizes); None if unplanned
+    memory_id: Optional[int]  # its planned buffer (an index of buffer_sizes); None if unplanned
     offset: Optional[int]  # byte offset in that buffer; None if unplanned
     view_of: Optional[int] = None  # a view: the value index of its base (rule 2)
 
@@ -116,9 +116,7 @@ class ProgramCall:
     kind: str  # "kernel" | "delegate" | "copy"
     op: str  # "aten::addmm.out", "et_copy::_h2d_copy.out", or the delegate's backend id
     device: Device  # where it runs (rule 4)
-    arguments: tuple[
-        int, ...
-    ]  # every argument, as value indices, as the instruction lists them
+    arguments: tuple[int, ...]  # every argument, as value indices, as the instruction lists them
     reads: tuple[int, ...]  # tensor values it reads (rule 2), in argument order
     writes: tuple[int, ...]  # tensor values it writes, in argument order
     backend: Optional[str] = None  # delegate: the backend id
@@ -133,9 +131,7 @@ class ExecuTorchProgram:
 
     method: str
     tensors: Mapping[int, ProgramTensor]  # value index → tensor, in index order
-    scalars: Mapping[
-        int, Any
-    ]  # value index → a non-tensor argument (int, float, list, TensorList, None)
+    scalars: Mapping[int, Any]  # value index → a non-tensor argument (int, float, list, TensorList, None)
     calls: tuple[ProgramCall, ...]  # in execution order
     inputs: tuple[int, ...]  # value indices of the method's inputs
     outputs: tuple[int, ...]  # value indices of the method's outputs
@@ -187,13 +183,8 @@ class ExecuTorchProgram:
         by_device: dict[str, list[Buffer]] = {}
         for owner, (first, last) in self.lifetimes().items():
             t = self.tensors[owner]
-            by_device.setdefault(str(t.device), []).append(
-                Buffer(t.name, t.nbytes, first, last)
-            )
-        return {
-            device: lower_bound(buffers, alignment)
-            for device, buffers in by_device.items()
-        }
+            by_device.setdefault(str(t.device), []).append(Buffer(t.name, t.nbytes, first, last))
+        return {device: lower_bound(buffers, alignment) for device, buffers in by_device.items()}
 
     @property
     def copies(self) -> tuple[ProgramCall, ...]:
@@ -208,11 +199,7 @@ class ExecuTorchProgram:
     @property
     def devices(self) -> tuple[Device, ...]:
         """Every device a tensor, a buffer or a call is on, host first."""
-        found = (
-            {t.device for t in self.tensors.values()}
-            | set(self.buffer_devices)
-            | {c.device for c in self.calls}
-        )
+        found = {t.device for t in self.tensors.values()} | set(self.buffer_devices) | {c.device for c in self.calls}
         return tuple(sorted(found | {CPU}, key=lambda d: (not d.is_host, str(d))))
 
     def copy_nbytes(self, call: ProgramCall) -> int:
@@ -272,9 +259,7 @@ class ExecuTorchProgram:
              t.memory_id, t.offset)
             for t in self.tensors.values()
         ]  # fmt: skip
-        return pd.DataFrame(rows, columns=columns).astype(
-            {"buffer": "Int64", "offset": "Int64"}
-        )
+        return pd.DataFrame(rows, columns=columns).astype({"buffer": "Int64", "offset": "Int64"})
 
     def calls_dataframe(self) -> pd.DataFrame:
         """One row per call: index, name, kind, op, device, what it reads and writes."""
@@ -307,9 +292,7 @@ class ExecuTorchProgram:
 
     def buffers_dataframe(self) -> pd.DataFrame:
         """One row per planned buffer (index 0 left out): its device, size and tensor count."""
-        count = Counter(
-            t.memory_id for t in self.tensors.values() if t.memory_id is not None
-        )
+        count = Counter(t.memory_id for t in self.tensors.values() if t.memory_id is not None)
         rows = [
             (i, str(self.buffer_devices[i]), self.buffer_sizes[i], count.get(i, 0))
             for i in range(1, len(self.buffer_sizes))
@@ -318,17 +301,13 @@ class ExecuTorchProgram:
 
 
 def _specs_text(specs: tuple[tuple[str, bytes], ...]) -> str:
-    return ", ".join(
-        f"{key}={value.decode('utf-8', 'replace')}" for key, value in specs
-    )
+    return ", ".join(f"{key}={value.decode('utf-8', 'replace')}" for key, value in specs)
 
 
 # --- reading ExecuTorch's schema ------------------------------------------------------
 
 
-def read_program(
-    program: Any, method: Optional[str] = None, *, host_only: bool = False
-) -> ExecuTorchProgram:
+def read_program(program: Any, method: Optional[str] = None, *, host_only: bool = False) -> ExecuTorchProgram:
     """ExecuTorch's ``schema.Program`` as an ``ExecuTorchProgram`` (see the module's rules).
 
     Raises ``UnsupportedProgram`` for control flow or an unknown device,
@@ -338,20 +317,14 @@ def read_program(
     et = executorch_api()
     plan = _execution_plan(program, method)
     buffer_devices = _buffer_devices(et, plan)
-    instructions = [
-        ins.instr_args for chain in plan.chains for ins in chain.instructions
-    ]
-    raw_calls = [
-        _raw_call(et, plan, position, args)
-        for position, args in enumerate(instructions)
-    ]
+    instructions = [ins.instr_args for chain in plan.chains for ins in chain.instructions]
+    raw_calls = [_raw_call(et, plan, position, args) for position, args in enumerate(instructions)]
     flow = _Dataflow(et, plan)
     for raw in raw_calls:
         flow.add(raw)
     tensors = flow.tensors(buffer_devices)
     calls = tuple(
-        _call(raw, flow.names[raw.position], reads, writes, tensors)
-        for raw, (reads, writes) in zip(raw_calls, flow.io)
+        _call(raw, flow.names[raw.position], reads, writes, tensors) for raw, (reads, writes) in zip(raw_calls, flow.io)
     )
     result = ExecuTorchProgram(
         method=str(plan.name),
@@ -373,9 +346,7 @@ def _execution_plan(program: Any, method: Optional[str]) -> Any:
     plans = list(program.execution_plan)
     names = [str(p.name) for p in plans]
     if not plans:
-        raise ExecuTorchImportError(
-            "the ExecuTorch program has no method (its execution_plan is empty)"
-        )
+        raise ExecuTorchImportError("the ExecuTorch program has no method (its execution_plan is empty)")
     if method is None:
         method = names[0] if len(plans) == 1 else "forward"
     if method not in names:
@@ -407,9 +378,7 @@ def _is_constant(et: Any, val: Any) -> bool:
     if not isinstance(val, et.schema.Tensor) or val.allocation_info is not None:
         return False
     info = val.extra_tensor_info
-    external = info is not None and int(info.location) == int(
-        et.schema.TensorDataLocation.EXTERNAL
-    )
+    external = info is not None and int(info.location) == int(et.schema.TensorDataLocation.EXTERNAL)
     return int(val.data_buffer_idx) > 0 or external
 
 
@@ -432,11 +401,7 @@ def _raw_call(et: Any, plan: Any, position: int, args: Any) -> _RawCall:
     schema = et.schema
     if isinstance(args, schema.KernelCall):
         operator = plan.operators[args.op_index]
-        op = (
-            f"{operator.name}.{operator.overload}"
-            if operator.overload
-            else str(operator.name)
-        )
+        op = f"{operator.name}.{operator.overload}" if operator.overload else str(operator.name)
         kind = "copy" if operator.name in COPY_OPS else "kernel"
         base = str(operator.name).split("::")[-1].lstrip("_")
         return _RawCall(
@@ -451,9 +416,7 @@ def _raw_call(et: Any, plan: Any, position: int, args: Any) -> _RawCall:
             backend=str(delegate.id), delegate_index=int(args.delegate_index), compile_specs=specs,
         )  # fmt: skip
     if isinstance(args, schema.MoveCall):
-        return _RawCall(
-            position, "kernel", "move", "move", (int(args.move_from), int(args.move_to))
-        )
+        return _RawCall(position, "kernel", "move", "move", (int(args.move_from), int(args.move_to)))
     if isinstance(args, schema.FreeCall):
         return _RawCall(position, "kernel", "free", "free", ())
     raise UnsupportedProgram(
@@ -467,27 +430,17 @@ class _Dataflow:
 
     def __init__(self, et: Any, plan: Any) -> None:
         self.et, self.plan = et, plan
-        self.tensor_values = {
-            i for i, v in enumerate(plan.values) if isinstance(v.val, et.schema.Tensor)
-        }
-        self.constants = {
-            i for i in self.tensor_values if _is_constant(et, plan.values[i].val)
-        }
+        self.tensor_values = {i for i, v in enumerate(plan.values) if isinstance(v.val, et.schema.Tensor)}
+        self.constants = {i for i in self.tensor_values if _is_constant(et, plan.values[i].val)}
         self.inputs = tuple(int(i) for i in plan.inputs)
         self.defined = set(self.inputs) | self.constants
         self.namer = _Namer()
         self.names: dict[int, str] = {}  # call position → call name
-        self.io: list[
-            tuple[tuple[int, ...], tuple[int, ...]]
-        ] = []  # per call: (reads, writes)
-        self.written: dict[
-            int, str
-        ] = {}  # value → the name of the tensor (its writer's)
+        self.io: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # per call: (reads, writes)
+        self.written: dict[int, str] = {}  # value → the name of the tensor (its writer's)
         self.views: dict[int, int] = {}  # elided view → its base
         self.state: set[int] = set()
-        self.slots: dict[
-            tuple[int, int, int], int
-        ] = {}  # (buffer, offset, bytes) → latest tensor there
+        self.slots: dict[tuple[int, int, int], int] = {}  # (buffer, offset, bytes) → latest tensor there
         for index in self.inputs:
             self._claim(index)
 
@@ -498,9 +451,7 @@ class _Dataflow:
                 self._read_unwritten(index)
         name = self.namer.take(raw.base_name)
         for k, index in enumerate(writes):
-            self.written[index] = (
-                name if len(writes) == 1 else self.namer.take(f"{name}_out{k}")
-            )
+            self.written[index] = name if len(writes) == 1 else self.namer.take(f"{name}_out{k}")
             self._claim(index)
         self.defined.update(writes)
         self.names[raw.position] = name
@@ -515,18 +466,14 @@ class _Dataflow:
                 out = set(written_positions(op))
                 schema_args = args[: argument_count(op)]
                 writes = self._tensors(a for k, a in enumerate(schema_args) if k in out)
-                reads = self._tensors(
-                    a for k, a in enumerate(schema_args) if k not in out
-                )
+                reads = self._tensors(a for k, a in enumerate(schema_args) if k not in out)
                 return tuple(i for i in reads if i not in writes), writes
         tensors = self._tensors(args)
         if raw.kind == "delegate":
             defined = [k for k, i in enumerate(tensors) if i in self.defined]
             cut = defined[-1] + 1 if defined else 0
             return tensors[:cut], tensors[cut:]
-        return tuple(i for i in tensors if i in self.defined), tuple(
-            i for i in tensors if i not in self.defined
-        )
+        return tuple(i for i in tensors if i in self.defined), tuple(i for i in tensors if i not in self.defined)
 
     def _tensors(self, arguments: Any) -> tuple[int, ...]:
         """The tensor values among ``arguments``, lists of tensors flattened, each once."""
@@ -536,12 +483,8 @@ class _Dataflow:
                 out.append(index)
             elif 0 <= index < len(self.plan.values):
                 val = self.plan.values[index].val
-                if isinstance(
-                    val, (self.et.schema.TensorList, self.et.schema.OptionalTensorList)
-                ):
-                    out.extend(
-                        int(i) for i in val.items if int(i) in self.tensor_values
-                    )
+                if isinstance(val, (self.et.schema.TensorList, self.et.schema.OptionalTensorList)):
+                    out.extend(int(i) for i in val.items if int(i) in self.tensor_values)
         return tuple(dict.fromkeys(out))
 
     def _slot(self, index: int) -> Optional[tuple[int, int, int]]:
@@ -588,9 +531,7 @@ class _Dataflow:
                 role, name = "state", self.namer.take(f"state_{index}")
             else:
                 role, name = "unused", self.namer.take(f"value_{index}")
-            out[index] = _tensor(
-                self.et, index, val, name, role, buffer_devices, self.views.get(index)
-            )
+            out[index] = _tensor(self.et, index, val, name, role, buffer_devices, self.views.get(index))
         return out
 
 
@@ -718,11 +659,7 @@ def _require_device_metadata(program: ExecuTorchProgram, plan: Any) -> None:
     """Rule 7."""
     listed = bool(plan.non_const_buffer_device)
     on_device = any(not t.device.is_host for t in program.tensors.values())
-    targeted = any(
-        key == TARGET_DEVICE_KEY
-        for c in program.delegate_calls
-        for key, _ in c.compile_specs
-    )
+    targeted = any(key == TARGET_DEVICE_KEY for c in program.delegate_calls for key, _ in c.compile_specs)
     if listed or on_device or targeted:
         return
     raise MissingDeviceMetadata(
@@ -736,19 +673,16 @@ def _require_device_metadata(program: ExecuTorchProgram, plan: Any) -> None:
 
 
 class _Namer:
-    """Unique Python-identifier names: the base, then ``<base>_1``, ``<base>_2`` …"""
+    """Unique names that torch.fx keeps as they are: identifiers, neither a keyword nor a
+    builtin (``sum`` → ``sum_1``); the base, then ``<base>_1``, ``<base>_2`` …"""
 
     def __init__(self) -> None:
         self._taken: set[str] = set()
 
     def take(self, base: str) -> str:
-        base = (
-            base
-            if base.isidentifier()
-            else "v_" + "".join(ch if ch.isalnum() else "_" for ch in base)
-        )
+        base = base if base.isidentifier() else "v_" + "".join(ch if ch.isalnum() else "_" for ch in base)
         name, k = base, 0
-        while name in self._taken:
+        while name in self._taken or keyword.iskeyword(name) or name in vars(builtins):
             k += 1
             name = f"{base}_{k}"
         self._taken.add(name)

@@ -46,19 +46,13 @@ class ExecuTorchImportTypeError(WorkbenchError, TypeError):
     """``from_executorch`` was given an object that is no ExecuTorch program."""
 
 
-def schema_program(
-    source: ProgramSource, config: Optional[Any] = None
-) -> tuple[Any, str]:
+def schema_program(source: ProgramSource, config: Optional[Any] = None) -> tuple[Any, str]:
     """``(schema.Program, a short description of the source)`` for any accepted source."""
     et = executorch_api()
     if isinstance(source, et.ExecutorchProgramManager):
         return source.executorch_program, "ExecutorchProgramManager"
     if isinstance(source, et.EdgeProgramManager):
-        config = (
-            config
-            if config is not None
-            else et.ExecutorchBackendConfig(enable_non_cpu_memory_planning=True)
-        )
+        config = config if config is not None else et.ExecutorchBackendConfig(enable_non_cpu_memory_planning=True)
         with quiet_executorch():
             finished = copy.deepcopy(source).to_executorch(config)
         return (
@@ -70,9 +64,7 @@ def schema_program(
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.is_file():
-            raise NotAnExecuTorchProgram(
-                f"{path}: no such file; give the path of a .pte file written by ExecuTorch"
-            )
+            raise NotAnExecuTorchProgram(f"{path}: no such file; give the path of a .pte file written by ExecuTorch")
         return _deserialize(et, path.read_bytes(), str(path)), str(path)
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _deserialize(et, bytes(source), "the bytes given"), "bytes"
@@ -95,9 +87,7 @@ def _deserialize(et: Any, data: bytes, what: str) -> Any:
     try:
         with quiet_executorch():
             return et.deserialize_pte_binary(data).program
-    except (
-        Exception
-    ) as exc:  # a truncated or corrupt file: ExecuTorch's own reader says why
+    except Exception as exc:  # a truncated or corrupt file: ExecuTorch's own reader says why
         raise NotAnExecuTorchProgram(
             f"{what} has the ExecuTorch identifier but ExecuTorch's deserializer cannot read it "
             f"({type(exc).__name__}: {exc}); the file may be truncated or written by another version"
