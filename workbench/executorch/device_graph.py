@@ -9,7 +9,8 @@ Rules:
 1. Placeholders: the program's constants, then its inputs, then its state (a mutable
    buffer read before any call writes it), each named as in ``ExecuTorchProgram``.
 2. A kernel whose operator torch knows becomes its functional overload
-   (``aten::addmm.out`` → ``aten.addmm.default``) over the same arguments, when that
+   (``aten::addmm.out`` → ``aten.addmm.default``) over the same arguments (a factory's
+   ``dtype`` from ExecuTorch's output, its ``device`` left to the caller), when that
    reproduces ExecuTorch's output shapes on meta tensors; any other kernel, and every
    delegate, becomes ``workbench::executorch_call(_one)`` carrying its output shapes.
 3. An ``et_copy`` becomes ``workbench::h2d_copy`` / ``d2h_copy`` of the value it reads,
@@ -224,6 +225,11 @@ class _GraphBuilder:
                 kwargs[spec.name] = self._argument(index)
             else:
                 args.append(self._argument(index))
+        extra = {a.name for a in functional._schema.arguments if a.kwarg_only} - set(kwargs)
+        if "dtype" in extra:  # a factory: ExecuTorch's out tensor says which dtype it made
+            kwargs["dtype"] = written[0].dtype
+        if "device" in extra:  # explicit, so the cost model runs the factory on meta tensors
+            kwargs["device"] = None
         if not _same_outputs(functional, tuple(args), kwargs, tuple((t.shape, t.dtype) for t in written)):
             return None
         return functional, tuple(args), kwargs
@@ -273,6 +279,8 @@ def _unspec(spec: Any) -> Any:
 def _outputs_of(op: Any, spec: Any) -> Optional[tuple]:
     """Output (shape, dtype)s of ``op`` on meta tensors shaped by ``spec``; None if it fails."""
     args, kwargs = _unspec(spec)
+    if "device" in kwargs:  # a factory: make its output on meta, allocating nothing
+        kwargs["device"] = torch.device("meta")
     try:
         out = op(*args, **kwargs)
     except Exception:  # no meta kernel, or arguments the functional overload does not take
@@ -299,10 +307,9 @@ def _exported(program: ExecuTorchProgram, graph: torch.fx.Graph, builder: _Graph
         for i in program.outputs
         if i in builder.nodes
     ]
-    module = torch.fx.GraphModule(torch.nn.Module(), graph)
     return ExportedProgram(
-        root=module,
-        graph=module.graph,
+        root=torch.nn.Module(),  # ExportedProgram makes the one GraphModule over ``graph``
+        graph=graph,
         graph_signature=ExportGraphSignature(input_specs=specs, output_specs=outputs),
         state_dict={},
         range_constraints={},

@@ -11,8 +11,10 @@ Rules:
    has no such operator registered (a backend's own kernel library).
 2. ``written_positions`` are the schema's out arguments (kwarg-only, written through an
    alias); ``argument_count`` is the number of schema arguments (returns follow them).
-3. ``functional_overload`` is the overload of the same packet whose arguments are the out
-   variant's without the out arguments, and which writes nothing; None if there is none.
+3. ``functional_overload`` is the overload of the same packet that writes nothing and takes
+   the out variant's arguments without the out ones — the same positional arguments, the
+   same keyword-only ones, and possibly more keyword-only ones that have defaults (a
+   factory's ``dtype``, ``device`` …); an exact match wins. None if there is none.
 4. ``is_view_copy``: an edge ``*_copy`` op whose aten base op is a view op
    (``permute_copy`` of ``permute``): ExecuTorch materialises the view into new memory.
 """
@@ -20,7 +22,7 @@ Rules:
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -59,25 +61,36 @@ def argument_count(op: torch._ops.OpOverload) -> int:
     return len(op._schema.arguments)
 
 
-def _signature(arguments: list) -> tuple[tuple[str, str, bool], ...]:
+def _signature(arguments: Any) -> tuple[tuple[str, str, bool], ...]:
     return tuple((a.name, str(a.type), a.kwarg_only) for a in arguments)
+
+
+def _writes(arguments: Any) -> bool:
+    return any(a.is_out or (a.alias_info is not None and a.alias_info.is_write) for a in arguments)
+
+
+def _takes(candidate: Any, wanted: tuple[tuple[str, str, bool], ...]) -> bool:
+    """Rule 3 without exactness: ``wanted`` plus keyword-only arguments with defaults."""
+    have = _signature(candidate)
+    positional = [a for a in have if not a[2]]
+    extra = [a for a, spec in zip(have, candidate) if a[2] and a not in wanted and not spec.has_default_value()]
+    return positional == [a for a in wanted if not a[2]] and set(wanted) <= set(have) and not extra
 
 
 @functools.cache
 def functional_overload(op: torch._ops.OpOverload) -> Optional[torch._ops.OpOverload]:
-    """Rule 3: ``aten.addmm.out`` → ``aten.addmm.default``; ``aten.add.out`` → ``aten.add.Tensor``."""
+    """Rule 3: ``aten.addmm.out`` → ``aten.addmm.default``; ``aten.add.out`` → ``aten.add.Tensor``;
+    ``aten.arange.start_out`` → ``aten.arange.start_step``."""
     schema = op._schema
     if not any(a.is_out for a in schema.arguments):
         return op
     wanted = _signature([a for a in schema.arguments if not a.is_out])
     packet = getattr(getattr(torch.ops, op.namespace), schema.name.split("::")[-1])
-    for name in packet.overloads():
-        candidate = getattr(packet, name)
-        arguments = candidate._schema.arguments
-        if not any(a.is_out or (a.alias_info is not None and a.alias_info.is_write) for a in arguments):
-            if _signature(arguments) == wanted:
-                return candidate
-    return None
+    candidates = [getattr(packet, name) for name in packet.overloads()]
+    candidates = [c for c in candidates if not _writes(c._schema.arguments)]
+    exact = [c for c in candidates if _signature(c._schema.arguments) == wanted]
+    loose = [c for c in candidates if _takes(c._schema.arguments, wanted)]
+    return (exact or loose or [None])[0]
 
 
 @functools.cache
