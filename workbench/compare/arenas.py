@@ -54,6 +54,8 @@ import torch
 from ..capture import capture
 from ..executorch.dependency import executorch_api
 from ..executorch.operators import is_view_copy
+from ..executorch.program import read_program
+from ..devices import Device, host_first
 from ..place import Placement, place
 from ..planning import Assignment, Buffer, assign_offsets, lower_bound, verify
 from ..planning.memory_plan import MemoryPlan
@@ -132,7 +134,7 @@ class ETTensor:
     name: str  # "<writing node>" or "<writing node>[i]" for the i-th output of a multi-output op
     op: str  # "input", an aten op name ("addmm", "permute_copy"), "h2d_copy", "d2h_copy"
     kind: str  # "input" | "activation" | "view_copy" | "copy" | "delegate_output" | "unread_output"
-    device: str
+    device: Device
     nbytes: int
     size: int  # aligned bytes reserved
     mem_id: int  # index into non_const_buffer_sizes
@@ -157,9 +159,9 @@ class ExecuTorchArenas:
     2. ``stage`` names the pipeline step that raised, else None.
     """
 
-    arena_bytes: Mapping[str, int]  # device → planned non-constant bytes
+    arena_bytes: Mapping[Device, int]  # device → planned non-constant bytes
     buffer_sizes: tuple[int, ...]  # non_const_buffer_sizes as emitted (index 0 reserved)
-    buffer_devices: tuple[str, ...]  # the device of each buffer index
+    buffer_devices: tuple[Device, ...]  # the device of each buffer index
     tensors: tuple[ETTensor, ...]
     alignment: int  # the MemoryPlanningPass alignment
     delegates: tuple[DelegateOps, ...]
@@ -171,7 +173,7 @@ class ExecuTorchArenas:
     def ok(self) -> bool:
         return self.error is None
 
-    def buffers(self, device: str) -> list[Buffer]:
+    def buffers(self, device: Device) -> list[Buffer]:
         """ExecuTorch's tensors of one device as planning input (same sizes and lifetimes)."""
         return [t.buffer() for t in self.tensors if t.device == device]
 
@@ -197,7 +199,7 @@ class OneSided:
     """A tensor planned by one side only (rule 3)."""
 
     side: str  # "executorch" | "workbench"
-    device: str
+    device: Device
     name: str
     op: str
     nbytes: int
@@ -214,12 +216,12 @@ class ArenaComparison:
     skip_d2h: bool
     alignment: int
     et: ExecuTorchArenas
-    wb_greedy: Mapping[str, int]  # device → arena bytes
-    wb_best: Mapping[str, int]
-    wb_lower_bound: Mapping[str, int]  # peak of live aligned bytes of the workbench's tensors
+    wb_greedy: Mapping[Device, int]  # device → arena bytes
+    wb_best: Mapping[Device, int]
+    wb_lower_bound: Mapping[Device, int]  # peak of live aligned bytes of the workbench's tensors
     wb_delegates: tuple[DelegateOps, ...]
-    et_tensors_best: Mapping[str, int]  # workbench ``best`` on ExecuTorch's tensors and lifetimes
-    et_tensors_lower_bound: Mapping[str, int]  # lower bound of ExecuTorch's tensors
+    et_tensors_best: Mapping[Device, int]  # workbench ``best`` on ExecuTorch's tensors and lifetimes
+    et_tensors_lower_bound: Mapping[Device, int]  # lower bound of ExecuTorch's tensors
     one_sided: tuple[OneSided, ...]  # empty when ExecuTorch failed
 
     @property
@@ -228,14 +230,13 @@ class ArenaComparison:
         return all(len(d.ops) == 1 for d in self.wb_delegates)
 
     @property
-    def devices(self) -> tuple[str, ...]:
+    def devices(self) -> tuple[Device, ...]:
         """Devices either side planned, host first."""
-        seen = dict.fromkeys(list(self.wb_best) + list(self.et.arena_bytes))
-        return tuple(sorted(seen, key=lambda d: (d != "cpu", d)))
+        return tuple(host_first([*self.wb_best, *self.et.arena_bytes]))
 
-    def comparable(self, device: str) -> bool:
+    def comparable(self, device: Device) -> bool:
         """The host always; a device when every device delegate is one op."""
-        return device == "cpu" or self.one_op_delegates
+        return device.is_host or self.one_op_delegates
 
     @property
     def unexplained(self) -> tuple[OneSided, ...]:
@@ -245,7 +246,7 @@ class ArenaComparison:
     def rules_text(self) -> str:
         return rules_text(self.rules) or "(cpu only)"
 
-    def one_sided_bytes(self, side: str, device: str) -> dict[str, int]:
+    def one_sided_bytes(self, side: str, device: Device) -> dict[str, int]:
         """Bytes planned by ``side`` only on ``device``, per reason."""
         out: Counter = Counter()
         for t in self.one_sided:
@@ -265,7 +266,7 @@ class ArenaComparison:
                     "rules": self.rules_text,
                     "skip_h2d": self.skip_h2d,
                     "skip_d2h": self.skip_d2h,
-                    "device": device,
+                    "device": str(device),
                     "comparable": self.comparable(device),
                     "et_bytes": et_bytes,
                     "wb_greedy": self.wb_greedy.get(device, 0),
@@ -317,14 +318,13 @@ def executorch_arena_bytes(
         return partitioner.delegates if partitioner is not None else ()
 
     def read(program: Any, config: Any) -> ExecuTorchArenas:
-        plan = program.executorch_program.execution_plan[0]
-        sizes = tuple(int(s) for s in plan.non_const_buffer_sizes)
-        devices = _buffer_devices(sizes, plan.non_const_buffer_device)
-        arena: dict[str, int] = {}
-        for index in range(1, len(sizes)):  # rule 1: index 0 is reserved
-            arena[devices[index]] = arena.get(devices[index], 0) + sizes[index]
+        # rule 1: the import's reader of ExecuTorch's program gives the buffers and their devices
+        buffers = read_program(program.executorch_program, host_only=True)
+        devices = buffers.buffer_devices
         tensors = _read_tensors(program.exported_program().graph_module, devices, mem)
-        return ExecuTorchArenas(arena, sizes, devices, tensors, _alignment(config), delegates())
+        return ExecuTorchArenas(
+            buffers.arena_bytes, buffers.buffer_sizes, devices, tensors, _alignment(config), delegates()
+        )
 
     def failed(exc: BaseException, stage: str, config: Any) -> ExecuTorchArenas:
         error, detail = error_text(exc)
@@ -338,14 +338,6 @@ def _alignment(config: Any) -> int:
     return int(config.memory_planning_pass.alignment)
 
 
-def _buffer_devices(sizes: tuple[int, ...], listed: Any) -> tuple[str, ...]:
-    devices = ["cpu"] * len(sizes)
-    for entry in listed or ():
-        name = getattr(entry.device_type, "name", str(entry.device_type)).lower()
-        devices[entry.buffer_idx] = f"{name}:{entry.device_index}"
-    return tuple(devices)
-
-
 def _delegate_output_ops(graph_module: torch.fx.GraphModule, call: torch.fx.Node) -> list[str]:
     """The op writing each output of a delegate, read off its original program."""
     lowered_module = cast(torch.fx.Node, call.args[0])  # the get_attr node of the lowered module
@@ -356,7 +348,7 @@ def _delegate_output_ops(graph_module: torch.fx.GraphModule, call: torch.fx.Node
     return [short_op_name(o) if isinstance(o, torch.fx.Node) and o.op == "call_function" else "input" for o in outputs]
 
 
-def _read_tensors(graph_module: torch.fx.GraphModule, devices: tuple[str, ...], mem: Any) -> tuple[ETTensor, ...]:
+def _read_tensors(graph_module: torch.fx.GraphModule, devices: tuple[Device, ...], mem: Any) -> tuple[ETTensor, ...]:
     """Every storage with a ``mem_id``, named by the node that writes it (rule 2)."""
     skip = {mem.alloc, mem.view}
     nodes = list(graph_module.graph.nodes)
@@ -456,7 +448,7 @@ def compare_arenas(
     one_sided: tuple[OneSided, ...] = ()
     if et_result.ok:
         one_sided = _account(et_result.tensors, workbench_tensors(best, dg, placement))
-        for device in sorted({t.device for t in et_result.tensors}):
+        for device in host_first(t.device for t in et_result.tensors):
             buffers = et_result.buffers(device)
             et_best[device] = assign_offsets(buffers, "best", alignment).arena_bytes
             et_lb[device] = lower_bound(buffers, alignment)
@@ -504,7 +496,7 @@ class WorkbenchTensor:
 
     name: str
     op: str
-    device: str
+    device: Device
     nbytes: int
     internal: bool  # written and read only inside one multi-op delegate
 

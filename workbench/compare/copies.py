@@ -32,6 +32,7 @@ import torch.utils._pytree as pytree
 
 from ..graph_values import tensor_nbytes, value_of
 from ..capture import capture
+from ..devices import Device
 from ..executorch.dependency import executorch_api
 from ..place import place
 from ..propagate import propagate
@@ -135,9 +136,9 @@ class CopyComparison:
     rules: FrozenRules  # (device, patterns); devices normalized
     skip_h2d: bool
     skip_d2h: bool
-    wb_counts: Mapping[str, int]  # {"h2d", "d2h", "d2d"} → copies per call
-    wb_bytes: Mapping[str, int]  # same keys → bytes per call
-    wb_resident_bytes: Mapping[str, int]  # device → parameter bytes held there (no copy)
+    wb_counts: Mapping[str, int]  # copies per call, every kind (h2d, d2h, d2d)
+    wb_bytes: Mapping[str, int]  # bytes per call, every kind
+    wb_resident_bytes: Mapping[Device, int]  # device → parameter bytes held there (no copy)
     wb_delegates: tuple[DelegateOps, ...]
     wb_equals_eager: bool  # the propagated graph, run, returns the eager output
     et: ExecuTorchCopies

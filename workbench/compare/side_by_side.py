@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 
 from ..capture import capture
+from ..devices import CopyKind, Device, host_first
 from ..executorch.imported import ExecuTorchEstimate, ImportedProgram, from_executorch
 from ..executorch.patterns import PATTERNS, Pattern, find_patterns
 from ..place import place
@@ -66,7 +67,7 @@ class SideBySide:
     et_stage: Optional[str]  # the pipeline step that raised
     patterns: tuple[Pattern, ...]  # what ExecuTorch spends that the workbench avoids
     workbench: MemoryPlan  # the workbench's plan (``best``) of the same placement
-    workbench_internal: Mapping[str, int]  # device → bytes planned inside multi-op delegates
+    workbench_internal: Mapping[Device, int]  # device → bytes planned inside multi-op delegates
     executorch_estimate: Optional[ExecuTorchEstimate]  # ExecuTorch's program, modeled
     workbench_timeline: Timeline  # the workbench's plan, modeled with the same cost model
 
@@ -97,27 +98,14 @@ class SideBySide:
 
     def _copy_rows(self) -> list[dict[str, Any]]:
         dg = self.workbench_graph
-        wb_counts, wb_bytes = dg.copy_counts(), dg.copy_bytes()
         p = self.executorch.program if self.executorch is not None else None
-        et_counts = {**dict.fromkeys(wb_counts, 0), **p.copy_counts()} if p is not None else {}
-        et_bytes = {**dict.fromkeys(wb_bytes, 0), **p.copy_bytes()} if p is not None else {}
         rows = []
-        for quantity, et, wb in (
-            ("copies per call", et_counts, wb_counts),
-            ("bytes copied per call", et_bytes, wb_bytes),
-        ):
-            for kind in wb:
-                rows.append(
-                    self._row(
-                        quantity,
-                        kind,
-                        et.get(kind),
-                        wb[kind],
-                        None,
-                        None,
-                        self._copy_reason(kind, quantity),
-                    )
-                )
+        for quantity, counted in (("copies per call", True), ("bytes copied per call", False)):
+            wb = dg.copy_counts() if counted else dg.copy_bytes()
+            et = (p.copy_counts() if counted else p.copy_bytes()) if p is not None else None
+            for kind in CopyKind:
+                reason = self._copy_reason(kind, counted)
+                rows.append(self._row(quantity, str(kind), et[kind] if et else None, wb[kind], None, None, reason))
         return rows
 
     def _memory_rows(self) -> list[dict[str, Any]]:
@@ -125,26 +113,17 @@ class SideBySide:
         et_arena = p.arena_bytes if p is not None else {}
         et_bound = p.lower_bound(self.alignment) if p is not None else {}
         et_constants = p.constant_bytes if p is not None else {}
-        devices = sorted(
-            set(self.workbench.arena_bytes) | set(et_arena) | set(self.workbench.constant_bytes) | set(et_constants),
-            key=lambda d: (d != "cpu", d),
-        )
+        plan = self.workbench
+        devices = host_first([*plan.arena_bytes, *et_arena, *plan.constant_bytes, *et_constants])
         rows = []
-        for device in devices:
-            rows.append(
-                self._row(
-                    "buffer bytes", device, et_arena.get(device, 0) if p is not None else None,
-                    self.workbench.arena_bytes.get(device, 0), et_bound.get(device, 0) if p is not None else None,
-                    self.workbench.lower_bound.get(device, 0), self._buffer_reason(device),
-                )
-            )  # fmt: skip
-        for device in devices:
-            rows.append(
-                self._row(
-                    "constant bytes", device, et_constants.get(device, 0) if p is not None else None,
-                    self.workbench.constant_bytes.get(device, 0), None, None, self._constant_reason(device),
-                )
-            )  # fmt: skip
+        for d in devices:
+            et, et_lb = (et_arena.get(d, 0), et_bound.get(d, 0)) if p is not None else (None, None)
+            wb, wb_lb = plan.arena_bytes.get(d, 0), plan.lower_bound.get(d, 0)
+            rows.append(self._row("buffer bytes", str(d), et, wb, et_lb, wb_lb, self._buffer_reason(d)))
+        for d in devices:
+            et = et_constants.get(d, 0) if p is not None else None
+            wb = plan.constant_bytes.get(d, 0)
+            rows.append(self._row("constant bytes", str(d), et, wb, None, None, self._constant_reason(d)))
         return rows
 
     def _row(
@@ -160,48 +139,39 @@ class SideBySide:
         difference = None if et is None else et - wb
         if et is None:
             reason = f"ExecuTorch failed in {self.et_stage}: {self.et_error}"
-        elif difference == 0 and (et_lb is None or et == wb):
+        elif difference == 0:
             reason = ""
         return dict(zip(COLUMNS, (quantity, of, et, wb, et_lb, wb_lb, difference, reason)))
 
     # -- reasons (rule 2) ---------------------------------------------------------------
 
-    def _copy_reason(self, kind: str, quantity: str) -> str:
-        counted = quantity == "copies per call"
+    def _copy_reason(self, kind: CopyKind, counted: bool) -> str:
         parts, explained = [], 0
         for key, group in _by_key(p for p in self.patterns if p.copies.get(kind)).items():
             amount = sum(p.copies[kind] for p in group) if counted else sum(_kind_bytes(p, kind) for p in group)
             explained += amount
             parts.append(f"{PATTERNS[key]}: {_amount(amount, counted)} — " + "; ".join(p.detail for p in group))
-        if kind == "d2d":
+        if kind is CopyKind.D2D:
             parts.append(
                 "ExecuTorch has no device-to-device copy: it goes through the host (see copies through the host)"
             )
-        et = self._et_copies(kind, counted)
-        wb = (self.workbench_graph.copy_counts() if counted else self.workbench_graph.copy_bytes())[kind]
-        left = (et - wb - explained) if et is not None and kind != "d2d" else 0
-        if left:
-            parts.append(f"unexplained: {_amount(left, counted)}")
+        elif self.executorch is not None:
+            p, dg = self.executorch.program, self.workbench_graph
+            et, wb = (p.copy_counts(), dg.copy_counts()) if counted else (p.copy_bytes(), dg.copy_bytes())
+            left = et[kind] - wb[kind] - explained
+            if left:
+                parts.append(f"unexplained: {_amount(left, counted)}")
         return " | ".join(parts)
 
-    def _et_copies(self, kind: str, counted: bool) -> Optional[int]:
-        if self.executorch is None:
-            return None
-        p = self.executorch.program
-        return (p.copy_counts() if counted else p.copy_bytes()).get(kind, 0)
-
-    def _buffer_reason(self, device: str) -> str:
+    def _buffer_reason(self, device: Device) -> str:
         parts = []
-        tensors = self._et_tensor_devices()
-        for key, group in _by_key(self.patterns).items():
-            nbytes = sum(
-                tensors.get(name, ("", 0))[1]
-                for p in group
-                for name in p.tensors
-                if tensors.get(name, ("",))[0] == device
-            )
-            if nbytes:
-                parts.append(f"{PATTERNS[key]} (ExecuTorch only): {nbytes:,} B")
+        if self.executorch is not None:
+            tensors = {t.name: t for t in self.executorch.program.tensors.values()}
+            for key, group in _by_key(self.patterns).items():
+                planned = (tensors[name] for pattern in group for name in pattern.tensors)
+                nbytes = sum(t.nbytes for t in planned if t.device == device)
+                if nbytes:
+                    parts.append(f"{PATTERNS[key]} (ExecuTorch only): {nbytes:,} B")
         internal = self.workbench_internal.get(device, 0)
         if internal:
             parts.append(
@@ -209,16 +179,16 @@ class SideBySide:
                 "which ExecuTorch leaves to the backend"
             )
         if self.executorch is not None:
-            p = self.executorch.program
+            p, plan = self.executorch.program, self.workbench
             parts.append(
                 f"planning: ExecuTorch's greedy {p.arena_bytes.get(device, 0):,} B for its tensors (their lower "
                 f"bound {p.lower_bound(self.alignment).get(device, 0):,} B); the workbench's best "
-                f"{self.workbench.arena_bytes.get(device, 0):,} B (lower bound {self.workbench.lower_bound.get(device, 0):,} B)"
+                f"{plan.arena_bytes.get(device, 0):,} B (lower bound {plan.lower_bound.get(device, 0):,} B)"
             )
         return " | ".join(parts)
 
-    def _constant_reason(self, device: str) -> str:
-        if device == "cpu":
+    def _constant_reason(self, device: Device) -> str:
+        if device.is_host:
             return (
                 "ExecuTorch's program holds its constants on the host (weights a backend took into its "
                 "delegate are inside the delegate's payload, not counted); the workbench counts every "
@@ -229,11 +199,6 @@ class SideBySide:
             "keeps them in the program and copies what a device delegate reads (see parameters copied to a device)"
         )
 
-    def _et_tensor_devices(self) -> dict[str, tuple[str, int]]:
-        if self.executorch is None:
-            return {}
-        return {t.name: (str(t.device), t.nbytes) for t in self.executorch.program.tensors.values()}
-
 
 def _by_key(patterns: Any) -> dict[str, list[Pattern]]:
     out: dict[str, list[Pattern]] = {}
@@ -242,7 +207,7 @@ def _by_key(patterns: Any) -> dict[str, list[Pattern]]:
     return out
 
 
-def _kind_bytes(pattern: Pattern, kind: str) -> int:
+def _kind_bytes(pattern: Pattern, kind: CopyKind) -> int:
     """Bytes a copy pattern moves per call with copies of ``kind``."""
     total = sum(pattern.copies.values())
     return pattern.nbytes * pattern.copies.get(kind, 0) // total if total else 0
@@ -295,7 +260,7 @@ def compare_with_executorch(
     imported, alignment, error, stage = lower(model, inputs, partitioner, [(skip_h2d, skip_d2h)], read, failed)[0]
     placement = place(capture(model, inputs, decompose=True), rules)
     dg, plan = workbench_plan(placement, skip_h2d, skip_d2h, "best", alignment)
-    internal: dict[str, int] = {}
+    internal: dict[Device, int] = {}
     for t in workbench_tensors(plan, dg, placement):
         if t.internal:
             internal[t.device] = internal.get(t.device, 0) + t.nbytes

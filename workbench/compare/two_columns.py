@@ -17,7 +17,7 @@ import html
 
 import ipywidgets as widgets
 
-from ..planning.plan import MemoryPlan
+from ..planning.memory_plan import MemoryPlan
 from ..views import GraphView, TimelineView
 from .settings import CrossCheckTypeError
 from .side_by_side import SideBySide

@@ -45,7 +45,7 @@ from torch.export.graph_signature import (
 
 from ..capture import Program
 from ..copy_ops import OP_FOR_KIND
-from ..devices import Device
+from ..devices import CopyKind, Device
 from ..place import Delegate, Placement
 from ..propagate import CopyRecord, DeviceGraph
 from .operators import argument_count, functional_overload, torch_overload
@@ -70,7 +70,7 @@ def to_device_graph(program: ExecuTorchProgram) -> DeviceGraph:
         node_delegate.update(dict.fromkeys(members, call.name))
     placement = Placement(
         program=wrapped,
-        node_device={n.name: node_device[n.name] for n in graph.nodes if n.op == "call_function"},
+        op_device={n.name: node_device[n.name] for n in graph.nodes if n.op == "call_function"},
         delegates=tuple(delegates),
         node_delegate=node_delegate,
         unmatched=(),
@@ -176,7 +176,7 @@ class _GraphBuilder:
     def _copy(self, call: ProgramCall, out: ProgramTensor) -> None:
         """Rule 3."""
         source = self.program.tensors[call.reads[0]]
-        kind = str(call.copy_kind)
+        kind = CopyKind(call.copy_kind)
         node = self.graph.call_function(
             OP_FOR_KIND[kind],
             (self.nodes[source.index], str(source.device), str(out.device)),

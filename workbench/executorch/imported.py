@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from ..planning.plan import MemoryPlan
+from ..planning.memory_plan import MemoryPlan
 from ..propagate import DeviceGraph
 from ..runtime import CostModel, Timeline
 from ..runtime import estimate as estimate_timeline

@@ -26,7 +26,7 @@ import math
 from typing import Optional
 
 from ..planning import Buffer, aligned_size, lower_bound
-from ..planning.plan import MemoryPlan, TensorAllocation
+from ..planning.memory_plan import MemoryPlan, TensorAllocation
 from ..devices import Device
 from ..propagate import DeviceGraph
 from .program import ExecuTorchProgram, ProgramTensor
@@ -75,7 +75,7 @@ def to_memory_plan(program: ExecuTorchProgram, dg: DeviceGraph) -> MemoryPlan:
         buffer = t.memory_id if t.memory_id is not None else 0  # every spanned storage is planned
         allocations[t.name] = TensorAllocation(
             name=t.name,
-            device=str(t.device),
+            device=t.device,
             arena=_arena_index(program, t),
             offset=base[buffer] + int(t.offset or 0),  # rule 3
             size=aligned_size(t.nbytes, alignment),
@@ -85,12 +85,12 @@ def to_memory_plan(program: ExecuTorchProgram, dg: DeviceGraph) -> MemoryPlan:
             kind=_kind(program, t, returned),
             aliases=tuple(aliases.get(index, ())),
         )
-    by_device: dict[str, list[Buffer]] = {}
+    by_device: dict[Device, list[Buffer]] = {}
     for a in allocations.values():
         by_device.setdefault(a.device, []).append(Buffer(a.name, a.nbytes, a.start, a.end))
     arena_bytes = program.arena_bytes
     return MemoryPlan(
-        graph=dg,
+        device_graph=dg,
         algorithm=EXECUTORCH_ALGORITHM,
         alignment=alignment,
         steps=steps,

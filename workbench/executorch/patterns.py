@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..devices import Device
+from ..devices import CopyKind, Device
 from .operators import is_view_copy
 from .program import ExecuTorchProgram, ProgramCall
 
@@ -47,7 +47,7 @@ class Pattern:
     calls: tuple[str, ...]  # names of the calls it concerns, in execution order
     tensors: tuple[str, ...]  # names of the tensors it plans
     device: Device  # where its tensors live (a copy's destination)
-    copies: Mapping[str, int]  # copies it adds per call, by kind ({} for memory patterns)
+    copies: Mapping[CopyKind, int]  # copies it adds per call, by kind ({} for memory patterns)
     nbytes: int  # bytes of its tensors (for copies: bytes moved per call)
     detail: str  # one sentence in plain words
 
@@ -109,7 +109,7 @@ def _constant_derived(program: ExecuTorchProgram) -> set[int]:
 def _copy_pattern(program: ExecuTorchProgram, key: str, call: ProgramCall, detail: str) -> Pattern:
     nbytes = program.copy_nbytes(call)
     names = tuple(program.tensors[i].name for i in call.writes)
-    return Pattern(key, (call.name,), names, call.device, {"h2d": 1}, nbytes, detail)
+    return Pattern(key, (call.name,), names, call.device, {CopyKind.H2D: 1}, nbytes, detail)
 
 
 def _through_host(
@@ -126,7 +126,7 @@ def _through_host(
     first = next((r for r in host_readers if r.copy_kind == "h2d"), h2d) is h2d
     with_d2h = only_copies and first
     calls = (d2h.name, h2d.name) if with_d2h else (h2d.name,)
-    copies = {"d2h": 1, "h2d": 1} if with_d2h else {"h2d": 1}
+    copies = {CopyKind.D2H: 1, CopyKind.H2D: 1} if with_d2h else {CopyKind.H2D: 1}
     nbytes = program.copy_nbytes(h2d) * (2 if with_d2h else 1)
     tensors = tuple(program.tensors[i].name for c in ((d2h, h2d) if with_d2h else (h2d,)) for i in c.writes)
     detail = (

@@ -46,7 +46,7 @@ from typing import Any, Mapping, Optional
 import pandas as pd
 import torch
 
-from ..devices import CPU, Device, DeviceError
+from ..devices import CPU, CopyKind, Device, DeviceError, host_first
 from ..errors import WorkbenchError
 from ..planning import Buffer, lower_bound
 from .dependency import executorch_api
@@ -69,7 +69,7 @@ __all__ = [
 TARGET_DEVICE_KEY = "target_device"
 
 #: ExecuTorch's copy operators (``Operator.name``) and the copy kind of each.
-COPY_OPS: Mapping[str, str] = {"et_copy::_h2d_copy": "h2d", "et_copy::_d2h_copy": "d2h"}
+COPY_OPS: Mapping[str, CopyKind] = {"et_copy::_h2d_copy": CopyKind.H2D, "et_copy::_d2h_copy": CopyKind.D2H}
 
 
 class ExecuTorchImportError(WorkbenchError, ValueError):
@@ -122,7 +122,7 @@ class ProgramCall:
     backend: Optional[str] = None  # delegate: the backend id
     delegate_index: Optional[int] = None  # delegate: index into the method's delegates
     compile_specs: tuple[tuple[str, bytes], ...] = ()  # delegate: its compile specs
-    copy_kind: Optional[str] = None  # copy: "h2d" | "d2h"
+    copy_kind: Optional[CopyKind] = None  # copy: h2d | d2h
 
 
 @dataclass(frozen=True)
@@ -177,13 +177,13 @@ class ExecuTorchProgram:
                 touch(index, last_call)
         return span
 
-    def lower_bound(self, alignment: int) -> dict[str, int]:
+    def lower_bound(self, alignment: int) -> dict[Device, int]:
         """Per device: the most bytes (each tensor rounded up to ``alignment``) live at once
         in its planned buffers — no memory plan of these tensors can be smaller."""
-        by_device: dict[str, list[Buffer]] = {}
+        by_device: dict[Device, list[Buffer]] = {}
         for owner, (first, last) in self.lifetimes().items():
             t = self.tensors[owner]
-            by_device.setdefault(str(t.device), []).append(Buffer(t.name, t.nbytes, first, last))
+            by_device.setdefault(t.device, []).append(Buffer(t.name, t.nbytes, first, last))
         return {device: lower_bound(buffers, alignment) for device, buffers in by_device.items()}
 
     @property
@@ -200,7 +200,7 @@ class ExecuTorchProgram:
     def devices(self) -> tuple[Device, ...]:
         """Every device a tensor, a buffer or a call is on, host first."""
         found = {t.device for t in self.tensors.values()} | set(self.buffer_devices) | {c.device for c in self.calls}
-        return tuple(sorted(found | {CPU}, key=lambda d: (not d.is_host, str(d))))
+        return tuple(host_first(found | {CPU}))
 
     def copy_nbytes(self, call: ProgramCall) -> int:
         """Bytes a copy moves: those of the tensor it writes (rule 5)."""
@@ -210,35 +210,35 @@ class ExecuTorchProgram:
         """The device a copy reads from."""
         return self.tensors[call.reads[0]].device if call.reads else CPU
 
-    def copy_counts(self) -> dict[str, int]:
-        """``{"h2d": n, "d2h": n}``: ExecuTorch's copies per call, by kind."""
-        counts = {"h2d": 0, "d2h": 0}
+    def copy_counts(self) -> dict[CopyKind, int]:
+        """ExecuTorch's copies per call, by kind (every kind present; ExecuTorch has no d2d)."""
+        counts = dict.fromkeys(CopyKind, 0)
         for c in self.copies:
-            counts[str(c.copy_kind)] += 1
+            counts[CopyKind(c.copy_kind)] += 1
         return counts
 
-    def copy_bytes(self) -> dict[str, int]:
-        """Bytes ExecuTorch's copies move per call, by kind."""
-        moved = {"h2d": 0, "d2h": 0}
+    def copy_bytes(self) -> dict[CopyKind, int]:
+        """Bytes ExecuTorch's copies move per call, by kind (every kind present)."""
+        moved = dict.fromkeys(CopyKind, 0)
         for c in self.copies:
-            moved[str(c.copy_kind)] += self.copy_nbytes(c)
+            moved[CopyKind(c.copy_kind)] += self.copy_nbytes(c)
         return moved
 
     @property
-    def arena_bytes(self) -> dict[str, int]:
+    def arena_bytes(self) -> dict[Device, int]:
         """Planned bytes per device: the sum of its buffers' sizes (index 0 left out)."""
-        out: dict[str, int] = {}
+        out: dict[Device, int] = {}
         for size, device in list(zip(self.buffer_sizes, self.buffer_devices))[1:]:
-            out[str(device)] = out.get(str(device), 0) + size
+            out[device] = out.get(device, 0) + size
         return out
 
     @property
-    def constant_bytes(self) -> dict[str, int]:
+    def constant_bytes(self) -> dict[Device, int]:
         """Bytes of the program's constants per device."""
-        out: dict[str, int] = {}
+        out: dict[Device, int] = {}
         for t in self.tensors.values():
             if t.role == "constant":
-                out[str(t.device)] = out.get(str(t.device), 0) + t.nbytes
+                out[t.device] = out.get(t.device, 0) + t.nbytes
         return out
 
     def tensors_dataframe(self) -> pd.DataFrame:
@@ -284,7 +284,7 @@ class ExecuTorchProgram:
         """One row per ``et_copy``: name, kind, the value copied, source and target devices, bytes."""
         columns = ["name", "kind", "value", "src", "dst", "nbytes"]
         rows = [
-            (c.name, c.copy_kind, self.tensors[c.reads[0]].name if c.reads else "", str(self.copy_source(c)),
+            (c.name, str(c.copy_kind), self.tensors[c.reads[0]].name if c.reads else "", str(self.copy_source(c)),
              str(c.device), self.copy_nbytes(c))
             for c in self.copies
         ]  # fmt: skip
@@ -392,7 +392,7 @@ class _RawCall:
     backend: Optional[str] = None
     delegate_index: Optional[int] = None
     compile_specs: tuple[tuple[str, bytes], ...] = ()
-    copy_kind: Optional[str] = None
+    copy_kind: Optional[CopyKind] = None
     operator: Optional[tuple[str, str]] = None  # kernel: (operator name, overload)
 
 
