@@ -1,10 +1,12 @@
 """Cross-checks of the workbench against ExecuTorch's device support.
 
 - ``cases``: the one registry of cases (a model, its inputs, a placement) by unique name;
+  ``models``: the small models some cases use;
+- ``settings``: flag settings, placement rules and inputs as the cross-checks take them;
 - ``lowering``: ExecuTorch's device pipeline under workbench placement rules;
 - ``copies``: the copies each system inserts; ``arenas``: the memory each plans;
 - ``side_by_side``: ``compare_with_executorch``, one model in both systems, every
-  difference with its reason.
+  difference with its reason; ``two_columns``: its view.
 
 The ``executorch`` package is optional: this package imports without it, and its
 functions say how to install it.

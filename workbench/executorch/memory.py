@@ -69,6 +69,7 @@ def to_memory_plan(program: ExecuTorchProgram, dg: DeviceGraph) -> MemoryPlan:
             if owner.index != t.index:
                 aliases.setdefault(owner.index, []).append(t.name)
     returned = {program.storage(i) for i in program.outputs if i in program.tensors}
+    copied = {index for call in program.copies for index in call.writes}
     allocations = {}
     for index, (start, end) in _spans(program, step, returned).items():
         t = program.tensors[index]
@@ -82,7 +83,7 @@ def to_memory_plan(program: ExecuTorchProgram, dg: DeviceGraph) -> MemoryPlan:
             nbytes=t.nbytes,
             start=start,
             end=end,
-            kind=_kind(program, t, returned),
+            kind=_kind(t, returned, copied),
             aliases=tuple(aliases.get(index, ())),
         )
     by_device: dict[Device, list[Buffer]] = {}
@@ -136,12 +137,12 @@ def _arena_index(program: ExecuTorchProgram, t: ProgramTensor) -> int:
     return same.index(int(t.memory_id)) if t.memory_id in same else 0
 
 
-def _kind(program: ExecuTorchProgram, t: ProgramTensor, returned: set[int]) -> str:
+def _kind(t: ProgramTensor, returned: set[int], copied: set[int]) -> str:
     if t.role == "input":
         return "input"
     if t.index in returned:
         return "output"
-    if any(t.index in c.writes for c in program.copies):
+    if t.index in copied:
         return "copy"
     return "activation"
 
