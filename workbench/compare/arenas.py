@@ -54,7 +54,7 @@ import torch
 from ..capture import capture
 from ..executorch.dependency import executorch_api
 from ..executorch.operators import is_view_copy
-from ..executorch.program import read_program
+from ..executorch.reader import read_program
 from ..devices import Device, host_first
 from ..place import Placement, place
 from ..planning import Assignment, Buffer, assign_offsets, lower_bound, verify

@@ -7,9 +7,12 @@ and device, every ``et_copy`` with its bytes, tensors with their buffers and off
 
 - ``dependency``: the one place that imports ExecuTorch;
 - ``source``: lowering or file → ExecuTorch's ``schema.Program``;
-- ``program``: ``schema.Program`` → ``ExecuTorchProgram`` (the one reader);
+- ``reader``: ``schema.Program`` → ``ExecuTorchProgram`` (the one reader); ``program``: that
+  plain data; ``errors``: what a bad program or file raises;
 - ``operators``: ExecuTorch's operator names as torch operators;
 - ``patterns``: what the program spends that the workbench's rules avoid;
+- ``device_graph`` / ``memory``: the data as a ``DeviceGraph`` and a ``MemoryPlan``; ``ops``:
+  the graph ops of calls whose work the workbench cannot see;
 - ``imported``: ``from_executorch`` and its result.
 
 This package imports without ExecuTorch; its functions import it on first use and say
@@ -28,17 +31,16 @@ from .dependency import (
 )
 from .imported import ImportedProgram, from_executorch
 from .patterns import PATTERNS, Pattern, find_patterns
-from .program import (
+from .errors import (
     ExecuTorchImportError,
-    ExecuTorchProgram,
+    ExecuTorchImportTypeError,
     MissingDeviceMetadata,
-    ProgramCall,
-    ProgramTensor,
-    TensorList,
+    NotAnExecuTorchProgram,
     UnsupportedProgram,
-    read_program,
 )
-from .source import ExecuTorchImportTypeError, NotAnExecuTorchProgram, schema_program
+from .program import ExecuTorchProgram, ProgramCall, ProgramTensor, TensorList
+from .reader import read_program
+from .source import schema_program
 
 __all__ = [
     "INSTALL_HINT",

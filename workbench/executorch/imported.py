@@ -2,7 +2,7 @@
 
 Rules:
 1. Every source goes through ExecuTorch's own ``schema.Program`` and the one reader
-   (``program.read_program``), so a ``.pte`` file and the lowering it was written from give
+   (``reader.read_program``), so a ``.pte`` file and the lowering it was written from give
    equal ``ImportedProgram.program`` data.
 2. The result is the workbench's own types: ``program`` (plain data), ``device_graph`` (a
    ``DeviceGraph``) and ``memory_plan`` (a ``MemoryPlan`` with ExecuTorch's offsets), so
@@ -26,7 +26,8 @@ from ..runtime import CostModel, Timeline
 from ..runtime import estimate as estimate_timeline
 from .device_graph import to_device_graph
 from .memory import to_memory_plan
-from .program import ExecuTorchProgram, read_program
+from .program import ExecuTorchProgram
+from .reader import read_program
 from .source import ProgramSource, schema_program
 
 __all__ = ["ExecuTorchEstimate", "ImportedProgram", "from_executorch"]

@@ -1,7 +1,7 @@
 """Where an ExecuTorch program comes from: a lowering in memory, or a ``.pte`` file.
 
 ``schema_program`` turns every accepted source into ExecuTorch's own
-``executorch.exir.schema.Program``, so one reader (``program.read_program``) serves all.
+``executorch.exir.schema.Program``, so one reader (``reader.read_program``) serves all.
 
 Rules:
 1. An ``ExecutorchProgramManager`` gives its ``executorch_program``; an
@@ -21,9 +21,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..errors import WorkbenchError
 from .dependency import executorch_api, quiet_executorch
-from .program import ExecuTorchImportError
+from .errors import ExecuTorchImportTypeError, NotAnExecuTorchProgram
 
 __all__ = [
     "ExecuTorchImportTypeError",
@@ -36,14 +35,6 @@ __all__ = [
 ProgramSource = Union[str, os.PathLike, bytes, bytearray, memoryview, Any]
 
 _IDENTIFIER_BYTES = 8  # a flatbuffer's root offset and its file identifier
-
-
-class NotAnExecuTorchProgram(ExecuTorchImportError):
-    """A file or bytes that are not a serialized ExecuTorch program (``.pte``)."""
-
-
-class ExecuTorchImportTypeError(WorkbenchError, TypeError):
-    """``from_executorch`` was given an object that is no ExecuTorch program."""
 
 
 def schema_program(source: ProgramSource, config: Optional[Any] = None) -> tuple[Any, str]:
