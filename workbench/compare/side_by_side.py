@@ -16,6 +16,9 @@ Rules:
    unexplained, with its size.
 3. An ExecuTorch refusal or crash is a result (its stage and message fill the reasons),
    not an exception; malformed rules and flags raise before anything runs.
+4. Both programs are modeled alike for the timelines: the same cost model, every result
+   written in place (``estimate(..., in_place_writes=True)``), so the two timelines differ
+   by placement, copies and memory, not by how the workbench's own executor stores results.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ class SideBySide:
     workbench: MemoryPlan  # the workbench's plan (``best``) of the same placement
     workbench_internal: Mapping[Device, int]  # device → bytes planned inside multi-op delegates
     executorch_estimate: Optional[ExecuTorchEstimate]  # ExecuTorch's program, modeled
-    workbench_timeline: Timeline  # the workbench's plan, modeled with the same cost model
+    workbench_timeline: Timeline  # the workbench's plan, modeled alike (same cost model, results written in place)
 
     @property
     def workbench_graph(self) -> DeviceGraph:
@@ -277,5 +280,5 @@ def compare_with_executorch(
         workbench=plan,
         workbench_internal=internal,
         executorch_estimate=imported.estimate() if imported is not None else None,
-        workbench_timeline=estimate(plan),
+        workbench_timeline=estimate(plan, in_place_writes=True),
     )

@@ -11,9 +11,8 @@ Rules:
 3. ``estimate`` is the workbench's cost model applied to ExecuTorch's calls, copies and
    devices — a model, labelled as one, never a measurement of ExecuTorch. A delegate's
    work is unknown to the workbench: it is charged the bytes it reads and writes, no FLOPs.
-   Calls with one result write it straight into its slot, as ExecuTorch's do; a call with
-   several (``native_layer_norm``, a multi-output delegate) is charged a copy of them into
-   their slots (``slot_copy`` events), which ExecuTorch does not make.
+   Every call writes its results straight into the memory ExecuTorch planned for them, as
+   ExecuTorch's kernels and delegates do (``estimate(..., in_place_writes=True)``).
 """
 
 from __future__ import annotations
@@ -63,10 +62,10 @@ class ImportedProgram:
         note = (
             f"The workbench's cost model applied to the ExecuTorch program read from {self.source}: its "
             "kernels, delegate calls and et_copy copies on the devices ExecuTorch placed them, delegates "
-            "charged the bytes they read and write; results of calls with several outputs are charged a copy "
-            "into their slots that ExecuTorch does not make. A model, not a measurement of ExecuTorch."
+            "charged the bytes they read and write, every result written in place. A model, not a measurement "
+            "of ExecuTorch."
         )
-        timeline = estimate_timeline(self.memory_plan, cost_model)
+        timeline = estimate_timeline(self.memory_plan, cost_model, in_place_writes=True)
         return ExecuTorchEstimate(timeline, "model of an ExecuTorch program", note)
 
 

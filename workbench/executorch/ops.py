@@ -12,10 +12,7 @@ Rules:
    planned, and the cost model counts their bytes (and no FLOPs: the work is unknown).
 2. On real tensors the ops raise ``ImportedCallNotRunnable``: the work lives in
    ExecuTorch's runtime or its backend, not in the workbench.
-3. ``executorch_call_one`` has an ``out=`` overload, as every ExecuTorch kernel does and as
-   a delegate writes into the outputs ExecuTorch planned for it: the executor's model then
-   writes its result straight into its slot, with no copy ExecuTorch would not make.
-4. ``DTYPES`` fixes the dtype codes; a dtype outside it cannot be encoded.
+3. ``DTYPES`` fixes the dtype codes; a dtype outside it cannot be encoded.
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ __all__ = [
     "output_spec",
 ]
 
-#: Rule 4: the dtype of each code.
+#: Rule 3: the dtype of each code.
 DTYPES: tuple[torch.dtype, ...] = (
     torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
     torch.uint8, torch.bool, torch.complex64, torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2,
@@ -112,23 +109,6 @@ def _register_fakes() -> None:
 
 
 _register_fakes()
-
-# Rule 3: the out= overload of executorch_call_one, defined on the same library fragment.
-_OUT_LIBRARY = torch.library.Library("workbench", "FRAGMENT")
-_OUT_LIBRARY.define(
-    "executorch_call_one.out(Tensor[] inputs, str op, int[] ranks, int[] sizes, int[] dtypes, *, Tensor(a!) out) -> Tensor(a!)"
-)
-
-
-def _call_one_out(
-    inputs: list[torch.Tensor], op: str, ranks: list[int], sizes: list[int], dtypes: list[int], *, out: torch.Tensor
-) -> torch.Tensor:
-    if out.device.type != "meta":
-        raise _refuse(op)
-    return out
-
-
-_OUT_LIBRARY.impl("executorch_call_one.out", _call_one_out, "CompositeExplicitAutograd")
 
 EXECUTORCH_CALL = torch.ops.workbench.executorch_call.default
 EXECUTORCH_CALL_ONE = torch.ops.workbench.executorch_call_one.default
