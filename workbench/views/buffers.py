@@ -49,7 +49,7 @@ class BufferView(FigureView):
         names = list(algorithms) if algorithms is not None else list(ALGORITHMS)
         if plan.algorithm not in names:
             names.insert(0, plan.algorithm)
-        unknown = [n for n in names if n not in ALGORITHMS]
+        unknown = [n for n in names if n not in ALGORITHMS and n != plan.algorithm]  # a plan read from elsewhere keeps its own
         if unknown:
             raise ViewOptionError(
                 f"unknown planning algorithm(s) {', '.join(map(repr, unknown))}; valid ones are {', '.join(ALGORITHMS)}"
