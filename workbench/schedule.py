@@ -22,7 +22,8 @@ import heapq
 import torch.fx
 
 from .graph_values import gc_paused
-from .errors import WorkbenchError
+from .arguments import describe
+from .errors import ArgumentTypeError, WorkbenchError
 from .propagate import DeviceGraph
 
 __all__ = ["SCHEDULES", "ScheduleError", "overlap_schedule", "schedule"]
@@ -36,6 +37,10 @@ class ScheduleError(WorkbenchError, ValueError):
 
 def schedule(dg: DeviceGraph, order: str = "captured") -> DeviceGraph:
     """``dg`` in the named order: ``captured`` (as exported) or ``overlap``."""
+    if not isinstance(dg, DeviceGraph):
+        raise ScheduleError(f"schedule expects a DeviceGraph from workbench.propagate, got {type(dg).__name__}")
+    if not isinstance(order, str):
+        raise ArgumentTypeError(f"order must be one of {', '.join(SCHEDULES)}, got {describe(order)}")
     if order == "captured":
         return dg
     if order == "overlap":
@@ -45,6 +50,8 @@ def schedule(dg: DeviceGraph, order: str = "captured") -> DeviceGraph:
 
 def overlap_schedule(dg: DeviceGraph) -> DeviceGraph:
     """``dg`` reordered so copies overlap independent compute (see module rules)."""
+    if not isinstance(dg, DeviceGraph):
+        raise ScheduleError(f"overlap_schedule expects a DeviceGraph from workbench.propagate, got {type(dg).__name__}")
     with gc_paused():
         return _reorder(dg, _overlap_order(dg.graph, set(dg.copy_table)))
 

@@ -32,7 +32,8 @@ import torch
 
 from ..capture import Program
 from ..devices import Device, DeviceError, DeviceLike, host_first
-from ..errors import WorkbenchError
+from ..arguments import check_optional_flag, describe, power_of_two
+from ..errors import ArgumentTypeError, WorkbenchError
 from ..graph_values import node_nbytes
 from ..json_fields import JsonFieldError, JsonObject
 from ..place import Placement
@@ -40,7 +41,7 @@ from ..propagate import DeviceGraph
 from ..units import format_bytes
 from .algorithms import ALGORITHMS, Assignment, assign_offsets
 from .archive import PlanFileError, read_archive, write_archive
-from .buffers import Buffer, aligned_size, check_alignment
+from .buffers import MAX_ALIGNMENT, Buffer, aligned_size
 from .lifetimes import KINDS, TensorLifetime, tensor_lifetimes
 from .lower_bound import lower_bound as peak_live_bytes
 from .verify import PlanVerificationError, verify as verify_offsets
@@ -180,8 +181,7 @@ class MemoryPlan:
     def with_algorithm(self, algorithm: str) -> "MemoryPlan":
         """The same storages and lifetimes placed by another algorithm (same alignment,
         flags and capacity); lifetimes are reused, not recomputed."""
-        if algorithm not in ALGORITHMS:
-            raise PlanError(f"unknown planning algorithm {algorithm!r}; valid ones are {', '.join(ALGORITHMS)}")
+        _check_algorithm(algorithm)
         lives = [
             TensorLifetime(a.name, a.device, a.nbytes, a.start, a.end, a.kind, a.aliases)
             for a in self.allocations.values()
@@ -313,7 +313,7 @@ def plan(
     Args:
         dg: a ``DeviceGraph`` from ``propagate``.
         algorithm: ``naive``, ``greedy``, ``search`` (better), ``best`` … (see ``ALGORITHMS``).
-        alignment: byte alignment of every offset and size (a power of two).
+        alignment: byte alignment of every offset and size: a power of two in 1..4096.
         alloc_graph_inputs: plan graph inputs' memory; default: unless propagated with
             ``skip_h2d_for_method_inputs`` (then the caller owns it).
         alloc_graph_outputs: likewise for outputs and ``skip_d2h_for_method_outputs``.
@@ -321,15 +321,16 @@ def plan(
     """
     if not isinstance(dg, DeviceGraph):
         raise PlanError(f"plan expects a DeviceGraph from workbench.propagate, got {type(dg).__name__}")
-    if algorithm not in ALGORITHMS:
-        raise PlanError(f"unknown planning algorithm {algorithm!r}; valid ones are {', '.join(ALGORITHMS)}")
-    alignment = check_alignment(alignment)
+    _check_algorithm(algorithm)
+    power_of_two(alignment, "alignment", 1, MAX_ALIGNMENT)
+    check_optional_flag(alloc_graph_inputs, "alloc_graph_inputs")
+    check_optional_flag(alloc_graph_outputs, "alloc_graph_outputs")
     if alloc_graph_inputs is None:
         alloc_graph_inputs = not dg.skip_h2d_for_method_inputs
     if alloc_graph_outputs is None:
         alloc_graph_outputs = not dg.skip_d2h_for_method_outputs
     caps = _parse_capacity(capacity)
-    lifetimes = tensor_lifetimes(dg, bool(alloc_graph_inputs), bool(alloc_graph_outputs))
+    lifetimes = tensor_lifetimes(dg, alloc_graph_inputs, alloc_graph_outputs)
     allocations, arena_bytes, lower = _place(list(lifetimes.storages.values()), algorithm, alignment, dg.devices)
     result = MemoryPlan(
         device_graph=dg,
@@ -342,13 +343,22 @@ def plan(
         arena_bytes=arena_bytes,
         lower_bound=lower,
         constant_bytes=dict(dg.constant_bytes),
-        alloc_graph_inputs=bool(alloc_graph_inputs),
-        alloc_graph_outputs=bool(alloc_graph_outputs),
+        alloc_graph_inputs=alloc_graph_inputs,
+        alloc_graph_outputs=alloc_graph_outputs,
         capacity=dict(caps) if caps else None,
     )
     if caps:
         _check_capacity(result, caps)
     return result
+
+
+def _check_algorithm(algorithm: Any) -> None:
+    if not isinstance(algorithm, str):
+        raise ArgumentTypeError(
+            f"algorithm must be the name of a planning algorithm, one of {', '.join(ALGORITHMS)}; got {describe(algorithm)}"
+        )
+    if algorithm not in ALGORITHMS:
+        raise PlanError(f"unknown planning algorithm {algorithm!r}; valid ones are {', '.join(ALGORITHMS)}")
 
 
 def _place(
