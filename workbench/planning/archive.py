@@ -28,7 +28,8 @@ __all__ = ["FORMAT", "FORMAT_MEMBER", "PlanFileError", "PlanWriteError", "VERSIO
 
 FORMAT = "workbench-plan"
 #: Version 2: devices, copy kinds and copy roles are saved by each type's own JSON form.
-VERSION = 2
+#: Version 3: ``plan.json`` records the SHA-256 of both saved programs.
+VERSION = 3
 FORMAT_MEMBER = "format.json"
 
 

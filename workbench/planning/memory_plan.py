@@ -14,13 +14,15 @@ Rules:
 5. With ``capacity``, a device whose arena plus constants exceed its memory is an error
    that names the device, the bytes needed and available, and the largest tensors.
 6. ``MemoryPlan.save`` writes one archive (``planning.archive``) holding the captured
-   program, the propagated program and the JSON forms of the placement, the device graph
-   and the plan; ``load_plan`` reads it back through each type's ``from_json``.
+   program, the propagated program and ``plan.json``: the SHA-256 of both programs and
+   the JSON forms of the placement, the device graph and the plan; ``plan_file.load_plan``
+   reads it back and checks it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 from dataclasses import dataclass
@@ -30,23 +32,21 @@ from typing import Any, Hashable, Iterable, Mapping, Optional, Union
 import pandas as pd
 import torch
 
-from ..capture import Program
 from ..devices import Device, DeviceError, DeviceLike, host_first
 from ..arguments import check_optional_flag, describe, power_of_two
 from ..errors import ArgumentTypeError, WorkbenchError
 from ..graph_values import node_nbytes
-from ..json_fields import JsonFieldError, JsonObject
-from ..place import Placement
+from ..json_fields import JsonObject
 from ..propagate import DeviceGraph
 from ..units import format_bytes
 from .algorithms import ALGORITHMS, Assignment, assign_offsets
-from .archive import PlanFileError, read_archive, write_archive
+from .archive import write_archive
 from .buffers import MAX_ALIGNMENT, Buffer, aligned_size
 from .lifetimes import KINDS, TensorLifetime, tensor_lifetimes
 from .lower_bound import lower_bound as peak_live_bytes
 from .verify import PlanVerificationError, verify as verify_offsets
 
-__all__ = ["CapacityError", "MemoryPlan", "PlanError", "TensorAllocation", "load_plan", "plan"]
+__all__ = ["CapacityError", "MemoryPlan", "PlanError", "TensorAllocation", "member_hash", "plan"]
 
 
 class PlanError(WorkbenchError, ValueError):
@@ -242,20 +242,18 @@ class MemoryPlan:
         (rule 6; ``load_plan`` reads it). The write is atomic: ``path`` is either the
         complete new file or untouched."""
         dg = self.device_graph
+        programs = {
+            PROGRAM_MEMBER: _exported_bytes(dg.program.exported),
+            PROPAGATED_MEMBER: _exported_bytes(dg.exported_program()),
+        }
         document = {
+            "member_sha256": {name: member_hash(data) for name, data in programs.items()},
             "program": dg.program.to_json(),
             "placement": dg.placement.to_json(),
             "device_graph": dg.to_json(),
             "plan": self.to_json(),
         }
-        write_archive(
-            path,
-            {
-                PROGRAM_MEMBER: _exported_bytes(dg.program.exported),
-                PROPAGATED_MEMBER: _exported_bytes(dg.exported_program()),
-                PLAN_MEMBER: json.dumps(document, indent=1).encode(),
-            },
-        )
+        write_archive(path, {**programs, PLAN_MEMBER: json.dumps(document, indent=1).encode()})
 
 
 #: Archive members of a saved plan.
@@ -268,36 +266,15 @@ def _device_keys(mapping: Mapping[Device, int]) -> dict[str, int]:
     return {str(d): n for d, n in mapping.items()}
 
 
+def member_hash(data: bytes) -> str:
+    """The SHA-256 of an archive member, as ``plan.json`` records it (rule 6)."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def _exported_bytes(ep: torch.export.ExportedProgram) -> bytes:
     buffer = io.BytesIO()
     torch.export.save(ep, buffer)
     return buffer.getvalue()
-
-
-def load_plan(path: Union[str, Path]) -> MemoryPlan:
-    """Read a file written by ``MemoryPlan.save``: the ``MemoryPlan`` with its
-    ``DeviceGraph``, ``Placement`` and ``Program`` (rule 6). A file that is not a complete,
-    well-formed plan of this format version is a ``PlanFileError`` that names the problem."""
-    members = read_archive(path, (PROGRAM_MEMBER, PROPAGATED_MEMBER, PLAN_MEMBER))
-    try:
-        document = JsonObject(json.loads(members[PLAN_MEMBER]), "")
-    except (json.JSONDecodeError, UnicodeDecodeError, JsonFieldError) as exc:
-        raise PlanFileError(f"{path} is corrupt: {PLAN_MEMBER} is not a JSON object ({exc})") from None
-    try:
-        original = torch.export.load(io.BytesIO(members[PROGRAM_MEMBER]))
-        propagated = torch.export.load(io.BytesIO(members[PROPAGATED_MEMBER]))
-    except Exception as exc:  # torch.export.load raises many types on a damaged program
-        raise PlanFileError(f"{path}: the saved programs cannot be loaded: {type(exc).__name__}: {exc}") from None
-    try:
-        program = Program.from_json(document.raw("program"), original, "program")
-        placement = Placement.from_json(document.raw("placement"), program, "placement")
-        dg = DeviceGraph.from_json(document.raw("device_graph"), placement, propagated, "device_graph")
-        plan_ = MemoryPlan.from_json(document.raw("plan"), dg, "plan")
-    except (JsonFieldError, ValueError, KeyError, TypeError) as exc:
-        raise PlanFileError(f"{path} is corrupt: {PLAN_MEMBER}: {exc}") from None
-    if plan_.steps != tuple(n.name for n in dg.graph.nodes):
-        raise PlanFileError(f"{path} is corrupt: the saved steps do not match the saved graph's node order")
-    return plan_
 
 
 def plan(
