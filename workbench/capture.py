@@ -108,9 +108,7 @@ class Program:
         """Wrap an ``ExportedProgram`` made elsewhere (``shape_only``: None detects it from
         the weights; ``False`` with meta weights is an error, rule 3)."""
         if not isinstance(exported, ExportedProgram):
-            raise CaptureError(
-                f"expected a torch.export.ExportedProgram, got {type(exported).__name__}"
-            )
+            raise CaptureError(f"exported must be a torch.export.ExportedProgram, got {describe(exported)}")
         meta = _meta_weights(exported.state_dict.items())
         if shape_only is None:
             shape_only = bool(meta)
@@ -229,7 +227,7 @@ def capture(
         strict: passed to ``torch.export.export``.
     """
     if not isinstance(model, torch.nn.Module):
-        raise CaptureError(f"capture expects a torch.nn.Module, got {type(model).__name__}")
+        raise CaptureError(f"model must be a torch.nn.Module, got {describe(model)}")
     check_flag(shape_only, "shape_only")
     check_flag(decompose, "decompose")
     check_flag(strict, "strict")
@@ -334,9 +332,11 @@ def _expected(val: Any) -> str:
 
 def _finite(bound: Any) -> Optional[int]:
     """A sympy range end as an int; None when it is infinite."""
+    if getattr(bound, "is_finite", True) is False:
+        return None
     try:
         value = int(bound)
-    except (TypeError, ValueError, OverflowError, RuntimeError):  # sympy infinities refuse int()
+    except (TypeError, ValueError, OverflowError, AttributeError):  # an infinity sympy does not call infinite
         return None
     return value if abs(value) < 2**62 else None
 
@@ -368,10 +368,7 @@ def _as_tuple(example_inputs: Any) -> tuple:
     if isinstance(example_inputs, list):
         return tuple(example_inputs)
     if not isinstance(example_inputs, tuple):
-        raise CaptureError(
-            "example_inputs must be a tuple of inputs (or a single tensor), got "
-            f"{type(example_inputs).__name__}"
-        )
+        raise CaptureError(f"example_inputs must be a tuple of inputs (or a single tensor), got {describe(example_inputs)}")
     return example_inputs
 
 

@@ -139,14 +139,10 @@ def place(
             siblings but grows quadratically: fine for a few hundred ops).
     """
     if not isinstance(program, Program):
-        raise PlacementError(
-            f"place expects a Program from workbench.capture, got {type(program).__name__}"
-        )
+        raise PlacementError(f"program must be a Program from workbench.capture, got {describe(program)}")
     check_flag(strict, "strict")
     if not isinstance(partitioner, str) or partitioner not in PARTITIONERS:
-        raise PlacementError(
-            f"unknown partitioner {partitioner!r}; valid ones are {', '.join(PARTITIONERS)}"
-        )
+        raise PlacementError(f"unknown partitioner {partitioner!r}; valid ones are {', '.join(PARTITIONERS)}")
     if isinstance(rules, Mapping) and not all(isinstance(key, (str, Device)) for key in rules):
         bad = next(key for key in rules if not isinstance(key, (str, Device)))
         raise PlacementError(

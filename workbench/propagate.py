@@ -406,9 +406,7 @@ def propagate(
             the whole constant.
     """
     if not isinstance(placement, Placement):
-        raise PropagationError(
-            f"propagate expects a Placement from workbench.place, got {type(placement).__name__}"
-        )
+        raise PropagationError(f"placement must be a Placement from workbench.place, got {describe(placement)}")
     check_flag(skip_h2d_for_method_inputs, "skip_h2d_for_method_inputs")
     check_flag(skip_d2h_for_method_outputs, "skip_d2h_for_method_outputs")
     with gc_paused():

@@ -38,20 +38,20 @@ class ScheduleError(WorkbenchError, ValueError):
 def schedule(dg: DeviceGraph, order: str = "captured") -> DeviceGraph:
     """``dg`` in the named order: ``captured`` (as exported) or ``overlap``."""
     if not isinstance(dg, DeviceGraph):
-        raise ScheduleError(f"schedule expects a DeviceGraph from workbench.propagate, got {type(dg).__name__}")
+        raise ScheduleError(f"dg must be a DeviceGraph from workbench.propagate, got {describe(dg)}")
     if not isinstance(order, str):
         raise ArgumentTypeError(f"order must be one of {', '.join(SCHEDULES)}, got {describe(order)}")
     if order == "captured":
         return dg
     if order == "overlap":
         return overlap_schedule(dg)
-    raise ScheduleError(f"unknown schedule {order!r}; valid ones are {', '.join(SCHEDULES)}")
+    raise ScheduleError(f"unknown schedule order {order!r}; valid ones are {', '.join(SCHEDULES)}")
 
 
 def overlap_schedule(dg: DeviceGraph) -> DeviceGraph:
     """``dg`` reordered so copies overlap independent compute (see module rules)."""
     if not isinstance(dg, DeviceGraph):
-        raise ScheduleError(f"overlap_schedule expects a DeviceGraph from workbench.propagate, got {type(dg).__name__}")
+        raise ScheduleError(f"dg must be a DeviceGraph from workbench.propagate, got {describe(dg)}")
     with gc_paused():
         return _reorder(dg, _overlap_order(dg.graph, set(dg.copy_table)))
 

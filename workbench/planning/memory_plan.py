@@ -297,7 +297,7 @@ def plan(
         capacity: ``{"cuda:0": 141 * 2**30, ...}``; exceeding it is a ``CapacityError``.
     """
     if not isinstance(dg, DeviceGraph):
-        raise PlanError(f"plan expects a DeviceGraph from workbench.propagate, got {type(dg).__name__}")
+        raise PlanError(f"dg must be a DeviceGraph from workbench.propagate, got {describe(dg)}")
     _check_algorithm(algorithm)
     power_of_two(alignment, "alignment", 1, MAX_ALIGNMENT)
     check_optional_flag(alloc_graph_inputs, "alloc_graph_inputs")

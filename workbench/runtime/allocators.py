@@ -38,6 +38,7 @@ from typing import Any, Iterable
 import torch
 
 from ..devices import Device, DeviceLike
+from ..arguments import check_flag
 from ..errors import ArgumentTypeError, WorkbenchError
 from .cuda import pinned_host_tensor
 
@@ -358,7 +359,7 @@ class HostAllocator(_HostMemoryAllocator):
     kind = "host"
 
     def __init__(self, pinned: bool = False) -> None:
-        self.pinned = bool(pinned)
+        self.pinned = check_flag(pinned, "pinned")
 
     def _allocate(self, nbytes: int, device: Device) -> tuple[int, Any]:
         if self.pinned:

@@ -55,7 +55,8 @@ from .out_variants import out_variant
 from .routing import CopyRouter
 from .run_result import PrefetchStat, SlotWrites
 from .sim_timing import bind_cost, copy_cost, reuse_cost
-from .state import Mutation, StateError, StateWrite
+from ..mutations import Mutation
+from .state import StateError, StateWrite
 from .steps import Step, Steps
 from .tensors import buffer_of, clone_to, owned_tensor
 from .timeline import Timeline

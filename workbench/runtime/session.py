@@ -59,7 +59,8 @@ from .inputs import check_inputs, flatten_inputs, input_specs
 from .routing import CopyRouter
 from .run_result import RunResult
 from .sim_timing import CostFn, bind_cost, copy_cost, default_cost_model, op_step_cost
-from .state import Mutation, StateWrite, mutations, state_writes
+from ..mutations import Mutation, mutations
+from .state import StateWrite, state_writes
 from .steps import Step, Steps, resident_write_step, steps_of
 from .timeline import Timeline
 
@@ -246,7 +247,7 @@ class Session:
         self.run_node = _checked_run_node(run_node) if run_node is not None else None
         self.steps: Steps = steps_of(plan)
         self.entries: tuple[NodeEntry, ...] = node_entries(self.steps, plan.device_graph.graph)
-        self.mutations: tuple[Mutation, ...] = mutations(plan)
+        self.mutations: tuple[Mutation, ...] = mutations(plan.device_graph)
         self.state_writes: tuple[StateWrite, ...] = state_writes(plan, self.steps)
         self.max_concurrent_calls = 1 if self.mutations else max_concurrent_calls
         self.constant_buffers: dict[Device, DeviceBuffer] = {}

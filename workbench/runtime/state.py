@@ -21,47 +21,18 @@ Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
-
-from torch.export.graph_signature import OutputKind
 
 from ..devices import CPU, Device, host_first
 from ..errors import WorkbenchError
+from ..mutations import mutations
 from ..planning.memory_plan import MemoryPlan
 from .steps import Lane, Step, Steps, event_of, resident_write_step
 
-__all__ = ["Mutation", "StateError", "StateWrite", "mutations", "state_writes"]
+__all__ = ["StateError", "StateWrite", "state_writes"]
 
 
 class StateError(WorkbenchError, RuntimeError):
     """A program's state update that the executor cannot carry out."""
-
-
-@dataclass(frozen=True)
-class Mutation:
-    """One write the program makes to its state or its caller's input (rule 1)."""
-
-    target: str  # the buffer's placeholder (kind "buffer") or the user input's (kind "input")
-    value: str  # the node holding the new value at the end of a call
-    kind: str  # "buffer" | "input"
-
-
-def mutations(plan: MemoryPlan) -> tuple[Mutation, ...]:
-    """Every buffer and user-input mutation of ``plan``'s signature, in output order."""
-    dg = plan.device_graph
-    placeholder_of: Mapping[str, str] = {fqn: name for name, fqn in dg.program.constants.items()}
-    found = []
-    for spec in dg.output_specs:
-        if spec.kind == OutputKind.BUFFER_MUTATION:
-            buffer = placeholder_of.get(spec.target or "")
-            if buffer is None:
-                raise StateError(f"the program mutates {spec.target!r}, which is not one of its buffers")
-            found.append(Mutation(buffer, spec.arg.name, "buffer"))
-        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
-            if spec.target not in dg.program.user_inputs:
-                raise StateError(f"the program mutates input {spec.target!r}, which is not one of its inputs")
-            found.append(Mutation(spec.target, spec.arg.name, "input"))
-    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -93,7 +64,7 @@ def state_writes(plan: MemoryPlan, steps: Steps) -> tuple[StateWrite, ...]:
     deps = _latest_per_lane(steps)
     writes = []
     index = len(steps.steps)
-    for mutation in mutations(plan):
+    for mutation in mutations(dg):
         if mutation.kind != "buffer":
             continue
         buffer, value = mutation.target, mutation.value
