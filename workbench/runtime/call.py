@@ -420,7 +420,7 @@ class Call:
         return self.env[mutation.value]
 
     def _write_state(self) -> None:
-        """Rule 7: the new value of each buffer into its resident copy on every device."""
+        """Rule 9: the new value of each buffer into its resident copy on every device."""
         for write in self.s.state_writes:
             value = self._new_value(write)
             resident = self.s.resident(write.buffer, write.device)
@@ -440,7 +440,7 @@ class Call:
             self.clock.after(step, cost, nbytes)
 
     def _write_back(self) -> None:
-        """Rule 7, once the call has finished: the program's own buffers and the caller's inputs."""
+        """Rule 9, once the call has finished: the program's own buffers and the caller's inputs."""
         program = self.plan.device_graph.program
         for mutation in self.s.mutations:
             value = self._new_value(mutation)

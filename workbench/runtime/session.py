@@ -259,7 +259,7 @@ class Session:
         self._inputs = input_specs(plan)
         self._source = plan.device_graph.program.source
         self._versions = self._source.versions() if self._source is not None else ()
-        self._turn = threading.Lock()  # one call at a time (rule 5, max_concurrent_calls=1)
+        self._turn = threading.RLock()  # one call at a time (rule 5); re-entrant, so a run_node may close
         self._idle: "queue.SimpleQueue[_Arenas]" = queue.SimpleQueue()  # arena sets not in use
         self._arena_sets: list[_Arenas] = []
         self._pool_lock = threading.Lock()
