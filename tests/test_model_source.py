@@ -16,10 +16,11 @@ from workbench.examples import example
 from workbench.runtime import load
 
 
-def _fresh():
+def _fresh(decompose: bool = False):
     """A model of its own (the cached examples must stay unchanged), its input and plan."""
     model, (x,) = example("mlp")
-    plan = wb.plan(wb.propagate(wb.place(wb.capture(model, (x,)), {"cuda:0": ["aten.linear"]})))
+    program = wb.capture(model, (x,), decompose=decompose)
+    plan = wb.plan(wb.propagate(wb.place(program, {"cuda:0": ["aten.linear", "aten.addmm"]})))
     return model, x, plan
 
 
@@ -32,9 +33,11 @@ def test_in_place_edits_before_load_are_used():
     assert torch.allclose(wb.run(plan, x, backend="sim").outputs, want, atol=1e-5)
 
 
-def test_a_replaced_layer_is_refused_at_run_naming_its_weights():
-    """``model.layers[1] = nn.Linear(...)`` after capture: run refuses, naming the weights."""
-    model, x, plan = _fresh()
+@pytest.mark.parametrize("decompose", [False, True], ids=["captured", "decomposed"])
+def test_a_replaced_layer_is_refused_at_run_naming_its_weights(decompose):
+    """``model.layers[1] = nn.Linear(...)`` after capture: run refuses, naming the weights
+    (a decomposed program shares the model's weights too)."""
+    model, x, plan = _fresh(decompose)
     model.layers[1] = nn.Linear(32, 32)
     with pytest.raises(ModelChangedError, match=r"'layers\.1\.weight' was replaced after capture.*capture the model again"):
         wb.run(plan, x, backend="sim")

@@ -70,9 +70,13 @@ class ModelSource:
     """The model a program was captured from, and the weights it held then (see module rules)."""
 
     def __init__(self, model: torch.nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """``weights``: the program's tensors by FQN; those the model holds (its parameters and
+        buffers, not constants the exporter lifted out of ``forward``) are watched."""
         self._model = weakref.ref(model)
         self._weights = tuple(
-            _Weight(fqn, tuple(fqn.split(".")), t, tuple(t.shape), t.dtype) for fqn, t in weights
+            _Weight(fqn, path, t, tuple(t.shape), t.dtype)
+            for fqn, t in weights
+            if _lookup(model, path := tuple(fqn.split("."))) is t
         )
 
     @property

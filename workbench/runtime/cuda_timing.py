@@ -114,7 +114,7 @@ class CudaClock:
     def split(self, step: Step, nbytes: int) -> None:
         """Rule 6: the op of the open step is done; its slot copy starts now."""
         if self._open is None or self._open[0] is not step:
-            raise RuntimeError(f"split({step.name}) outside before()/after() of that step")
+            raise ClockError(f"split({step.name}) outside before()/after() of that step")
         lane = event_of(step)[1]
         if lane == HOST_LANE:
             self._splits[step.name] = (time.perf_counter(), int(nbytes))
