@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping, Optional
 
 import torch
@@ -147,20 +148,20 @@ class Program:
         spec = self.exported.call_spec.in_spec
         if spec is not None and got != spec:
             raise InputSignatureError(self._structure_message(tuple(args), kwargs, spec))
-        placeholders = self._user_placeholders()
         for name, value in zip(self.user_inputs, flat):
-            problem = _non_tensor_problem(value_of(placeholders[name]), value, self.exported.range_constraints)
+            problem = _non_tensor_problem(self.input_values[name], value, self.exported.range_constraints)
             if problem:
                 raise InputSignatureError(f"input {name!r} {problem}")
         return flat
 
-    def _user_placeholders(self) -> dict[str, torch.fx.Node]:
-        return {n.name: n for n in self.graph.nodes if n.op == "placeholder" and n.name in self.user_inputs}
+    @cached_property
+    def input_values(self) -> Mapping[str, Any]:
+        """User input → the value traced for it: a fake tensor, or the int, str … captured."""
+        return {n.name: value_of(n) for n in self.graph.nodes if n.op == "placeholder" and n.name in self.user_inputs}
 
     def describe_inputs(self) -> str:
         """The inputs a call takes, in words: ``x: tensor (4, 32) float32, n: int 3``."""
-        placeholders = self._user_placeholders()
-        return ", ".join(f"{n}: {_expected(value_of(placeholders[n]))}" for n in self.user_inputs) or "none"
+        return ", ".join(f"{n}: {_expected(self.input_values[n])}" for n in self.user_inputs) or "none"
 
     def _structure_message(self, args: tuple, kwargs: dict, spec: pytree.TreeSpec) -> str:
         """Rule 4's message: which argument has the wrong structure, in words (no TreeSpec)."""
