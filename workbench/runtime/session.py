@@ -144,6 +144,9 @@ def load(
             the node's target), e.g. to trace or to inject a failure (rule 7).
         max_concurrent_calls: how many calls from different threads may run at once
             (rule 5); each running call beyond the first holds its own set of arenas.
+            Only large, compute-bound graphs gain (``benchmarks/session_threads.py``:
+            1.3x for a 1024-wide MLP with 2-4 threads on 2 cores, but 0.7x for small
+            graphs, whose Python overhead contends for the GIL), so calls take turns by default.
     """
     check_plan(plan)
     name = resolve_backend(backend)
