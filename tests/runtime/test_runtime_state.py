@@ -185,3 +185,17 @@ def test_state_updates_across_calls_on_cuda(cls):
         want = [eager_model(x) for _ in range(4)]
     assert all(torch.allclose(g, w, atol=1e-4) for g, w in zip(got, want))
     assert _same_state(model, eager_model)
+
+
+@pytest.mark.parametrize("rules", list(RULES), ids=list(RULES))
+def test_estimate_models_the_state_write_back_like_a_run(rules):
+    """``estimate`` (shapes only) places the same events as a sim run of a program with
+    state, the write-back steps after the call included."""
+    model, _ = _pair(Normed)
+    x = torch.randn(3, 4)
+    plan = _plan(model, x, RULES[rules])
+    ran = wb.run(plan, x, backend="sim").timeline
+    modeled = wb.estimate(plan)
+    key = lambda e: (e.node, e.activity, e.kind, str(e.device), e.stream, round(e.start_us, 6), round(e.end_us, 6))  # noqa: E731
+    assert [key(e) for e in ran] == [key(e) for e in modeled]
+    assert any("_state_" in e.node for e in modeled)

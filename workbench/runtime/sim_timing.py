@@ -47,6 +47,7 @@ from ..errors import ArgumentTypeError
 from ..graph_values import node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
 from .cost_model import CostModel, OpCost, concrete_size, op_cost
+from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
 
@@ -248,11 +249,17 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_pla
     if not isinstance(model, CostModel):
         raise ArgumentTypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
     clock = SimClock(model)
-    for step, node in zip(steps_of(plan).steps, plan.device_graph.graph.nodes):  # one step per node, in order
+    steps = steps_of(plan)
+    nodes = {node.name: node for node in plan.device_graph.graph.nodes}
+    for step in steps.steps:  # one step per node, in order
         if step.event is not None:
-            clock.add(step, _static_cost(model, step, node))
+            clock.add(step, _static_cost(model, step, nodes[step.name]))
             if step.slot_write == "copy" and not in_place_writes:
                 clock.add_slot_copy(step, step.slot_copy_bytes)
+    for write in state_writes(plan, steps):  # a program's state, written back after the call
+        nbytes = node_nbytes(nodes[write.value], unbounded="hint")
+        cost = bind_cost if write.device.is_host else copy_cost
+        clock.add(write.step, lambda cost=cost, step=write.step, nbytes=nbytes: cost(model, step, nbytes))
     return clock.timeline()
 
 
