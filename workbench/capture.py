@@ -8,6 +8,7 @@ billions of parameters can be placed, propagated and planned on a laptop.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -119,8 +120,9 @@ class Program:
 def capture(
     model: torch.nn.Module,
     example_inputs: Any,
-    shape_only: bool = False,
+    kwargs: Mapping[str, Any] | None = None,
     *,
+    shape_only: bool = False,
     dynamic_shapes: Any = None,
     decompose: bool = False,
     strict: bool = False,
@@ -129,7 +131,10 @@ def capture(
 
     Args:
         model: the module to capture (it is not modified).
-        example_inputs: a tuple of inputs (a single tensor is accepted).
+        example_inputs: a tuple of positional inputs (a single tensor is accepted).
+        kwargs: keyword inputs, passed to ``torch.export.export`` as its ``kwargs``
+            (``{"use_cache": False}``, an attention mask…); tensors among them become
+            graph inputs, other values are fixed in the graph.
         shape_only: export over meta tensors so no weight or activation memory is
             allocated; inputs become meta tensors of the same shape and dtype, and a model
             with real weights is cloned onto meta without copying them.
@@ -142,20 +147,64 @@ def capture(
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"capture expects a torch.nn.Module, got {type(model).__name__}")
     inputs = _as_tuple(example_inputs)
+    keywords = _as_kwargs(kwargs)
     if shape_only:
         model = _meta_clone(model)
         inputs = tuple(_to_meta(x) for x in inputs)
+        keywords = _to_meta(keywords)
     try:
         exported = torch.export.export(
-            model, inputs, dynamic_shapes=dynamic_shapes, strict=strict
+            model, inputs, keywords, dynamic_shapes=dynamic_shapes, strict=strict
         )
         if decompose:
             exported = exported.run_decompositions()
     except Exception as exc:  # torch.export raises many types; keep its message
         raise CaptureError(
             f"torch.export could not capture {type(model).__name__}: {type(exc).__name__}: {exc}"
+            + _what_to_do(exc)
         ) from exc
     return Program(exported, shape_only)
+
+
+#: torch's pytree error for a value it cannot flatten: "Found <class 'pkg.Type'> in output, …".
+_UNFLATTENABLE = re.compile(r"Found <class '(?P<type>[\w.]+)'> in (?P<where>input|output)")
+
+
+def _what_to_do(exc: Exception) -> str:
+    """A hint for export failures whose fix is known: a model that takes or returns an
+    object torch.export cannot flatten (a transformers cache, most often)."""
+    found = _UNFLATTENABLE.search(str(exc))
+    if found is None:
+        return ""
+    kind, where = found["type"].rsplit(".", 1)[-1], found["where"]
+    hint = (
+        f"\nWhat to do: the model's {where} holds a {kind}, which is not a tensor (nor a "
+        "tuple, list or dict of tensors); the workbench captures plain tensors in and out."
+    )
+    if kind.endswith("Cache"):
+        hint += (
+            " For a transformers model, capture the prefill without a cache "
+            "(kwargs={'use_cache': False}, or workbench.hf.capture_prefill), or a decode step "
+            "whose cache is passed and returned as plain tensors (workbench.hf.capture_decode)."
+        )
+    else:
+        hint += f" Wrap the model in a module whose forward {'takes' if where == 'input' else 'returns'} tensors."
+    return hint
+
+
+def _as_kwargs(kwargs: Any) -> dict[str, Any]:
+    if kwargs is None:
+        return {}
+    if isinstance(kwargs, bool):  # capture(m, x, True) meant shape_only, which is keyword-only
+        raise CaptureError(
+            f"capture's third argument is kwargs (a dict of keyword inputs), got {kwargs!r}; "
+            "shape-only capture is capture(model, inputs, shape_only=True)"
+        )
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise CaptureError(
+            f"kwargs must be a dict of keyword inputs {{name: value}}, got {type(kwargs).__name__}"
+        )
+    return dict(kwargs)
 
 
 def _as_tuple(example_inputs: Any) -> tuple:
