@@ -2,7 +2,8 @@
 
 Commands:
   walkthrough  the MoE walkthrough: every placement strategy on a Qwen-3.5-MoE-shaped
-               decoder (tiny model run; full-size model analysed shape-only)
+               decoder (tiny model run; full-size model analysed shape-only), or on a
+               transformers model with --model hf:FAMILY
   propagate    place and propagate a built-in example; print its graph and copies
 """
 
@@ -110,6 +111,8 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
 
     if args.backend == "cuda" and not cuda_available():
         raise SystemExit(f"--backend cuda: {cuda_unavailable_reason()}")
+    if args.model != "builtin":
+        return _cmd_walkthrough_hf(args)
     run_config = _load_config(args.config)
     params = param_count(run_config)["total"]
     if params > 2e9:
@@ -151,6 +154,13 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
         breakeven.to_csv(out / "streaming_breakeven.csv", index=False)
         print("\n# tokens per expert at which a streamed expert's copy hides behind its compute")
         print(breakeven.to_string(index=False))
+    return _finish(out, started, results)
+
+
+def _finish(out, started: float, results) -> int:
+    """List what the walkthrough wrote; exit status 1 when a strategy's outputs differ from eager."""
+    import time
+
     print(f"\nwrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out} "
           f"in {time.perf_counter() - started:.1f} s")
     bad = [r.strategy.label for r in results if not r.matches_eager]
@@ -158,6 +168,78 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
         print(f"outputs differ from eager for: {', '.join(bad)}", file=sys.stderr)
         return 1
     return 0
+
+
+#: Decode step of a transformers model in the walkthrough: tokens already in its static
+#: cache, and the cache's positions (the built-in decoder's tiny and full max_seq_len).
+HF_PAST, HF_TINY_CACHE, HF_FULL_CACHE = 8, 32, 4096
+
+
+def _hf_config(family: str, spec: str, size: str):
+    from workbench import hf
+
+    if spec in ("tiny", "full"):
+        return hf.tiny_config(family) if spec == "tiny" else hf.published_config(family)
+    try:
+        return hf.load_config(spec)
+    except hf.HFError as exc:
+        raise SystemExit(f"--{size}: {exc}") from None
+
+
+def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
+    """The walkthrough's strategy tables for a transformers model (``--model hf:FAMILY``):
+    its tiny configuration run, its published one analysed shape-only, and for
+    Qwen3.5-MoE the side-by-side with the built-in decoder."""
+    import time
+    from pathlib import Path
+
+    from workbench import hf
+    from workbench import walkthrough as wt
+    from workbench.hf.side_by_side import side_by_side
+    from workbench.models import MoEConfig
+
+    try:
+        family = hf.family(args.model)
+    except hf.HFError as exc:
+        raise SystemExit(f"--model: {exc}; or 'builtin' for the built-in decoder") from None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    progress = _progress(not args.no_progress)
+    started = time.perf_counter()
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_columns", 40)
+    pd.set_option("display.max_colwidth", 200)
+
+    model = hf.load_model(_hf_config(family.name, args.config, "config"))
+    step = hf.capture_decode(model, "static", past=HF_PAST, max_cache_len=max(HF_TINY_CACHE, HF_PAST + 1))
+    params = sum(p.numel() for p in model.parameters())
+    results = wt.tiny_results(captured=step, backend=args.backend, progress=progress)
+    table = wt.strategy_table(results)
+    table.to_csv(out / "strategies_tiny.csv", index=False)
+    print(f"# {family.title} ({type(model).__name__}), {args.config} config ({params:,} parameters), "
+          f"one decode step after {HF_PAST} tokens, backend {args.backend}")
+    print(table.to_string(index=False))
+    _write_figures(results, out, progress)
+
+    if not args.skip_full:
+        full_model = hf.load_model(_hf_config(family.name, args.full_config, "full-config"), shape_only=True)
+        full_step = hf.capture_decode(full_model, "static", past=HF_PAST, max_cache_len=HF_FULL_CACHE)
+        full = wt.full_size_results(captured=full_step, progress=progress)
+        full_table = wt.full_size_table(full)
+        full_table.to_csv(out / "strategies_full_size.csv", index=False)
+        total = sum(p.numel() for p in full_model.parameters())
+        print(f"\n# full size, shape-only: {total / 1e9:.2f} B parameters, static cache of {HF_FULL_CACHE} "
+              "positions, modeled on an H200")
+        print(full_table.to_string(index=False))
+    if family.name == "qwen3_5_moe":
+        configs = [("tiny", MoEConfig.tiny())] + ([] if args.skip_full else [("full", MoEConfig.full())])
+        for label, config in configs:
+            compared = side_by_side(config)
+            compared.to_csv(out / f"builtin_vs_transformers_{label}.csv", index=False)
+            print(f"\n# the built-in QwenMoEDecoder vs transformers' Qwen3.5-MoE, same {label} config "
+                  "(ratio = transformers / built-in; agree = within 5%)")
+            print(compared.to_string(index=False))
+    return _finish(out, started, results)
 
 
 def _write_figures(results, out, progress) -> None:
@@ -191,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("walkthrough", help="the MoE walkthrough: strategies compared, tables, figures, traces")
+    w.add_argument(
+        "--model",
+        default="builtin",
+        help="builtin (the Qwen-3.5-MoE-shaped decoder, default) or a transformers family: hf:qwen3_5_moe, "
+        "hf:qwen3_moe, hf:qwen3_next, hf:mixtral, hf:deepseek_v3, hf:deepseek_v2, hf:gpt_oss, hf:olmoe, hf:qwen3, hf:llama",
+    )
     w.add_argument("--config", default="tiny", help="model that is run: tiny (default), full, or a JSON config path")
     w.add_argument("--full-config", default="full", help="model analysed shape-only (default: the published 35B-A3B)")
     w.add_argument("--backend", choices=["sim", "cuda"], default="sim", help="sim (modeled time) or cuda (measured)")

@@ -109,24 +109,34 @@ def tiny_results(
     strategies: Optional[Sequence[Strategy]] = None,
     seed: int = 0,
     progress: Progress = None,
+    captured: Any = None,
 ) -> list[StrategyResult]:
     """Capture, place, propagate, plan and run every strategy on a small MoE model.
 
     Default strategies: ``strategy_variants(prefetch=True)``; the prefetching ones run on
     the model built with ``expert_prefetch=True`` (same weights) and are compared with the
     same eager outputs.
+
+    ``captured``: a step captured elsewhere (``workbench.hf.capture_decode``: anything with
+    ``program``, ``inputs`` and ``eager()``) to run instead of the built-in decoder; its
+    default strategies are ``strategy_variants()`` (no routing hints to prefetch from).
     """
     progress = progress or _quiet
-    config = config or MoEConfig.tiny()
-    model = QwenMoEDecoder(config, seed=seed).eval()
-    inputs = model.example_inputs()
-    with torch.no_grad():
-        expected = model(*inputs)
+    if captured is not None:
+        inputs, expected = captured.inputs, captured.eager()
+        programs: Callable[[Strategy], Any] = lambda strategy: captured.program
+        strategies = strategies or strategy_variants()
+    else:
+        config = config or MoEConfig.tiny()
+        model = QwenMoEDecoder(config, seed=seed).eval()
+        inputs = model.example_inputs()
+        with torch.no_grad():
+            expected = model(*inputs)
 
-    def make(hinted: bool):
-        return (QwenMoEDecoder(config, seed=seed, expert_prefetch=True).eval() if hinted else model), inputs
+        def make(hinted: bool):
+            return (QwenMoEDecoder(config, seed=seed, expert_prefetch=True).eval() if hinted else model), inputs
 
-    programs = _Programs(make, shape_only=False)
+        programs = _Programs(make, shape_only=False)
     results = []
     for strategy in progress(strategies or strategy_variants(prefetch=True), "tiny model: strategies"):
         dg = strategy.apply(programs(strategy))
@@ -153,7 +163,8 @@ def measured_hit_rate(config: Optional[MoEConfig] = None, *, tokens: int = 256, 
         if len(args) > 2 and args[2] is not None:  # Experts.forward(x, expert_idx, hint)
             seen.append((args[1].reshape(-1, k), args[2].reshape(-1, k)))  # (B, k) chosen, predicted
 
-    hooks = [layer.mlp.experts.register_forward_hook(record) for layer in model.layers]
+    layers: Any = model.layers  # DecoderLayer modules
+    hooks = [layer.mlp.experts.register_forward_hook(record) for layer in layers]
     try:
         gen = torch.Generator().manual_seed(seed)
         ids = torch.randint(config.vocab_size, (tokens, 1), generator=gen)
@@ -222,6 +233,7 @@ def full_size_results(
     strategies: Optional[Sequence[Strategy]] = None,
     prefetch_hit_rate: Optional[float] = None,
     progress: Progress = None,
+    captured: Any = None,
 ) -> list[StrategyResult]:
     """Shape-only analysis of the published configuration: plan every strategy and time its
     decode step with the cost model under each link. Allocates no weights.
@@ -229,9 +241,14 @@ def full_size_results(
     Prefetching strategies are timed with ``CostModel.prefetch_hit_rate`` set to
     ``prefetch_hit_rate``; None means the tiny model's ``measured_hit_rate()`` (the
     full-size weights are not there to measure).
+
+    ``captured``: a shape-only step captured elsewhere (``workbench.hf.capture_decode`` of a
+    meta model: anything with a ``program``) to analyse instead of the built-in decoder;
+    its default strategies are ``strategy_variants()``.
     """
     progress = progress or _quiet
-    config = config or MoEConfig.full()
+    if captured is not None:
+        strategies = strategies or strategy_variants()
     chosen = list(strategies or strategy_variants(prefetch=True))
     rate = None
     if any(s.prefetch for s in chosen):
@@ -239,16 +256,16 @@ def full_size_results(
 
     def make(hinted: bool):
         with torch.device("meta"):
-            model = QwenMoEDecoder(config, expert_prefetch=hinted)
+            model = QwenMoEDecoder(config or MoEConfig.full(), expert_prefetch=hinted)
             return model, model.example_inputs()
 
-    programs = _Programs(make, shape_only=True)
+    programs = _Programs(make, shape_only=True) if captured is None else (lambda strategy: captured.program)
     results = []
     for strategy in progress(chosen, "full size: strategies"):
         memory = plan(strategy.apply(programs(strategy)), algorithm)
         models = {link: CostModel.preset(device_preset, link=link) for link in links}
         if strategy.prefetch:
-            models = {link: m.with_prefetch_hit_rate(rate) for link, m in models.items()}
+            models = {link: m.with_prefetch_hit_rate(float(rate or 0.0)) for link, m in models.items()}
         estimates = {link: estimate(memory, m) for link, m in models.items()}
         results.append(
             StrategyResult(

@@ -12,12 +12,15 @@ Rules:
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
 from ..experts import find_experts
 from .configs import HFError, load_config
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = ["EXPERT_IMPLEMENTATIONS", "check_model", "load_model"]
 
@@ -33,7 +36,7 @@ def load_model(
     shape_only: bool = False,
     dtype: Optional[torch.dtype] = None,
     experts_implementation: Optional[str] = None,
-) -> torch.nn.Module:
+) -> "PreTrainedModel":
     """A causal LM from ``source``, in eval mode.
 
     Args:
@@ -72,7 +75,7 @@ def load_model(
     return model.eval()
 
 
-def check_model(model: Any) -> torch.nn.Module:
+def check_model(model: Any) -> "PreTrainedModel":
     """Rule 4: a transformers causal LM as given, or a clear error."""
     from transformers import PreTrainedModel
 
