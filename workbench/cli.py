@@ -102,9 +102,6 @@ def _load_config(spec: str):
 
 
 def _cmd_walkthrough(args: argparse.Namespace) -> int:
-    import time
-    from pathlib import Path
-
     from workbench import walkthrough as wt
     from workbench.models import param_count
     from workbench.runtime import cuda_available, cuda_unavailable_reason
@@ -120,12 +117,7 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
             f"--config {args.config}: {params / 1e9:.1f} B parameters is too large to run with real weights here; "
             "run a small configuration and analyse large ones shape-only with --full-config"
         )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    progress = _progress(not args.no_progress)
-    started = time.perf_counter()
-    pd.set_option("display.width", 200)
-    pd.set_option("display.max_columns", 40)
+    out, progress, started = _start(args)
 
     results = wt.tiny_results(run_config, backend=args.backend, progress=progress)
     table = wt.strategy_table(results)
@@ -155,6 +147,18 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
         print("\n# tokens per expert at which a streamed expert's copy hides behind its compute")
         print(breakeven.to_string(index=False))
     return _finish(out, started, results)
+
+
+def _start(args: argparse.Namespace):
+    """The walkthrough's output folder, progress bars, start time and table display."""
+    import time
+    from pathlib import Path
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_columns", 40)
+    return out, _progress(not args.no_progress), time.perf_counter()
 
 
 def _finish(out, started: float, results) -> int:
@@ -190,9 +194,6 @@ def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
     """The walkthrough's strategy tables for a transformers model (``--model hf:FAMILY``):
     its tiny configuration run, its published one analysed shape-only, and for
     Qwen3.5-MoE the side-by-side with the built-in decoder."""
-    import time
-    from pathlib import Path
-
     from workbench import hf
     from workbench import walkthrough as wt
     from workbench.hf.side_by_side import side_by_side
@@ -202,13 +203,8 @@ def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
         family = hf.family(args.model)
     except hf.HFError as exc:
         raise SystemExit(f"--model: {exc}; or 'builtin' for the built-in decoder") from None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    progress = _progress(not args.no_progress)
-    started = time.perf_counter()
-    pd.set_option("display.width", 200)
-    pd.set_option("display.max_columns", 40)
-    pd.set_option("display.max_colwidth", 200)
+    out, progress, started = _start(args)
+    pd.set_option("display.max_colwidth", 200)  # the side-by-side's notes
 
     model = hf.load_model(_hf_config(family.name, args.config, "config"))
     step = hf.capture_decode(model, "static", past=HF_PAST, max_cache_len=max(HF_TINY_CACHE, HF_PAST + 1))

@@ -124,7 +124,10 @@ def tiny_results(
     progress = progress or _quiet
     if captured is not None:
         inputs, expected = captured.inputs, captured.eager()
-        programs: Callable[[Strategy], Any] = lambda strategy: captured.program
+
+        def programs(strategy: Strategy) -> Any:
+            return captured.program
+
         strategies = strategies or strategy_variants()
     else:
         config = config or MoEConfig.tiny()
