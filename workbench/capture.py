@@ -133,8 +133,9 @@ def capture(
         model: the module to capture (it is not modified).
         example_inputs: a tuple of positional inputs (a single tensor is accepted).
         kwargs: keyword inputs, passed to ``torch.export.export`` as its ``kwargs``
-            (``{"use_cache": False}``, an attention mask…); tensors among them become
-            graph inputs, other values are fixed in the graph.
+            (``{"use_cache": False}``, an attention mask…); they become graph inputs
+            after the positional ones, and a non-tensor value is specialised (the graph
+            holds for that value only).
         shape_only: export over meta tensors so no weight or activation memory is
             allocated; inputs become meta tensors of the same shape and dtype, and a model
             with real weights is cloned onto meta without copying them.

@@ -23,9 +23,9 @@ Rules:
    inputs and outputs have equal shapes, like the built-in decoder's; ``"dynamic"`` gives
    caches of ``past`` positions that come back with ``past + 1``.
 3. A captured decode step never mutates its inputs: a state transformers updates in place
-   is cloned inside the step; if the capture still finds an input written in place (a
-   layer type not known to be in-place), the step is captured again with that state
-   cloned too.
+   is cloned inside the step; if the capture still finds an input written in place (an
+   in-place op on it or on a view of it, in a layer type not known to be in-place), the
+   step is captured again with that state cloned too.
 """
 
 from __future__ import annotations
@@ -151,18 +151,21 @@ def capture_decode(
         cache: ``"static"`` or ``"dynamic"`` (rule 2) — filled by a prefill of ``past``
             seeded tokens — or a populated transformers cache, whose structure and
             contents are used (``past`` is then its length).
-        past: tokens already in the cache.
+        past: tokens already in the cache (a given cache's own length, unless it is a
+            shape-only static cache, whose length is a meta tensor).
         batch: sequences decoded together.
         max_cache_len: positions of a static cache (default ``past + 1``).
         seed: seeds the prefill and the new token.
     """
     check_model(model)
     device = _device(model)
-    if isinstance(cache, str):
+    built = isinstance(cache, str)
+    if built:
         cache = prefill_cache(model, cache, past=past, batch=batch, max_cache_len=max_cache_len, seed=seed)
-    else:
-        past = int(cache.get_seq_length())
-    step = DecodeStep(model, cache)
+    step = DecodeStep(model, cache)  # checks the cache
+    if not built:
+        length = cache.get_seq_length()  # a meta tensor in a shape-only static cache: `past` stands
+        past = past if isinstance(length, torch.Tensor) and length.is_meta else int(length)
     states = step.example_states()
     rows = next((t.shape[0] for t in states if t.dim() > 0), batch)  # a given cache sets the batch
     token = example_tokens(_vocab(model), rows, 1, seed + 1, device)
@@ -212,11 +215,38 @@ def prefill_cache(
 
 
 def _inputs_written_in_place(program: Program) -> list[int]:
-    """Indices of user inputs the program mutates."""
-    mutated = {
-        spec.target for spec in program.exported.graph_signature.output_specs if spec.kind == OutputKind.USER_INPUT_MUTATION
+    """Indices of user inputs the program writes: recorded as input mutations, or (in
+    torch.export's default, non-functional IR) the target of an in-place op, directly or
+    through views of it."""
+    position = {name: i for i, name in enumerate(program.user_inputs)}
+    written = {
+        position[spec.target]
+        for spec in program.exported.graph_signature.output_specs
+        if spec.kind == OutputKind.USER_INPUT_MUTATION and spec.target in position
     }
-    return [i for i, name in enumerate(program.user_inputs) if name in mutated]
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        for i, arg in enumerate(node.target._schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+                base = _aliased_base(value)
+                if isinstance(base, torch.fx.Node) and base.name in position:
+                    written.add(position[base.name])
+    return sorted(written)
+
+
+def _aliased_base(value: Any) -> Any:
+    """The value a view (or an in-place result) aliases, followed back to its base."""
+    while (
+        isinstance(value, torch.fx.Node)
+        and value.op == "call_function"
+        and isinstance(value.target, torch._ops.OpOverload)
+        and value.target._schema.returns
+        and value.target._schema.returns[0].alias_info is not None
+    ):
+        value = value.args[0]
+    return value
 
 
 def _vocab(model: "PreTrainedModel") -> int:
