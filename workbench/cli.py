@@ -203,6 +203,10 @@ def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
         family = hf.family(args.model)
     except hf.HFError as exc:
         raise SystemExit(f"--model: {exc}; or 'builtin' for the built-in decoder") from None
+    import transformers
+
+    # its notices that optional fused kernels are absent: the reference code is what is captured
+    transformers.logging.set_verbosity_error()
     out, progress, started = _start(args)
     pd.set_option("display.max_colwidth", 200)  # the side-by-side's notes
 
