@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from workbench._units import format_bytes  # noqa: E402
+from workbench.units import format_bytes  # noqa: E402
 
 SIZES = [4 << 10 << (2 * i) for i in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB
 BIG = 64 << 20

@@ -92,7 +92,7 @@ def test_inputs_of_another_structure_are_refused_by_name():
     """A call with a different input structure than the capture is an InputSignatureError
     naming the inputs — for the propagated module and planned execution alike."""
     from workbench.capture import InputSignatureError
-    from workbench.planning.bound import run_in_arenas
+    from workbench.planning.arena_execution import run_in_arenas
 
     model, (x, y) = example("fanout")
     prog = wb.capture(model, (x, y))

@@ -25,7 +25,7 @@ def _prog(name="fanout"):
 def test_unmatched_ops_run_on_cpu():
     """Rule 1: ops that no pattern claims are placed on cpu and are in no delegate."""
     placed = wb.place(_prog(), {"cuda:0": ["aten.linear"]})
-    for node, dev in placed.node_device.items():
+    for node, dev in placed.op_device.items():
         op = str(next(n for n in placed.program.graph.nodes if n.name == node).target)
         assert dev == (CUDA0 if "linear" in op else wb.CPU)
         assert (node in placed.node_delegate) == (dev != wb.CPU)
@@ -54,7 +54,7 @@ def test_getitem_follows_its_producer():
     graph = placed.program.graph
     for node in graph.nodes:
         if node.op == "call_function" and node.target.__name__ == "getitem":
-            assert placed.node_device[node.name] == placed.node_device[node.args[0].name]
+            assert placed.op_device[node.name] == placed.op_device[node.args[0].name]
             assert placed.node_delegate[node.name] == placed.node_delegate[node.args[0].name]
 
 
@@ -63,7 +63,7 @@ def test_callable_rules():
     prog = _prog()
     placed = wb.place(prog, lambda n: "CUDA:1" if n.name.startswith("linear") else None)
     assert set(placed.ops_on("cuda:1")) == {"linear", "linear_1"}
-    assert all(d in (wb.CPU, CUDA1) for d in placed.node_device.values())
+    assert all(d in (wb.CPU, CUDA1) for d in placed.op_device.values())
 
 
 def test_adjacent_same_device_ops_fuse():
@@ -79,7 +79,7 @@ def test_delegates_do_not_fuse_across_devices():
     """Every delegate holds ops of one device only."""
     placed = wb.place(_prog("residual"), {"cuda:0": ["aten.linear"], "cuda:1": ["aten.gelu", "aten.add"]})
     for d in placed.delegates:
-        assert {placed.node_device[n] for n in d.nodes} == {d.device}
+        assert {placed.op_device[n] for n in d.nodes} == {d.device}
 
 
 def test_unmatched_pattern_warns_and_strict_raises():
@@ -103,7 +103,7 @@ def test_more_literal_op_pattern_wins():
     """Precedence 3: 'aten.mul' beats 'aten.*' for the mul op; 'aten.*' keeps the rest."""
     placed = wb.place(_prog(), {"cuda:0": ["aten.mul"], "cuda:1": ["aten.*"]})
     ops = {n.name: op for n, op in ((n, str(n.target)) for n in placed.program.graph.nodes if n.op == "call_function")}
-    for name, device in placed.node_device.items():
+    for name, device in placed.op_device.items():
         if "getitem" in ops[name]:
             continue
         assert device == (CUDA0 if "mul" in ops[name] else CUDA1), name
@@ -117,7 +117,7 @@ def test_all_except_a_module():
         warnings.simplefilter("error")
         placed = wb.place(prog, {"cuda:0": ["*"], "cpu": ["module:ups.*"]}, strict=True)
     assert set(placed.ops_on("cpu")) == {"linear", "linear_2"}
-    assert set(placed.ops_on("cuda:0")) == set(placed.node_device) - {"linear", "linear_2"}
+    assert set(placed.ops_on("cuda:0")) == set(placed.op_device) - {"linear", "linear_2"}
 
 
 def test_node_pattern_beats_module_patterns():
@@ -127,8 +127,8 @@ def test_node_pattern_beats_module_patterns():
     rules = {"cuda:1": ["node:linear_2"], "cuda:0": ["module:ups.1"], "cpu": ["module:*"]}
     with pytest.warns(wb.PlacementWarning, match="'module:ups.1'"):
         placed = wb.place(prog, rules)
-    assert placed.node_device["linear"] == wb.CPU  # ups.0: only module:* matches
-    assert placed.node_device["linear_2"] == CUDA1  # in ups.1, but named by node:
+    assert placed.op_device["linear"] == wb.CPU  # ups.0: only module:* matches
+    assert placed.op_device["linear_2"] == CUDA1  # in ups.1, but named by node:
 
 
 def test_deeper_module_pattern_wins_over_more_literal_one():
@@ -138,11 +138,11 @@ def test_deeper_module_pattern_wins_over_more_literal_one():
     *_, prog = moe_tiny()
     placed = wb.place(prog, {"cuda:0": ["module:layers.*.mlp"], "cuda:1": ["module:*.experts"]})
     for node in prog.graph.nodes:
-        if node.name not in placed.node_device or node.name not in {n for d in placed.delegates for n in d.nodes}:
+        if node.name not in placed.op_device or node.name not in {n for d in placed.delegates for n in d.nodes}:
             continue
         paths = module_paths(node)
         in_experts = any(p.endswith(".mlp.experts") for p in paths)
-        assert placed.node_device[node.name] == (CUDA1 if in_experts else CUDA0), node.name
+        assert placed.op_device[node.name] == (CUDA1 if in_experts else CUDA0), node.name
     assert placed.ops_on("cuda:1") and placed.ops_on("cuda:0")
 
 
@@ -217,7 +217,7 @@ def test_empty_graph():
     prog = wb.capture(Identity(), (torch.zeros(3),))
     with pytest.warns(wb.PlacementWarning):
         placed = wb.place(prog, {"cuda:0": ["aten.mul"]})
-    assert placed.delegates == () and placed.node_device == {}
+    assert placed.delegates == () and placed.op_device == {}
     with pytest.raises(wb.PlacementError):
         wb.place(prog, {"cuda:0": ["aten.mul"]}, strict=True)
     dg = wb.propagate(placed)
@@ -332,7 +332,7 @@ def test_acyclicity_check_can_fail():
 def test_wrapped_ops_are_named_and_placed_like_the_op_they_wrap():
     """An op object wrapping an aten overload in ``_op`` (as ExecuTorch's edge ops do) is
     named by that overload, so op patterns place it without special cases."""
-    from workbench._tensors import op_name, packet_name
+    from workbench.graph_values import op_name, packet_name
 
     class Wrapped:
         __name__ = "wrapped"

@@ -1,4 +1,4 @@
-"""Device propagation: one test per rule of DESIGN.md §3 (see workbench/propagate.py)."""
+"""Device propagation: one test per rule of workbench/propagate.py."""
 
 import pytest
 import torch
@@ -36,7 +36,7 @@ def test_rule1_no_rules_no_copies():
 def test_rule2_values_live_where_produced():
     """Rule 2: every op's value is on its placed device; copy outputs are on their target."""
     dg = _dg("residual", {"cuda:0": ["aten.linear", "aten.gelu"]})
-    placed = dg.placement.node_device
+    placed = dg.placement.op_device
     for node in dg.graph.nodes:
         if node.op != "call_function":
             continue

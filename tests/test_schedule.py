@@ -60,7 +60,7 @@ def test_copy_consumers_wait_for_independent_compute():
 @pytest.mark.parametrize("name", ["mlp", "residual", "fanout", "attention"])
 def test_scheduled_graph_computes_the_same(name):
     """The reordered graph, planned and run in arenas, equals eager."""
-    from workbench.planning.bound import run_in_arenas
+    from workbench.planning.arena_execution import run_in_arenas
 
     model, inputs, _ = captured(name)
     dg = overlap_schedule(_dg(name))

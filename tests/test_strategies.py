@@ -8,7 +8,7 @@ import workbench as wb
 from conftest import moe_tiny
 from workbench import CPU, Device
 from workbench.copy_ops import GATHER_H2D
-from workbench.planning.bound import run_in_arenas
+from workbench.planning.arena_execution import run_in_arenas
 from workbench.strategies import (
     STRATEGIES,
     all_on_device,
@@ -120,8 +120,8 @@ def test_strategies_find_the_experts_without_a_glob():
     """With no arguments the expert strategies find the routed experts in the program: the
     same placement as the explicit glob of the built-in decoder's expert modules."""
     *_, prog = _moe()
-    found = experts_on_host().apply(prog).placement.node_device
-    explicit = experts_on_host(experts="layers.*.mlp.experts").apply(prog).placement.node_device
+    found = experts_on_host().apply(prog).placement.op_device
+    explicit = experts_on_host(experts="layers.*.mlp.experts").apply(prog).placement.op_device
     assert found == explicit and CPU in set(found.values())
     streamed = expert_streaming().apply(prog)
     glob = expert_streaming(weights="layers.*.mlp.experts.*").apply(prog)

@@ -35,15 +35,15 @@ def test_table_numbers_come_from_the_runs():
     table = wt.strategy_table(results)
     for i, r in enumerate(results):
         row = table.iloc[i]
-        assert row["h2d"] == r.graph.copy_counts()["h2d"]
-        assert row["h2d_KiB/token"] == round(r.graph.copy_bytes()["h2d"] / 1024, 2)
+        assert row["h2d"] == r.device_graph.copy_counts()["h2d"]
+        assert row["h2d_KiB/token"] == round(r.device_graph.copy_bytes()["h2d"] / 1024, 2)
         assert row["us/token"] == round(r.run.time_us, 2)
         assert row["arena_cuda:0_KiB"] == round(r.plan.arena_bytes["cuda:0"] / 1024, 2)
         assert row["h2d_moved_KiB/token"] == round(r.run.copy_bytes_by_kind()["h2d"] / 1024, 2)
         # the timeline moved exactly the bytes the graph's copies say, except the rows a
         # prefetch already held (copied on the device, not over the link)
         held = sum(p.device_bytes for p in r.run.prefetch)
-        assert r.run.copy_bytes_by_kind()["h2d"] == r.graph.copy_bytes()["h2d"] - held
+        assert r.run.copy_bytes_by_kind()["h2d"] == r.device_graph.copy_bytes()["h2d"] - held
         assert (held > 0) == r.strategy.prefetch
         if r.strategy.prefetch:
             assert row["prefetch_hit_rate"] == round(r.run.prefetch_hit_rate, 3)
@@ -54,8 +54,8 @@ def test_table_numbers_come_from_the_runs():
 def test_skip_flags_remove_input_output_copies():
     """With skip flags on, all-on-device moves nothing; with them off it moves inputs/outputs."""
     by_label = {r.strategy.label: r for r in _tiny()}
-    assert sum(by_label["all_on_device+skip"].graph.copy_counts().values()) == 0
-    assert by_label["all_on_device"].graph.copy_counts()["h2d"] > 0
+    assert sum(by_label["all_on_device+skip"].device_graph.copy_counts().values()) == 0
+    assert by_label["all_on_device"].device_graph.copy_counts()["h2d"] > 0
 
 
 def test_streaming_moves_expert_bytes_experts_on_host_moves_activations():
@@ -65,8 +65,8 @@ def test_streaming_moves_expert_bytes_experts_on_host_moves_activations():
     by_label = {r.strategy.label: r for r in _tiny()}
     slab = 3 * cfg.hidden_size * cfg.moe_intermediate_size * 4
     expected = cfg.num_hidden_layers * cfg.num_experts_per_tok * slab
-    assert by_label["expert_streaming+skip"].graph.copy_bytes()["h2d"] == expected
-    assert by_label["experts_on_host+skip"].graph.copy_bytes()["h2d"] < expected / 10
+    assert by_label["expert_streaming+skip"].device_graph.copy_bytes()["h2d"] == expected
+    assert by_label["experts_on_host+skip"].device_graph.copy_bytes()["h2d"] < expected / 10
 
 
 def test_prefetch_moves_fewer_bytes_than_its_upper_bound_and_more_than_plain_streaming():
@@ -141,7 +141,7 @@ FULL_SIZE_SCRIPT = textwrap.dedent(
     from workbench import walkthrough as wt
     from workbench.strategies import all_on_device, experts_on_host
     res = wt.full_size_results(strategies=[all_on_device(), experts_on_host()], links=["pcie_gen5"])
-    out = {r.strategy.label: dict(r.graph.constant_bytes) for r in res}
+    out = {r.strategy.label: {str(d): n for d, n in r.device_graph.constant_bytes.items()} for r in res}
     out["tok_s"] = {r.strategy.label: 1e6 / r.estimates["pcie_gen5"].span_us for r in res}
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(out))
@@ -180,7 +180,7 @@ def test_full_size_prefetch_beats_plain_streaming_on_nvlink():
     assert hinted.overlap_fraction() > plain.overlap_fraction()
     table = wt.prefetch_sensitivity(res, hit_rates=[1.0], links=["nvlink_c2c"])
     assert table["h2d_MiB/token"][1] == table["h2d_MiB/token"][0]
-    assert res[0].graph.constant_bytes == res[1].graph.constant_bytes
+    assert res[0].device_graph.constant_bytes == res[1].device_graph.constant_bytes
     slab = 3 * cfg.hidden_size * cfg.moe_intermediate_size * 2
     grown = res[1].plan.arena_bytes["cuda:0"] - res[0].plan.arena_bytes["cuda:0"]
     assert 0 < grown <= cfg.num_experts_per_tok * slab + 4096

@@ -7,57 +7,80 @@ capture → place → propagate → plan → run, with views for notebooks::
     placed = wb.place(prog, {"cuda:0": ["aten.mm", "aten.add"]})
     dg = wb.propagate(placed)
     dg.copies
+
+The views (``GraphView``, ``BufferView``, ``TimelineView``, ``PlacementExplorer``,
+``explore``, ``to_chrome_trace``, ``to_dot``) are loaded on first use, so a script that
+only plans or runs never imports the widget and plotting libraries.
 """
+
+from importlib import import_module
+from typing import Any
 
 from . import copy_ops  # registers the workbench:: copy ops with torch.library
 from .capture import CaptureError, Program, capture
-from .devices import CPU, Device, DeviceError
+from .devices import CPU, CopyKind, Device, DeviceError
 from .errors import WorkbenchError, WorkbenchWarning
 from .place import Delegate, Placement, PlacementError, PlacementWarning, place
-from .propagate import CopyRecord, DeviceGraph, PropagationError, propagate
-from .planning.plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, plan
-from .planning.serialize import PlanFileError, load_plan
+from .planning.archive import PlanFileError
+from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, load_plan, plan
+from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
 from .runtime.executor import RunResult, Session, estimate, load, run
-from . import views
-from .views import BufferView, GraphView, PlacementExplorer, TimelineView, explore, to_chrome_trace, to_dot
+
+#: Names served by ``workbench.views``, imported when first asked for.
+_VIEW_NAMES = ("BufferView", "GraphView", "PlacementExplorer", "TimelineView", "explore", "to_chrome_trace", "to_dot")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "views":
+        return import_module(".views", __name__)
+    if name in _VIEW_NAMES:
+        return getattr(import_module(".views", __name__), name)
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "BufferView",
-    "RunResult",
-    "Session",
-    "estimate",
-    "load",
-    "run",
     "CPU",
-    "GraphView",
-    "PlacementExplorer",
-    "TimelineView",
-    "explore",
-    "to_chrome_trace",
-    "to_dot",
-    "views",
     "CapacityError",
-    "MemoryPlan",
-    "PlanError",
-    "PlanFileError",
-    "TensorAllocation",
-    "load_plan",
-    "plan",
     "CaptureError",
+    "CopyKind",
     "CopyRecord",
+    "CopyRole",
     "Delegate",
     "Device",
     "DeviceError",
     "DeviceGraph",
-    "WorkbenchError",
-    "WorkbenchWarning",
-    "Placement",
+    "GraphView",
+    "MemoryPlan",
     "PlacementError",
+    "PlacementExplorer",
     "PlacementWarning",
+    "Placement",
+    "PlanError",
+    "PlanFileError",
     "Program",
     "PropagationError",
+    "RunResult",
+    "Session",
+    "TensorAllocation",
+    "TimelineView",
+    "WorkbenchError",
+    "WorkbenchWarning",
     "capture",
     "copy_ops",
+    "estimate",
+    "explore",
+    "load",
+    "load_plan",
     "place",
+    "plan",
     "propagate",
+    "run",
+    "to_chrome_trace",
+    "to_dot",
+    "views",
 ]

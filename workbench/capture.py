@@ -17,6 +17,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 from .errors import WorkbenchError
+from .json_fields import JsonObject
 
 __all__ = ["CaptureError", "InputSignatureError", "Program", "capture"]
 
@@ -115,6 +116,15 @@ class Program:
     def num_ops(self) -> int:
         """Number of ``call_function`` nodes."""
         return sum(1 for n in self.graph.nodes if n.op == "call_function")
+
+    def to_json(self) -> dict[str, Any]:
+        """What a saved program needs besides its ``torch.export`` archive."""
+        return {"shape_only": self.shape_only}
+
+    @classmethod
+    def from_json(cls, data: Any, exported: ExportedProgram, path: str = "program") -> "Program":
+        """The program ``to_json`` described, around ``exported`` (read back with ``torch.export.load``)."""
+        return cls(exported, JsonObject(data, path).flag("shape_only"))
 
 
 def capture(

@@ -11,9 +11,25 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from pathlib import Path
 from typing import Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
+from tqdm import tqdm
+
+from . import hf
+from . import walkthrough as wt
+from .capture import capture
+from .examples import EXAMPLES, example
+from .hf.side_by_side import side_by_side
+from .models import MoEConfig, param_count
+from .place import PlacementError, place
+from .propagate import propagate
+from .runtime import cuda_available, cuda_unavailable_reason
+from .views import BufferView, GraphView, TimelineView, to_chrome_trace
 
 __all__ = ["main"]
 
@@ -32,19 +48,17 @@ def _parse_placements(items: Sequence[str]) -> dict[str, list[str]]:
 
 
 def _cmd_propagate(args: argparse.Namespace) -> int:
-    import workbench as wb
-    from workbench.examples import EXAMPLES, example
 
     if args.example not in EXAMPLES:
         raise SystemExit(f"unknown example {args.example!r}; valid ones are {', '.join(EXAMPLES)}")
     model, inputs = example(args.example)
     rules = _parse_placements(args.place) if args.place else {"cuda:0": ["aten.linear", "aten.addmm"]}
-    prog = wb.capture(model, inputs, decompose=args.decompose)
+    prog = capture(model, inputs, decompose=args.decompose)
     try:
-        placed = wb.place(prog, rules, strict=args.strict)
-    except wb.PlacementError as exc:
+        placed = place(prog, rules, strict=args.strict)
+    except PlacementError as exc:
         raise SystemExit(f"placement failed: {exc}") from None
-    dg = wb.propagate(
+    dg = propagate(
         placed,
         skip_h2d_for_method_inputs=args.skip_h2d,
         skip_d2h_for_method_outputs=args.skip_d2h,
@@ -80,7 +94,6 @@ def _progress(enabled: bool):
     def wrap(items, desc):
         if not enabled:
             return items
-        from tqdm import tqdm
 
         items = list(items)
         return tqdm(items, desc=desc, unit="strategy", leave=False, file=sys.stderr)
@@ -89,7 +102,6 @@ def _progress(enabled: bool):
 
 
 def _load_config(spec: str):
-    from workbench.models import MoEConfig
 
     if spec == "tiny":
         return MoEConfig.tiny()
@@ -102,9 +114,6 @@ def _load_config(spec: str):
 
 
 def _cmd_walkthrough(args: argparse.Namespace) -> int:
-    from workbench import walkthrough as wt
-    from workbench.models import param_count
-    from workbench.runtime import cuda_available, cuda_unavailable_reason
 
     if args.backend == "cuda" and not cuda_available():
         raise SystemExit(f"--backend cuda: {cuda_unavailable_reason()}")
@@ -151,9 +160,6 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
 
 def _start(args: argparse.Namespace):
     """The walkthrough's output folder, progress bars, start time and table display."""
-    import time
-    from pathlib import Path
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pd.set_option("display.width", 200)
@@ -163,8 +169,6 @@ def _start(args: argparse.Namespace):
 
 def _finish(out, started: float, results) -> int:
     """List what the walkthrough wrote; exit status 1 when a strategy's outputs differ from eager."""
-    import time
-
     print(f"\nwrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out} "
           f"in {time.perf_counter() - started:.1f} s")
     bad = [r.strategy.label for r in results if not r.matches_eager]
@@ -180,8 +184,6 @@ HF_PAST, HF_TINY_CACHE, HF_FULL_CACHE = 8, 32, 4096
 
 
 def _hf_config(family: str, spec: str, size: str):
-    from workbench import hf
-
     if spec in ("tiny", "full"):
         return hf.tiny_config(family) if spec == "tiny" else hf.published_config(family)
     try:
@@ -194,11 +196,6 @@ def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
     """The walkthrough's strategy tables for a transformers model (``--model hf:FAMILY``):
     its tiny configuration run, its published one analysed shape-only, and for
     Qwen3.5-MoE the side-by-side with the built-in decoder."""
-    from workbench import hf
-    from workbench import walkthrough as wt
-    from workbench.hf.side_by_side import side_by_side
-    from workbench.models import MoEConfig
-
     try:
         family = hf.family(args.model)
     except hf.HFError as exc:
@@ -245,16 +242,11 @@ def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
 def _write_figures(results, out, progress) -> None:
     """Graph, buffer and timeline figures and a Chrome trace for the streaming strategy;
     a timeline comparing every strategy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from workbench.views import BufferView, GraphView, TimelineView, to_chrome_trace
+    matplotlib.use("Agg")  # files only: no window, whatever backend the environment names
 
     focus = next((r for r in results if r.strategy.label == "expert_streaming+skip"), results[-1])
     views = {
-        "graph.png": lambda: GraphView(focus.graph, collapse="layers"),
+        "graph.png": lambda: GraphView(focus.device_graph, collapse="layers"),
         "buffers.png": lambda: BufferView(focus.plan, algorithms=[focus.plan.algorithm]),
         "timeline.png": lambda: TimelineView(
             focus.run,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-COPY_KINDS = ("h2d", "d2h", "d2d")
+from .devices import CopyKind
 
 #: Integer dtypes accepted for row ids (an index, a hint, a cached index).
 _INDEX_DTYPES = (torch.int64, torch.int32)
@@ -182,10 +182,18 @@ GATHER_H2D = torch.ops.workbench.gather_h2d_copy.default
 GATHER_REUSE = torch.ops.workbench.gather_h2d_reuse_copy.default
 SELECT_ROWS = torch.ops.workbench.select_rows.default
 
-OP_FOR_KIND = {"h2d": H2D, "d2h": D2H, "d2d": D2D}
-KIND_FOR_OP = {H2D: "h2d", D2H: "d2h", D2D: "d2d", GATHER_H2D: "h2d", GATHER_REUSE: "h2d"}
-#: Copy ops that gather rows of their first argument by an index.
-GATHER_OPS = frozenset({GATHER_H2D, GATHER_REUSE})
+#: The op that copies a whole value, per copy kind (propagation emits these).
+OP_FOR_KIND = {CopyKind.H2D: H2D, CopyKind.D2H: D2H, CopyKind.D2D: D2D}
+#: The kind of every workbench copy op. Later stages read a copy's facts from the
+#: ``DeviceGraph``'s copy table; this tells a workbench copy op apart in any graph
+#: (e.g. one read back with ``torch.export.load``).
+KIND_FOR_OP = {
+    H2D: CopyKind.H2D,
+    D2H: CopyKind.D2H,
+    D2D: CopyKind.D2D,
+    GATHER_H2D: CopyKind.H2D,
+    GATHER_REUSE: CopyKind.H2D,
+}
 
 
 def is_copy_node(node: torch.fx.Node) -> bool:

@@ -10,7 +10,7 @@ library underneath.
 
 from __future__ import annotations
 
-__all__ = ["WorkbenchError", "WorkbenchWarning"]
+__all__ = ["ArgumentTypeError", "ArgumentValueError", "WorkbenchError", "WorkbenchWarning"]
 
 
 class WorkbenchError(Exception):
@@ -19,3 +19,13 @@ class WorkbenchError(Exception):
 
 class WorkbenchWarning(UserWarning):
     """Base of every warning the workbench issues."""
+
+
+class ArgumentTypeError(WorkbenchError, TypeError):
+    """A public function was given an argument of the wrong type; the message names the
+    argument, what it got and what it takes."""
+
+
+class ArgumentValueError(WorkbenchError, ValueError):
+    """A public function was given an argument of the right type but an invalid value;
+    the message names the argument and the valid values."""

@@ -7,10 +7,22 @@ devices, a value with several consumers, an attention block, a multi-output op.
 
 from __future__ import annotations
 
+import random
 from typing import Callable
 
 import torch
 from torch import nn
+from torch.export import ExportedProgram
+from torch.export.graph_signature import (
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    TensorArgument,
+)
+
+from .capture import Program
 
 __all__ = ["EXAMPLES", "example"]
 
@@ -113,26 +125,14 @@ def example(name: str) -> tuple[nn.Module, tuple]:
         raise KeyError(f"unknown example {name!r}; valid ones are {', '.join(EXAMPLES)}") from None
 
 
-def synthetic_program(num_ops: int, seed: int = 0, width: int = 64, batch: int = 8, fan_in_window: int = 6):
+def synthetic_program(
+    num_ops: int, seed: int = 0, width: int = 64, batch: int = 8, fan_in_window: int = 6
+) -> Program:
     """A random DAG of ``num_ops`` elementwise and matmul ops as a ``Program``, built
     directly as an fx graph over meta tensors (exporting a 10,000-op module would time
     the exporter, not the workbench). Each op reads one or two of the last
     ``fan_in_window`` values, so lifetimes are short with some long-lived values, like
     real inference graphs; one in eight ops is a matmul with its own weight."""
-    import random
-
-    from torch.export import ExportedProgram
-    from torch.export.graph_signature import (
-        ExportGraphSignature,
-        InputKind,
-        InputSpec,
-        OutputKind,
-        OutputSpec,
-        TensorArgument,
-    )
-
-    from .capture import Program
-
     rng = random.Random(seed)
     aten = torch.ops.aten
     graph = torch.fx.Graph()
@@ -148,6 +148,7 @@ def synthetic_program(num_ops: int, seed: int = 0, width: int = 64, batch: int =
     for i in range(num_ops):
         a = rng.choice(values[-fan_in_window:])
         roll = rng.random()
+        args: tuple[torch.fx.Node, ...]
         if roll < 0.125:
             op, args = aten.mm.default, (a, weights[i % num_weights])
         elif roll < 0.45:
@@ -177,7 +178,7 @@ def synthetic_program(num_ops: int, seed: int = 0, width: int = 64, batch: int =
         root=gm,
         graph=gm.graph,
         graph_signature=signature,
-        state_dict=state,
+        state_dict=dict(state),
         range_constraints={},
         module_call_graph=[],
         verifiers=None,

@@ -44,16 +44,19 @@ import fnmatch
 import functools
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 import pandas as pd
 import torch
 import torch.fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ._tensors import gc_paused, op_name, packet_name, produces_tensors
+from .graph_values import gc_paused, op_name, packet_name, produces_tensors
 from .capture import Program
-from .devices import CPU, Device, DeviceError
+from .devices import CPU, Device, DeviceError, host_first
 from .errors import WorkbenchError, WorkbenchWarning
+from .json_fields import JsonObject
 
 __all__ = [
     "Delegate",
@@ -93,7 +96,7 @@ class Placement:
     """The result of ``place``: a device for every op and the delegates they form."""
 
     program: Program
-    node_device: Mapping[str, Device]  # every call_function node → its device
+    op_device: Mapping[str, Device]  # every call_function node of the captured graph → its device
     delegates: tuple[Delegate, ...]  # device groups, in order of their first op
     node_delegate: Mapping[str, str]  # node in a delegate → delegate name
     unmatched: tuple[str, ...]  # rule patterns that claimed no op
@@ -101,22 +104,39 @@ class Placement:
     @property
     def devices(self) -> tuple[Device, ...]:
         """Devices that run at least one op, host first."""
-        return tuple(sorted(set(self.node_device.values()), key=lambda d: (not d.is_host, d)))
+        return tuple(host_first(self.op_device.values()))
 
     def ops_on(self, device: Union[str, Device]) -> tuple[str, ...]:
         dev = Device.parse(device)
-        return tuple(n for n, d in self.node_device.items() if d == dev)
+        return tuple(n for n, d in self.op_device.items() if d == dev)
+
+    def to_json(self) -> dict[str, Any]:
+        """Devices as strings, delegates in order, unmatched patterns."""
+        return {
+            "op_device": {k: str(v) for k, v in self.op_device.items()},
+            "delegates": [{"name": d.name, "device": str(d.device), "nodes": list(d.nodes)} for d in self.delegates],
+            "unmatched": list(self.unmatched),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, program: Program, path: str = "placement") -> "Placement":
+        """The placement ``to_json`` wrote, of ``program``; a bad field is a ``JsonFieldError`` naming it."""
+        obj = JsonObject(data, path)
+        op_device = obj.device_map("op_device")
+        delegates = tuple(Delegate(d.text("name"), d.device("device"), d.texts("nodes")) for d in obj.elements("delegates"))
+        node_delegate = {n: d.name for d in delegates for n in d.nodes}
+        return cls(program, op_device, delegates, node_delegate, obj.texts("unmatched"))
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per op: name, op, device, delegate."""
         rows = []
         for node in self.program.graph.nodes:
-            if node.name in self.node_device:
+            if node.name in self.op_device:
                 rows.append(
                     {
                         "node": node.name,
                         "op": op_name(node),
-                        "device": str(self.node_device[node.name]),
+                        "device": str(self.op_device[node.name]),
                         "delegate": self.node_delegate.get(node.name),
                     }
                 )
@@ -155,6 +175,7 @@ def place(
 
 def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Placement:
     graph = program.graph
+    unmatched: Sequence[str] = ()
     if callable(rules) and not isinstance(rules, Mapping):
         node_device, unmatched = _apply_callable(graph, rules)
     elif isinstance(rules, Mapping):
@@ -407,8 +428,6 @@ def _fx_partition(
     gm: torch.fx.GraphModule, node_device: Mapping[str, Device]
 ) -> list[tuple[Device, list[str]]]:
     """Delegates from ``torch.fx``'s ``CapabilityBasedPartitioner``, one device at a time."""
-    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-    from torch.fx.passes.operator_support import OperatorSupportBase
 
     class _OnDevice(OperatorSupportBase):
         def __init__(self, device: Device) -> None:

@@ -4,7 +4,7 @@
 exported graph in which every value has a device and every host↔device or
 device↔device crossing is an explicit copy node (``workbench::h2d_copy`` …).
 
-Rules (DESIGN.md §3):
+Rules:
 1. Ops not placed on a device run on ``cpu`` (``place``'s job).
 2. Every value lives on the device of the op that produced it.
 3. A consumer on device D of a value on device S ≠ D reads it through a copy:
@@ -40,8 +40,9 @@ import copy
 import fnmatch
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cached_property
-from typing import Any, Mapping, Sequence
+from typing import AbstractSet, Any, Mapping, Optional, Sequence
 
 import pandas as pd
 import torch
@@ -50,11 +51,22 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
-from ._tensors import gc_paused, is_view_op, node_nbytes, op_name, packet_name, value_of
-from .copy_ops import GATHER_H2D, GATHER_REUSE, OP_FOR_KIND, SELECT_ROWS, is_copy_node
-from .devices import CPU, Device
-from .place import Placement
+from .graph_values import (
+    gc_paused,
+    is_view_op,
+    node_arg,
+    node_nbytes,
+    op_name,
+    output_values,
+    reads_metadata_only,
+    value_of,
+)
+from .copy_ops import GATHER_H2D, GATHER_REUSE, OP_FOR_KIND, SELECT_ROWS
+from .devices import CPU, CopyKind, Device, DeviceError, host_first
 from .errors import WorkbenchError
+from .json_fields import JsonFieldError, JsonObject
+from .capture import Program
+from .place import Placement
 
 __all__ = ["CopyRecord", "DeviceGraph", "PropagationError", "node_role", "propagate"]
 
@@ -63,31 +75,95 @@ class PropagationError(WorkbenchError, ValueError):
     """The placement cannot be propagated as asked."""
 
 
+class CopyRole(str, Enum):
+    """What a copy does besides moving bytes (rules 8-10).
+
+    ``plain`` moves a whole value; ``gather`` moves the rows of a streamed weight that an
+    index selects; ``prefetch`` moves the rows a routing hint predicts, ahead of time;
+    ``reuse`` moves the selected rows, taking those its prefetch holds from the device.
+    """
+
+    PLAIN = "plain"
+    GATHER = "gather"
+    PREFETCH = "prefetch"
+    REUSE = "reuse"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 @dataclass(frozen=True)
 class CopyRecord:
-    """One copy node: what it moves, from where to where, and why."""
+    """One copy node: what it moves, from where to where, and why.
+
+    The copy table: later stages (memory planning, the executor, the views) read a copy's
+    facts from its record, never from the positions of its graph node's arguments.
+    """
 
     name: str  # the copy node's name in DeviceGraph.graph
-    kind: str  # "h2d" | "d2h" | "d2d"
-    value: str  # name of the node whose value is copied
+    kind: CopyKind  # h2d | d2h | d2d
+    value: str  # name of the node whose value (or rows, for gathers) is copied
     src: Device  # where the value lives
     dst: Device  # where the consumers need it
     nbytes: int  # bytes moved per call (upper bound for dynamic sizes; example size if unbounded)
     consumers: tuple[str, ...]  # nodes reading the copy ("output" for a returned value)
     reason: str  # one sentence: who needs it where, and where it lives
+    role: CopyRole = CopyRole.PLAIN  # plain, gather, prefetch or reuse
+    index: Optional[str] = None  # gather, prefetch, reuse: the node holding the row ids
+    prefetch: Optional[str] = None  # reuse: the prefetch copy whose rows it may take
+    prefetch_index: Optional[str] = None  # reuse: the row ids that prefetch holds
 
-    def to_dict(self) -> dict:
-        """Plain JSON-able data (devices as strings)."""
+    @property
+    def is_gather(self) -> bool:
+        """True for copies that move rows selected by an index (gather, prefetch, reuse)."""
+        return self.role is not CopyRole.PLAIN
+
+    def inputs(self) -> tuple[str, ...]:
+        """The nodes this copy reads: the value, then its index and prefetch inputs."""
+        return tuple(n for n in (self.value, self.index, self.prefetch, self.prefetch_index) if n is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON-able data (devices and kinds as strings)."""
         return {
             "name": self.name,
-            "kind": self.kind,
+            "kind": str(self.kind),
             "value": self.value,
             "src": str(self.src),
             "dst": str(self.dst),
             "nbytes": self.nbytes,
             "consumers": list(self.consumers),
             "reason": self.reason,
+            "role": str(self.role),
+            "index": self.index,
+            "prefetch": self.prefetch,
+            "prefetch_index": self.prefetch_index,
         }
+
+    @classmethod
+    def from_json(cls, data: Any, path: str = "copy") -> "CopyRecord":
+        """The record ``to_json`` wrote; a missing or mistyped field is a ``JsonFieldError`` naming it."""
+        obj = JsonObject(data, path)
+        try:
+            kind, role = CopyKind.parse(obj.text("kind")), CopyRole(obj.text("role"))
+        except (ValueError, DeviceError) as exc:
+            raise JsonFieldError(f"{path}: {exc}") from None
+        return cls(
+            name=obj.text("name"),
+            kind=kind,
+            value=obj.text("value"),
+            src=obj.device("src"),
+            dst=obj.device("dst"),
+            nbytes=obj.count("nbytes"),
+            consumers=obj.texts("consumers"),
+            reason=obj.text("reason"),
+            role=role,
+            index=obj.optional_text("index"),
+            prefetch=obj.optional_text("prefetch"),
+            prefetch_index=obj.optional_text("prefetch_index"),
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,17 +173,16 @@ class DeviceGraph:
     placement: Placement
     graph: torch.fx.Graph  # the propagated graph (placeholders as in the exported program)
     node_device: Mapping[str, Device]  # every placeholder and call_function node → its device
-    copies: tuple[CopyRecord, ...]  # in graph order
+    copies: tuple[CopyRecord, ...]  # the copy table, in the graph's (issue) order
     residency: Mapping[str, tuple[Device, ...]]  # constant placeholder → devices holding it
     input_devices: Mapping[str, Device]  # user input → the device the caller supplies it on
     user_outputs: tuple[str, ...]  # nodes returned to the caller, in order
     output_specs: tuple[OutputSpec, ...]  # the exported signature's outputs, renamed
     skip_h2d_for_method_inputs: bool
     skip_d2h_for_method_outputs: bool
-    _order: Mapping[str, int] = field(repr=False, default_factory=dict)
 
     @property
-    def program(self):
+    def program(self) -> Program:
         return self.placement.program
 
     @property
@@ -121,37 +196,47 @@ class DeviceGraph:
         devs = set(self.node_device.values())
         for held in self.residency.values():
             devs.update(held)
-        return tuple(sorted(devs, key=lambda d: (not d.is_host, d)))
+        return tuple(host_first(devs))
 
     @cached_property
-    def constant_bytes(self) -> dict[str, int]:
+    def copy_table(self) -> Mapping[str, CopyRecord]:
+        """Copy node name → its ``CopyRecord``: how every later stage recognises a copy."""
+        return {c.name: c for c in self.copies}
+
+    @cached_property
+    def order(self) -> Mapping[str, int]:
+        """Node name → its position in the graph, which is the order nodes are issued in."""
+        return {node.name: i for i, node in enumerate(self.graph.nodes)}
+
+    @cached_property
+    def constant_bytes(self) -> dict[Device, int]:
         """Bytes of parameters, buffers and constants resident on each device."""
-        out: dict[str, int] = {str(d): 0 for d in self.devices}
+        out: dict[Device, int] = {d: 0 for d in self.devices}
         nodes = {n.name: n for n in self.graph.nodes if n.op == "placeholder"}
         for name, held in self.residency.items():
             nbytes = node_nbytes(nodes[name], unbounded="hint")
             for device in held:
-                out[str(device)] += nbytes
+                out[device] += nbytes
         return out
 
     def copy_counts(self) -> dict[str, int]:
-        """Number of copies per kind."""
-        counts = {"h2d": 0, "d2h": 0, "d2d": 0}
+        """Number of copies per kind (every kind present)."""
+        counts: dict[str, int] = dict.fromkeys(CopyKind, 0)
         for c in self.copies:
             counts[c.kind] += 1
         return counts
 
     def copy_bytes(self) -> dict[str, int]:
-        """Bytes moved per call, per copy kind."""
-        moved = {"h2d": 0, "d2h": 0, "d2d": 0}
+        """Bytes moved per call, per copy kind (every kind present)."""
+        moved: dict[str, int] = dict.fromkeys(CopyKind, 0)
         for c in self.copies:
             moved[c.kind] += c.nbytes
         return moved
 
     def copies_dataframe(self) -> pd.DataFrame:
         """One row per copy."""
-        columns = ["name", "kind", "value", "src", "dst", "nbytes", "consumers", "reason"]
-        rows = [{**c.to_dict(), "consumers": ", ".join(c.consumers)} for c in self.copies]
+        columns = ["name", "kind", "role", "value", "src", "dst", "nbytes", "consumers", "reason"]
+        rows = [{**c.to_json(), "consumers": ", ".join(c.consumers)} for c in self.copies]
         return pd.DataFrame(rows, columns=columns)
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -176,9 +261,49 @@ class DeviceGraph:
             )
         return pd.DataFrame(rows)
 
+    def to_json(self) -> dict[str, Any]:
+        """Devices, copies, residency and flags as JSON data; the graph itself is saved
+        as the propagated program (``exported_program``)."""
+        return {
+            "node_device": {k: str(v) for k, v in self.node_device.items()},
+            "copies": [c.to_json() for c in self.copies],
+            "residency": {k: [str(d) for d in v] for k, v in self.residency.items()},
+            "input_devices": {k: str(v) for k, v in self.input_devices.items()},
+            "user_outputs": list(self.user_outputs),
+            "skip_h2d_for_method_inputs": self.skip_h2d_for_method_inputs,
+            "skip_d2h_for_method_outputs": self.skip_d2h_for_method_outputs,
+        }
+
+    @classmethod
+    def from_json(
+        cls, data: Any, placement: Placement, propagated: ExportedProgram, path: str = "device_graph"
+    ) -> "DeviceGraph":
+        """The device graph ``to_json`` described, over the graph of ``propagated`` (the
+        saved ``exported_program``); a bad field is a ``JsonFieldError`` naming it."""
+        obj = JsonObject(data, path)
+        graph = propagated.graph_module.graph
+        node_device = obj.device_map("node_device")
+        names = {n.name for n in graph.nodes}
+        missing = sorted(set(node_device) - names)
+        if missing:
+            raise JsonFieldError(f"{path}.node_device names nodes the saved graph lacks: {missing[:5]}")
+        residency_obj = obj.mapping("residency")
+        return cls(
+            placement=placement,
+            graph=graph,
+            node_device=node_device,
+            copies=tuple(CopyRecord.from_json(c.data, c.path) for c in obj.elements("copies")),
+            residency={k: residency_obj.devices(k) for k in residency_obj.keys()},
+            input_devices=obj.device_map("input_devices"),
+            user_outputs=obj.texts("user_outputs"),
+            output_specs=tuple(propagated.graph_signature.output_specs),
+            skip_h2d_for_method_inputs=obj.flag("skip_h2d_for_method_inputs"),
+            skip_d2h_for_method_outputs=obj.flag("skip_d2h_for_method_outputs"),
+        )
+
     def order_of(self, name: str) -> int:
         """Execution index of a node."""
-        return self._order[name]
+        return self.order[name]
 
     @cached_property
     def graph_module(self) -> torch.fx.GraphModule:
@@ -248,7 +373,7 @@ def node_role(dg: DeviceGraph, node: torch.fx.Node) -> str:
     """What a node is: parameter, buffer, constant, input, copy, output or op."""
     if node.op == "placeholder":
         return dg.program.constant_kinds.get(node.name, "input")
-    if is_copy_node(node):
+    if node.name in dg.copy_table:
         return "copy"
     if node.name in dg.user_outputs:
         return "output"
@@ -305,12 +430,9 @@ class _Propagator:
         self.env: dict[torch.fx.Node, torch.fx.Node] = {}  # captured node → new node
         self.device: dict[torch.fx.Node, Device] = {}  # new node → device
         self.copy_for: dict[tuple[torch.fx.Node, Device], torch.fx.Node] = {}
-        self.copy_info: dict[torch.fx.Node, tuple[str, Device, Device, list[str]]] = {}
+        self.copy_facts: dict[torch.fx.Node, _CopyFacts] = {}  # copy node → what its record says
         self.view_for: dict[tuple[torch.fx.Node, Device], torch.fx.Node] = {}
         self.prefetch_for: dict[tuple[torch.fx.Node, torch.fx.Node, Device], torch.fx.Node] = {}
-        # copy of a streamed weight → (role, captured ops it serves): role is "gather" (an
-        # index_select), "prefetch" (predicted rows) or "reuse" (a select_rows completed from a prefetch)
-        self.streamed_copies: dict[torch.fx.Node, tuple[str, list[str]]] = {}
         self.reserved = {n.name for n in self.program.graph.nodes}
         self.used_names: set[str] = set()
         self.constants: dict[torch.fx.Node, None] = {}  # new constant placeholders, in order
@@ -318,7 +440,7 @@ class _Propagator:
         self.constant_views = _constant_views(self.program, self.streamed)  # view nodes over constants
 
     def run(self) -> DeviceGraph:
-        placed = self.placement.node_device
+        placed = self.placement.op_device
         input_devices = self._input_devices(placed)
         for old in self.program.graph.nodes:
             if old.op == "placeholder":
@@ -337,7 +459,7 @@ class _Propagator:
                     new = self._gather(old, target)
                 elif not target.is_host and self._is_streamed_select(old):
                     new = self._prefetch_and_reuse(old, target)
-                elif _reads_metadata_only(old):  # shape checks need no data: read in place
+                elif reads_metadata_only(old):  # shape checks need no data: read in place
                     new = self.graph.node_copy(old, lambda a: self._read(a, None, old.name))
                 else:
                     new = self.graph.node_copy(old, lambda a: self._read(a, target, old.name))
@@ -371,7 +493,7 @@ class _Propagator:
     # rules 3, 4, 7: what a consumer on ``target`` reads for the captured value ``old``
     def _read(self, old: torch.fx.Node, target: Device | None, consumer: str) -> torch.fx.Node:
         if target is None:  # a metadata-only reader takes the value wherever it is
-            return self._view_on(old, self.placement.node_device[old.name]) if old in self.constant_views else self.env[old]
+            return self._view_on(old, self.placement.op_device[old.name]) if old in self.constant_views else self.env[old]
         if old in self.constant_views:
             return self._view_on(old, target)
         value = self.env[old]
@@ -386,9 +508,9 @@ class _Propagator:
     # rule 6 (and buffer mutations, which go back where their buffer lives)
     def _outputs(self, old: torch.fx.Node) -> None:
         specs = self.program.exported.graph_signature.output_specs
-        placed = self.placement.node_device
+        placed = self.placement.op_device
         outs = []
-        for arg, spec in zip(old.args[0], specs):
+        for arg, spec in zip(output_values(old), specs):
             if not isinstance(arg, torch.fx.Node):
                 outs.append(arg)
                 continue
@@ -421,7 +543,7 @@ class _Propagator:
         if old.target is not torch.ops.aten.index_select.default:
             return False
         source, dim = old.args[0], old.args[1]
-        return (
+        return bool(
             isinstance(source, torch.fx.Node)
             and source.op == "placeholder"
             and source.name in self.streamed
@@ -430,12 +552,14 @@ class _Propagator:
 
     def _gather(self, old: torch.fx.Node, target: Device) -> torch.fx.Node:
         """Emit ``gather_h2d_copy`` for a streamed ``index_select`` on ``target``."""
-        source = self.env[old.args[0]]
+        source = self.env[node_arg(old, 0)]
         name = self._fresh_name(f"{old.name}_gather")
-        index = self._read(old.args[2], target, name)  # the gather is the index's consumer
-        new = self._emit_copy(GATHER_H2D, (source, index, str(CPU), str(target)), name, "h2d", CPU, target)
+        index = self._read(node_arg(old, 2), target, name)  # the gather is the index's consumer
+        new = self._emit_copy(
+            GATHER_H2D, (source, index, str(CPU), str(target)), name,
+            _CopyFacts(CopyKind.H2D, CPU, target, source, CopyRole.GATHER, index=index, serves=[old.name]),
+        )  # fmt: skip
         new.meta = copy.copy(old.meta)
-        self.streamed_copies[new] = ("gather", [old.name])
         return new
 
     def _is_streamed_select(self, old: torch.fx.Node) -> bool:
@@ -448,36 +572,37 @@ class _Propagator:
     def _prefetch_and_reuse(self, old: torch.fx.Node, target: Device) -> torch.fx.Node:
         """Rule 10: the prefetch of the hinted rows (shared per weight, hint and device) and
         the reuse copy that completes the selected rows from it."""
-        source = self.env[old.args[0]]
+        source = self.env[node_arg(old, 0)]
         name = self._fresh_name(f"{old.name}_gather")
-        index = self._read(old.args[1], target, name)  # consumers are the new copy nodes
-        hint = self._read(old.args[2], target, name)
+        index = self._read(node_arg(old, 1), target, name)  # consumers are the new copy nodes
+        hint = self._read(node_arg(old, 2), target, name)
         key = (source, hint, target)
         prefetch = self.prefetch_for.get(key)
         if prefetch is None:
             prefetch_name = self._fresh_name(f"{old.name}_prefetch")
-            self._read(old.args[2], target, prefetch_name)  # the prefetch reads the hint too
+            self._read(node_arg(old, 2), target, prefetch_name)  # the prefetch reads the hint too
             prefetch = self._emit_copy(
-                GATHER_H2D, (source, hint, str(CPU), str(target)), prefetch_name, "h2d", CPU, target
-            )
+                GATHER_H2D, (source, hint, str(CPU), str(target)), prefetch_name,
+                _CopyFacts(CopyKind.H2D, CPU, target, source, CopyRole.PREFETCH, index=hint),
+            )  # fmt: skip
             prefetch.meta["val"] = _rows_like(value_of(source), value_of(hint))
             self.prefetch_for[key] = prefetch
-            self.streamed_copies[prefetch] = ("prefetch", [])
-        self.streamed_copies[prefetch][1].append(old.name)
+        self.copy_facts[prefetch].serves.append(old.name)
         new = self._emit_copy(
-            GATHER_REUSE, (source, index, prefetch, hint, str(CPU), str(target)), name, "h2d", CPU, target
-        )
+            GATHER_REUSE, (source, index, prefetch, hint, str(CPU), str(target)), name,
+            _CopyFacts(
+                CopyKind.H2D, CPU, target, source, CopyRole.REUSE,
+                index=index, prefetch=prefetch, prefetch_index=hint, serves=[old.name],
+            ),
+        )  # fmt: skip
         new.meta = copy.copy(old.meta)
-        self.streamed_copies[new] = ("reuse", [old.name])
         return new
 
-    def _emit_copy(
-        self, op: Any, args: tuple, name: str, kind: str, src: Device, dst: Device
-    ) -> torch.fx.Node:
-        """Append a copy node on ``dst`` and register it for its ``CopyRecord``."""
+    def _emit_copy(self, op: Any, args: tuple, name: str, facts: "_CopyFacts") -> torch.fx.Node:
+        """Append a copy node on its destination and keep the facts of its ``CopyRecord``."""
         node = self.graph.create_node("call_function", op, args, {}, name=name)
-        self.device[node] = dst
-        self.copy_info[node] = (kind, src, dst, [])
+        self.device[node] = facts.dst
+        self.copy_facts[node] = facts
         return node
 
     def _fresh_name(self, base: str) -> str:
@@ -493,14 +618,16 @@ class _Propagator:
         found = self.copy_for.get(key)
         if found is None:
             src = self.device[value]
-            kind = "h2d" if src.is_host else ("d2h" if target.is_host else "d2d")
+            kind = CopyKind.between(src, target)
             name = self._fresh_name(f"{value.name}_to_{_tag(target)}")
-            found = self._emit_copy(OP_FOR_KIND[kind], (value, str(src), str(target)), name, kind, src, target)
+            found = self._emit_copy(
+                OP_FOR_KIND[kind], (value, str(src), str(target)), name, _CopyFacts(kind, src, target, value)
+            )
             found.meta["val"] = value.meta.get("val")
             if "tensor_meta" in value.meta:
                 found.meta["tensor_meta"] = value.meta["tensor_meta"]
             self.copy_for[key] = found
-        self.copy_info[found][3].append(consumer)
+        self.copy_facts[found].consumers.append(consumer)
         return found
 
     def _view_on(self, old: torch.fx.Node, target: Device) -> torch.fx.Node:
@@ -509,7 +636,7 @@ class _Propagator:
         found = self.view_for.get(key)
         if found is not None:
             return found
-        placed = self.placement.node_device.get(old.name)
+        placed = self.placement.op_device.get(old.name)
         if placed == target:
             name = old.name
             self.used_names.add(name)
@@ -528,20 +655,19 @@ class _Propagator:
 
     def _result(self, input_devices: dict[str, Device]) -> DeviceGraph:
         graph = self.graph
-        order = {node.name: i for i, node in enumerate(graph.nodes)}
         residency = {}
         for const in self.constants:
             held = {
-                CPU if (u.op != "call_function" or u in self.copy_info) else self.device[u] for u in const.users
+                CPU if (u.op != "call_function" or u in self.copy_facts) else self.device[u] for u in const.users
             }
-            residency[const.name] = tuple(sorted(held, key=lambda d: (not d.is_host, d)))
+            residency[const.name] = tuple(host_first(held))
             if held:
                 self.device[const] = min(held, key=lambda d: (d.is_host, d))
         by_name = {node.name: node for node in graph.nodes}
-        copies = [self._record(node, by_name) for node in graph.nodes if node in self.copy_info]
+        copies = [self._record(node, by_name) for node in graph.nodes if node in self.copy_facts]
         output = graph.output_node()
         specs = []
-        for spec, arg in zip(self.program.exported.graph_signature.output_specs, output.args[0]):
+        for spec, arg in zip(self.program.exported.graph_signature.output_specs, output_values(output)):
             if isinstance(arg, torch.fx.Node) and isinstance(spec.arg, TensorArgument):
                 spec = OutputSpec(kind=spec.kind, arg=TensorArgument(name=arg.name), target=spec.target)
             specs.append(spec)
@@ -560,56 +686,83 @@ class _Propagator:
             output_specs=tuple(specs),
             skip_h2d_for_method_inputs=self.skip_h2d,
             skip_d2h_for_method_outputs=self.skip_d2h,
-            _order=order,
         )
 
     def _record(self, node: torch.fx.Node, by_name: Mapping[str, torch.fx.Node]) -> CopyRecord:
-        kind, src, dst, consumers = self.copy_info[node]
-        value = node.args[0]
-        if node in self.streamed_copies:
-            return self._streamed_record(node, by_name)
-        if value.op == "placeholder" and value.name in self.streamed:
-            where = f"the streamed host weight {self.program.constants[value.name]!r}"
-        elif value.op == "placeholder":
-            where = "a graph input"
+        """Rule 9: the copy's record, with the sentence that says why it exists."""
+        facts = self.copy_facts[node]
+        value, dst = facts.value, facts.dst
+        if facts.role is CopyRole.PLAIN:
+            consumers = list(facts.consumers)
+            if value.op == "placeholder" and value.name in self.streamed:
+                where = f"the streamed host weight {self.program.constants[value.name]!r}"
+            elif value.op == "placeholder":
+                where = "a graph input"
+            else:
+                where = f"computed by {op_name(value)}"
+            needers = [
+                "the graph output" if name == "output" else f"{name} ({op_name(by_name[name])})"
+                for name in consumers
+            ]
+            reason = f"{', '.join(needers)} on {dst} {_reads(needers)} {value.name!r}, {where} on {facts.src}"
+            nbytes = node_nbytes(value, unbounded="hint")
         else:
-            where = f"computed by {op_name(value)}"
-        needers = [
-            "the graph output" if name == "output" else f"{name} ({op_name(by_name[name])})"
-            for name in consumers
-        ]
-        reason = f"{', '.join(needers)} on {dst} {_reads(needers)} {value.name!r}, {where} on {src}"
+            consumers = [u.name for u in node.users]
+            reason = self._streamed_reason(facts, [f"{n} ({op_name(by_name[n])})" for n in consumers])
+            nbytes = node_nbytes(node, unbounded="hint")
         return CopyRecord(
-            node.name, kind, value.name, src, dst, node_nbytes(value, unbounded="hint"), tuple(consumers), reason
+            name=node.name,
+            kind=facts.kind,
+            value=value.name,
+            src=facts.src,
+            dst=dst,
+            nbytes=nbytes,
+            consumers=tuple(consumers),
+            reason=reason,
+            role=facts.role,
+            index=facts.index.name if facts.index is not None else None,
+            prefetch=facts.prefetch.name if facts.prefetch is not None else None,
+            prefetch_index=facts.prefetch_index.name if facts.prefetch_index is not None else None,
         )
 
-    def _streamed_record(self, node: torch.fx.Node, by_name: Mapping[str, torch.fx.Node]) -> CopyRecord:
+    def _streamed_reason(self, facts: "_CopyFacts", readers: list[str]) -> str:
         """Rule 9 for copies of streamed weights: gathers, prefetches and reuse copies."""
-        kind, src, dst, _ = self.copy_info[node]
-        role, served = self.streamed_copies[node]
-        value, index = node.args[0], node.args[1]
-        weight = self.program.constants[value.name]
-        consumers = [u.name for u in node.users]
-        readers = [f"{n} ({op_name(by_name[n])})" for n in consumers] or ["no op"]
-        rows = f"the rows of streamed host weight {weight!r}"
-        if role == "prefetch":
-            reason = (
-                f"prefetches {rows} predicted by {index.name!r} for {', '.join(served)} on {dst}, "
+        readers = readers or ["no op"]
+        assert facts.index is not None  # every streamed copy selects rows by an index
+        served, dst, index = facts.serves, facts.dst, facts.index.name
+        rows = f"the rows of streamed host weight {self.program.constants[facts.value.name]!r}"
+        if facts.role is CopyRole.PREFETCH:
+            return (
+                f"prefetches {rows} predicted by {index!r} for {', '.join(served)} on {dst}, "
                 "before its router has chosen, so the copy overlaps earlier compute"
             )
-        elif role == "reuse":
-            reason = (
-                f"{', '.join(readers)} on {dst} {_reads(readers)} {rows} selected by {index.name!r} "
-                f"({served[0]}); rows the prefetch {node.args[2].name!r} already holds are copied on {dst}, "
+        if facts.role is CopyRole.REUSE:
+            assert facts.prefetch is not None
+            return (
+                f"{', '.join(readers)} on {dst} {_reads(readers)} {rows} selected by {index!r} "
+                f"({served[0]}); rows the prefetch {facts.prefetch.name!r} already holds are copied on {dst}, "
                 "only the rows it missed cross the link (nbytes is the upper bound: every selected row missed)"
             )
-        else:
-            reason = (
-                f"{', '.join(readers)} on {dst} {_reads(readers)} {rows} selected by {index.name!r} "
-                f"({served[0]} gathered to {dst})"
-            )
-        nbytes = node_nbytes(node, unbounded="hint")
-        return CopyRecord(node.name, kind, value.name, src, dst, nbytes, tuple(consumers), reason)
+        return (
+            f"{', '.join(readers)} on {dst} {_reads(readers)} {rows} selected by {index!r} "
+            f"({served[0]} gathered to {dst})"
+        )
+
+
+@dataclass
+class _CopyFacts:
+    """What the pass knows of one copy node while it builds the graph (becomes its record)."""
+
+    kind: CopyKind
+    src: Device
+    dst: Device
+    value: torch.fx.Node  # the value, or the streamed weight whose rows are copied
+    role: CopyRole = CopyRole.PLAIN
+    index: Optional[torch.fx.Node] = None  # row ids (gather, prefetch, reuse)
+    prefetch: Optional[torch.fx.Node] = None  # reuse: its prefetch copy
+    prefetch_index: Optional[torch.fx.Node] = None  # reuse: the row ids the prefetch holds
+    consumers: list[str] = field(default_factory=list)  # plain copies: the nodes that read it
+    serves: list[str] = field(default_factory=list)  # streamed copies: the captured ops they serve
 
 
 def _reads(readers: Sequence[str]) -> str:
@@ -628,17 +781,7 @@ def _rows_like(source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return source.new_empty(shape)
 
 
-_METADATA_OPS = frozenset(
-    {"aten._assert_tensor_metadata", "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset"}
-)
-
-
-def _reads_metadata_only(node: torch.fx.Node) -> bool:
-    """Ops that look only at shapes, dtypes and strides, never at data."""
-    return packet_name(node) in _METADATA_OPS
-
-
-def _streamed_constants(program, patterns: Sequence[str]) -> set[str]:
+def _streamed_constants(program: Program, patterns: Sequence[str]) -> set[str]:
     """Placeholders of constants whose parameter/buffer name matches a stream pattern."""
     if isinstance(patterns, str):
         patterns = [patterns]
@@ -660,7 +803,7 @@ def _streamed_constants(program, patterns: Sequence[str]) -> set[str]:
     return chosen
 
 
-def _constant_views(program, streamed: set[str] = frozenset()) -> set[torch.fx.Node]:
+def _constant_views(program: Program, streamed: AbstractSet[str] = frozenset()) -> set[torch.fx.Node]:
     """Captured view nodes whose tensor inputs are all resident constants or such views
     (rule 7); views of streamed constants are ordinary ops."""
     derived = {

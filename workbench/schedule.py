@@ -21,30 +21,35 @@ import heapq
 
 import torch.fx
 
-from ._tensors import gc_paused
-from .copy_ops import is_copy_node
+from .graph_values import gc_paused
+from .errors import WorkbenchError
+from .propagate import DeviceGraph
 
-__all__ = ["SCHEDULES", "overlap_schedule", "schedule"]
+__all__ = ["SCHEDULES", "ScheduleError", "overlap_schedule", "schedule"]
 
 SCHEDULES = ("captured", "overlap")
 
 
-def schedule(dg, order: str = "captured"):
+class ScheduleError(WorkbenchError, ValueError):
+    """An unknown schedule name, or a graph that cannot be ordered."""
+
+
+def schedule(dg: DeviceGraph, order: str = "captured") -> DeviceGraph:
     """``dg`` in the named order: ``captured`` (as exported) or ``overlap``."""
     if order == "captured":
         return dg
     if order == "overlap":
         return overlap_schedule(dg)
-    raise ValueError(f"unknown schedule {order!r}; valid ones are {', '.join(SCHEDULES)}")
+    raise ScheduleError(f"unknown schedule {order!r}; valid ones are {', '.join(SCHEDULES)}")
 
 
-def overlap_schedule(dg):
+def overlap_schedule(dg: DeviceGraph) -> DeviceGraph:
     """``dg`` reordered so copies overlap independent compute (see module rules)."""
     with gc_paused():
-        return _reorder(dg, _overlap_order(dg.graph))
+        return _reorder(dg, _overlap_order(dg.graph, set(dg.copy_table)))
 
 
-def _overlap_order(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+def _overlap_order(graph: torch.fx.Graph, copies: set[str]) -> list[torch.fx.Node]:
     nodes = list(graph.nodes)
     index = {n: i for i, n in enumerate(nodes)}
     waiting = {n: len(set(n.all_input_nodes)) for n in nodes}
@@ -56,9 +61,9 @@ def _overlap_order(graph: torch.fx.Graph) -> list[torch.fx.Node]:
             return 0
         if node.op == "output":
             return 4
-        if is_copy_node(node):
+        if node.name in copies:
             return 1  # rule 2
-        if any(is_copy_node(a) for a in node.all_input_nodes):
+        if any(a.name in copies for a in node.all_input_nodes):
             return 3  # rule 3
         return 2
 
@@ -73,13 +78,15 @@ def _overlap_order(graph: torch.fx.Graph) -> list[torch.fx.Node]:
             if waiting[user] == 0:
                 heapq.heappush(ready, (priority(user), index[user], user))
     if len(order) != len(nodes):
-        raise RuntimeError("graph has a cycle; cannot schedule it")
+        raise ScheduleError("the graph has a cycle, so it has no issue order")
     return order
 
 
-def _reorder(dg, order: list[torch.fx.Node]):
+def _reorder(dg: DeviceGraph, order: list[torch.fx.Node]) -> DeviceGraph:
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in order:
         env[node] = graph.node_copy(node, env.__getitem__)
-    return dataclasses.replace(dg, graph=graph, _order={n.name: i for i, n in enumerate(graph.nodes)})
+    position = {node.name: i for i, node in enumerate(order)}
+    copies = tuple(sorted(dg.copies, key=lambda c: position[c.name]))  # the table follows the graph
+    return dataclasses.replace(dg, graph=graph, copies=copies)

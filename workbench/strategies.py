@@ -91,10 +91,8 @@ class Strategy:
         """``variant`` plus the flag setting, e.g. ``expert_streaming+prefetch+skip``."""
         return f"{self.variant}{'+skip' if self.skip_copies else ''}"
 
-    def with_skip_copies(self, on: bool) -> "Strategy":
-        return replace(self, skip_copies=bool(on))
-
     def with_schedule(self, order: str) -> "Strategy":
+        """This strategy issued in another order (``"captured"`` or ``"overlap"``)."""
         return replace(self, schedule=order)
 
     def rules(self, program: Program) -> Callable[[torch.fx.Node], Optional[str]]:

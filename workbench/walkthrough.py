@@ -30,7 +30,9 @@ import torch
 
 from .capture import capture
 from .models import MoEConfig, QwenMoEDecoder
-from .planning.plan import MemoryPlan, plan
+from .planning.memory_plan import MemoryPlan, plan
+from .devices import CPU, Device
+from .propagate import DeviceGraph
 from .runtime.cost_model import CostModel, dtype_class, op_cost
 from .runtime.executor import RunResult, estimate, run
 from .runtime.tensors import stage_inputs, to_host
@@ -60,7 +62,7 @@ class StrategyResult:
     """One strategy applied to one model: its graph, plan and (tiny) run or (full) estimates."""
 
     strategy: Strategy
-    plan: MemoryPlan  # plan.graph is the DeviceGraph
+    plan: MemoryPlan  # plan.device_graph is the DeviceGraph
     run: Optional[RunResult] = None  # tiny model: the executed decode step
     matches_eager: Optional[bool] = None  # tiny model: outputs equal eager PyTorch
     estimates: Optional[dict[str, Any]] = None  # full size: link → modeled Timeline
@@ -68,8 +70,8 @@ class StrategyResult:
     device_preset: Optional[str] = None  # full size: the CostModel device preset of ``estimates``
 
     @property
-    def graph(self):
-        return self.plan.graph
+    def device_graph(self) -> DeviceGraph:
+        return self.plan.device_graph
 
 
 def _quiet(items: Iterable, desc: str) -> Iterable:
@@ -166,8 +168,7 @@ def measured_hit_rate(config: Optional[MoEConfig] = None, *, tokens: int = 256, 
         if len(args) > 2 and args[2] is not None:  # Experts.forward(x, expert_idx, hint)
             seen.append((args[1].reshape(-1, k), args[2].reshape(-1, k)))  # (B, k) chosen, predicted
 
-    layers: Any = model.layers  # DecoderLayer modules
-    hooks = [layer.mlp.experts.register_forward_hook(record) for layer in layers]
+    hooks = [layer.mlp.experts.register_forward_hook(record) for layer in model.decoder_layers()]
     try:
         gen = torch.Generator().manual_seed(seed)
         ids = torch.randint(config.vocab_size, (tokens, 1), generator=gen)
@@ -199,7 +200,8 @@ def strategy_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
     """
     rows = []
     for r in results:
-        dg, memory, res = r.graph, r.plan, r.run
+        dg, memory, res = r.device_graph, r.plan, r.run
+        device = Device.parse(r.strategy.device)
         counts, moved = dg.copy_counts(), dg.copy_bytes()
         totals = res.timeline.totals_by_kind() if res is not None else {}
         crossed = res.copy_bytes_by_kind() if res is not None else {}
@@ -214,10 +216,10 @@ def strategy_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
                 "h2d_moved_KiB/token": _kib(crossed["h2d"]) if res is not None else None,  # the timeline's
                 "d2h_KiB/token": _kib(moved["d2h"]),
                 "prefetch_hit_rate": round(r.prefetch_hit_rate, 3) if r.prefetch_hit_rate is not None else None,
-                "arena_cpu_KiB": _kib(memory.arena_bytes.get("cpu", 0)),
-                f"arena_{r.strategy.device}_KiB": _kib(memory.arena_bytes.get(r.strategy.device, 0)),
-                "resident_cpu_KiB": _kib(dg.constant_bytes.get("cpu", 0)),
-                f"resident_{r.strategy.device}_KiB": _kib(dg.constant_bytes.get(r.strategy.device, 0)),
+                "arena_cpu_KiB": _kib(memory.arena_bytes.get(CPU, 0)),
+                f"arena_{device}_KiB": _kib(memory.arena_bytes.get(device, 0)),
+                "resident_cpu_KiB": _kib(dg.constant_bytes.get(CPU, 0)),
+                f"resident_{device}_KiB": _kib(dg.constant_bytes.get(device, 0)),
                 "us/token": round(res.time_us, 2) if res is not None else None,
                 "copy_us": round(sum(totals.get(k, 0.0) for k in ("h2d", "d2h", "d2d")), 2) if res else None,
                 "overlap": round(res.overlap_fraction, 3) if res is not None else None,
@@ -268,7 +270,8 @@ def full_size_results(
         memory = plan(strategy.apply(programs(strategy)), algorithm)
         models = {link: CostModel.preset(device_preset, link=link) for link in links}
         if strategy.prefetch:
-            models = {link: m.with_prefetch_hit_rate(float(rate or 0.0)) for link, m in models.items()}
+            assert rate is not None  # set above whenever a strategy prefetches
+            models = {link: m.with_prefetch_hit_rate(rate) for link, m in models.items()}
         estimates = {link: estimate(memory, m) for link, m in models.items()}
         results.append(
             StrategyResult(
@@ -288,14 +291,14 @@ def full_size_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
     ``prefetch_hit_rate`` expects to miss), and tokens/s under each link."""
     rows = []
     for r in results:
-        dg, memory = r.graph, r.plan
+        dg, memory = r.device_graph, r.plan
         moved = dg.copy_bytes()
         first = next(iter((r.estimates or {}).values()), None)
-        dev = r.strategy.device
+        dev = Device.parse(r.strategy.device)
         row = {
             "strategy": r.strategy.variant,
             "skip_copies": r.strategy.skip_copies,
-            "resident_cpu_GiB": round(dg.constant_bytes.get("cpu", 0) / 2**30, 3),
+            "resident_cpu_GiB": round(dg.constant_bytes.get(CPU, 0) / 2**30, 3),
             f"resident_{dev}_GiB": round(dg.constant_bytes.get(dev, 0) / 2**30, 3),
             f"arena_{dev}_MiB": _mib(memory.arena_bytes.get(dev, 0)),
             # what the modeled timeline moves (reuse copies: the rows expected to miss)

@@ -79,7 +79,7 @@ def test_inputs_from_step_zero_outputs_to_the_end():
     last = len(plan.steps) - 1
     for name in ("x", "y"):
         assert plan.allocations[name].start == 0 and plan.allocations[name].kind == "input"
-    for out in plan.graph.user_outputs:
+    for out in plan.device_graph.user_outputs:
         assert plan.allocations[plan.storage_of[out]].end == last
 
 
@@ -115,16 +115,16 @@ def test_skip_flags_make_the_caller_own_inputs_and_outputs():
     assert "x" in planned.allocations and planned.allocations["x"].device == "cpu"
     owned = wb.plan(_dg("mlp", rules, skip_h2d_for_method_inputs=True, skip_d2h_for_method_outputs=True))
     assert "x" not in owned.allocations and "caller" in owned.unplanned["x"]
-    out = owned.graph.user_outputs[0]
+    out = owned.device_graph.user_outputs[0]
     assert out not in owned.storage_of and "caller" in owned.unplanned[out]
-    forced = wb.plan(owned.graph, alloc_graph_inputs=True, alloc_graph_outputs=True)
+    forced = wb.plan(owned.device_graph, alloc_graph_inputs=True, alloc_graph_outputs=True)
     assert forced.allocations["x"].device == "cuda:0"
 
 
 def test_constants_are_not_in_arenas_but_counted():
     """Weights are resident: absent from the arenas, present in constant_bytes."""
     plan = wb.plan(_dg("mlp", {"cuda:0": ["aten.linear"]}))
-    for name in plan.graph.residency:
+    for name in plan.device_graph.residency:
         assert name not in plan.allocations and "constant" in plan.unplanned[name]
     assert plan.constant_bytes["cuda:0"] == 3 * (32 * 32 + 32) * 4
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.planning.bound import Slots, host_arenas, run_in_arenas
+from workbench.planning.arena_execution import Slots, host_arenas, run_in_arenas
 
 from conftest import captured
 

@@ -5,7 +5,7 @@ import torch
 from torch.export import Dim
 
 import workbench as wb
-from workbench._tensors import UnboundedShapeError
+from workbench.graph_values import UnboundedShapeError
 
 
 class Scale(torch.nn.Module):
@@ -20,7 +20,7 @@ class Scale(torch.nn.Module):
 def test_symbolic_sizes_are_planned_at_their_upper_bound():
     """A batch dimension bounded by max=64 is planned as 64 rows, and the plan runs for
     a smaller batch."""
-    from workbench.planning.bound import run_in_arenas
+    from workbench.planning.arena_execution import run_in_arenas
 
     batch = Dim("batch", min=1, max=64)
     prog = wb.capture(Scale(), (torch.randn(4, 16),), dynamic_shapes=({0: batch},))

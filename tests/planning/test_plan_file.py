@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.planning.bound import run_in_arenas
-from workbench.planning.serialize import VERSION
+from workbench.planning.arena_execution import run_in_arenas
+from workbench.planning.archive import VERSION
 
 from conftest import captured
 
@@ -30,12 +30,12 @@ def test_round_trip_keeps_everything(saved):
     assert loaded.allocations == plan.allocations
     assert loaded.arena_bytes == plan.arena_bytes and loaded.lower_bound == plan.lower_bound
     assert loaded.steps == plan.steps and loaded.storage_of == plan.storage_of
-    assert loaded.graph.copies == plan.graph.copies
-    assert loaded.graph.node_device == plan.graph.node_device
-    assert loaded.graph.residency == plan.graph.residency
-    assert loaded.graph.input_devices == plan.graph.input_devices
-    assert loaded.graph.placement.delegates == plan.graph.placement.delegates
-    assert loaded.graph.skip_h2d_for_method_inputs and not loaded.graph.skip_d2h_for_method_outputs
+    assert loaded.device_graph.copies == plan.device_graph.copies
+    assert loaded.device_graph.node_device == plan.device_graph.node_device
+    assert loaded.device_graph.residency == plan.device_graph.residency
+    assert loaded.device_graph.input_devices == plan.device_graph.input_devices
+    assert loaded.device_graph.placement.delegates == plan.device_graph.placement.delegates
+    assert loaded.device_graph.skip_h2d_for_method_inputs and not loaded.device_graph.skip_d2h_for_method_outputs
     loaded.verify()
 
 

@@ -57,7 +57,7 @@ def same(got, want, backend):
 def _skip_if_missing_gpus(plan, backend):
     if backend != "cuda":
         return
-    need = 1 + max((d.index for d in plan.graph.devices if not d.is_host), default=-1)
+    need = 1 + max((d.index for d in plan.device_graph.devices if not d.is_host), default=-1)
     if need > device_count():
         pytest.skip(f"the placement needs {need} GPUs, this machine has {device_count()}")
 

@@ -109,7 +109,7 @@ def test_a_copy_into_reused_memory_waits_for_the_last_reader_of_the_previous_occ
     assert previous, "the plan should reuse memory for y's copy"
     occupant = max(previous, key=lambda a: a.start)
     readers = [
-        n.name for n in plan.graph.graph.nodes
+        n.name for n in plan.device_graph.graph.nodes
         if any(plan.storage_of.get(a.name) == occupant.name for a in n.all_input_nodes)
     ]  # fmt: skip
     last_read = max(events[r].end_us for r in readers)

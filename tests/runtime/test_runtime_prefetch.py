@@ -12,7 +12,7 @@ import workbench as wb
 from workbench.copy_ops import GATHER_H2D, GATHER_REUSE, SELECT_ROWS
 from workbench.kernels import gather_reuse_variant
 from workbench.models import MoEConfig, QwenMoEDecoder
-from workbench.planning.bound import run_in_arenas
+from workbench.planning.arena_execution import run_in_arenas
 from workbench.runtime import CostModel, op_cost, stage_inputs, to_host
 from workbench.runtime.exec_backends import SimExecBackend
 from workbench.runtime.executor import estimate, run

@@ -47,8 +47,8 @@ def test_algorithm_dropdown_replans_once_and_caches():
     assert view.algorithm_dropdown.value == "greedy"
     view.algorithm_dropdown.value = "naive"
     naive = view.plan
-    assert naive.algorithm == "naive" and naive.graph is plan.graph
-    direct = wb.plan(plan.graph, algorithm="naive")
+    assert naive.algorithm == "naive" and naive.device_graph is plan.device_graph
+    direct = wb.plan(plan.device_graph, algorithm="naive")
     assert {n: (a.offset, a.size) for n, a in naive.allocations.items()} == {
         n: (a.offset, a.size) for n, a in direct.allocations.items()
     }

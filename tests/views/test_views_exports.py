@@ -90,7 +90,7 @@ def test_dot_parses_with_one_node_per_graph_node_and_every_edge():
 
 def test_dataframe_helpers_match_the_core_tables():
     plan = residual_plan()
-    dg = plan.graph
+    dg = plan.device_graph
     specs = specs_table(plan)
     assert list(specs["name"]) == [n.name for n in dg.graph.nodes]
     planned = specs.dropna(subset=["offset"])

@@ -157,7 +157,7 @@ def test_bad_options_are_clear_errors():
 def test_spec_of_a_planned_tensor_is_its_allocation():
     """With a plan, a node's lifetime, arena, offset and size are its storage's."""
     plan = residual_plan()
-    dg = plan.graph
+    dg = plan.device_graph
     for value, owner in plan.storage_of.items():
         spec = node_spec(dg, value, plan)
         a = plan.allocations[owner]
@@ -169,8 +169,8 @@ def test_spec_of_a_planned_tensor_is_its_allocation():
 def test_spec_of_a_copy_says_why_it_exists():
     """A copy's spec carries the reason, kind, ends and consumers recorded by propagation."""
     plan = residual_plan()
-    for c in plan.graph.copies:
-        spec = node_spec(plan.graph, c.name, plan)
+    for c in plan.device_graph.copies:
+        spec = node_spec(plan.device_graph, c.name, plan)
         assert (spec.copy_kind, spec.copy_src, spec.copy_dst) == (c.kind, str(c.src), str(c.dst))
         assert spec.copy_reason == c.reason and spec.copy_consumers == c.consumers
         assert spec.role == "copy"
@@ -179,7 +179,7 @@ def test_spec_of_a_copy_says_why_it_exists():
 def test_spec_of_a_weight_says_why_it_is_not_planned():
     """A parameter has no arena slot; its spec gives the plan's reason."""
     plan = residual_plan()
-    spec = node_spec(plan.graph, "p_ups_0_weight", plan)
+    spec = node_spec(plan.device_graph, "p_ups_0_weight", plan)
     assert spec.role == "parameter" and spec.offset is None
     assert spec.unplanned == plan.unplanned["p_ups_0_weight"]
     assert spec.shape == (64, 32) and spec.dtype == "float32" and spec.nbytes == 64 * 32 * 4
@@ -211,7 +211,7 @@ def test_selecting_a_node_updates_the_spec_panel_and_highlight():
     it selected; clearing the dropdown clears the panel."""
     plan = residual_plan()
     view = GraphView(plan)
-    copy = next(c for c in plan.graph.copies if c.kind == "d2d")
+    copy = next(c for c in plan.device_graph.copies if c.kind == "d2d")
     view.node_dropdown.value = copy.name
     assert view.selected == copy.name
     html = view.spec.value

@@ -34,8 +34,8 @@ def test_a_real_run_shows_one_copy_bar_per_copy_node():
     plan, run = residual_run()
     data = timeline_data(run)
     copies = {b.node: b for b in data.bars if b.kind in ("h2d", "d2h", "d2d")}
-    assert set(copies) == {c.name for c in plan.graph.copies}
-    for c in plan.graph.copies:
+    assert set(copies) == {c.name for c in plan.device_graph.copies}
+    for c in plan.device_graph.copies:
         bar = copies[c.name]
         assert (bar.kind, bar.nbytes) == (c.kind, c.nbytes)
         assert bar.device in (str(c.src), str(c.dst))

@@ -41,7 +41,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..capture import Program, capture
-from .._tensors import _overload, packet_name, tensor_nbytes, value_of
+from ..graph_values import wrapped_overload, packet_name, tensor_nbytes, value_of
 from ..place import Placement, PlacementError, parse_rules, place
 from ..propagate import propagate
 from .models import Case
@@ -372,7 +372,7 @@ def _delegate_ops(placement: Placement) -> tuple[DelegateOps, ...]:
         ops = []
         for name in d.nodes:
             node = nodes[name]
-            if _overload(node.target) is not None:
+            if wrapped_overload(node.target) is not None:
                 ops.append(packet_name(node))
         out.append(DelegateOps(str(d.device), tuple(ops)))
     return tuple(out)

@@ -53,12 +53,11 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 import pandas as pd
 import torch
 
-from .._tensors import is_view_op
+from ..graph_values import is_view_op
 from ..capture import capture
-from ..copy_ops import KIND_FOR_OP
 from ..place import place
 from ..planning import Assignment, Buffer, assign_offsets, lower_bound, verify
-from ..planning.plan import plan as _plan
+from ..planning.memory_plan import plan as _plan
 from ..propagate import propagate
 from .executorch import (
     _ET_COPY_KINDS,
@@ -508,8 +507,8 @@ class _WBTensor:
 
 def _wb_tensors(memory, placement) -> list[_WBTensor]:
     """The workbench's planned storages with the op that writes each."""
-    nodes = {n.name: n for n in memory.graph.graph.nodes}
-    outputs = set(memory.graph.user_outputs)
+    nodes = {n.name: n for n in memory.device_graph.graph.nodes}
+    outputs = set(memory.device_graph.user_outputs)
     sizes = {d.name: len(d.nodes) for d in placement.delegates}
     out = []
     for alloc in memory.allocations.values():
@@ -517,8 +516,8 @@ def _wb_tensors(memory, placement) -> list[_WBTensor]:
         writer = node.args[0] if node.target is _getitem else node
         if node.op == "placeholder":
             op = "input"
-        elif writer.target in KIND_FOR_OP:
-            op = f"{KIND_FOR_OP[writer.target]}_copy"
+        elif writer.name in memory.device_graph.copy_table:
+            op = f"{memory.device_graph.copy_table[writer.name].kind}_copy"
         else:
             op = _short_op_name(writer)
         delegate = placement.node_delegate.get(writer.name)

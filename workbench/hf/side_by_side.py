@@ -25,7 +25,8 @@ import torch
 
 import workbench as wb
 
-from ..models import MoEConfig, QwenMoEDecoder
+from ..devices import CPU, Device
+from ..models import MoEConfig, QwenMoEDecoder, param_count
 from ..runtime import CostModel
 from ..strategies import Strategy, all_on_device, expert_streaming, experts_on_host
 from .models import load_model
@@ -97,8 +98,6 @@ def side_by_side(
         algorithm: the memory planner.
         seed: weights of both models.
     """
-    from ..models import param_count
-
     config = config or MoEConfig.tiny()
     if shape_only is None:
         shape_only = param_count(config)["total"] > 2e9
@@ -136,19 +135,19 @@ def _measure(strategy: Strategy, program: Any, algorithm: str, cost_model: CostM
     memory = wb.plan(dg, algorithm)
     moved = dg.copy_bytes()
     timeline = wb.estimate(memory, cost_model)
-    dev = strategy.device
+    dev = Device.parse(strategy.device)
     quantities = {
         f"resident_{dev}_bytes": dg.constant_bytes.get(dev, 0),
-        "resident_cpu_bytes": dg.constant_bytes.get("cpu", 0),
+        "resident_cpu_bytes": dg.constant_bytes.get(CPU, 0),
         "link_bytes_per_token": moved["h2d"] + moved["d2h"] + moved["d2d"],
         f"arena_{dev}_bytes": memory.arena_bytes.get(dev, 0),
-        "arena_cpu_bytes": memory.arena_bytes.get("cpu", 0),
+        "arena_cpu_bytes": memory.arena_bytes.get(CPU, 0),
         "modeled_tok_per_s": round(1e6 / timeline.span_us, 2) if timeline.span_us else 0.0,
     }
     ops = {n.name: str(n.target).removeprefix("aten.") for n in dg.graph.nodes}
-    largest: dict[str, str] = {}
+    largest: dict[str, str] = {}  # device name → its largest planned buffer
     for alloc in sorted(memory.allocations.values(), key=lambda a: -a.nbytes):
-        largest.setdefault(alloc.device, f"{ops.get(alloc.name, alloc.name)} {alloc.nbytes / 2**10:,.1f} KiB")
+        largest.setdefault(str(alloc.device), f"{ops.get(alloc.name, alloc.name)} {alloc.nbytes / 2**10:,.1f} KiB")
     return quantities, largest
 
 

@@ -38,6 +38,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from ..runtime.cuda import cupy_module, pinned_host_tensor, stream_ptr
+
 #: Bytes per pinned staging buffer (two are used in turn).
 DEFAULT_CHUNK_BYTES = 8 << 20
 #: Threads per block of the gather kernel.
@@ -248,8 +250,6 @@ extern "C" __global__ void wb_gather_reuse_rows_b1(
 
 
 def _cp() -> Any:
-    from ..runtime.cuda import cupy_module
-
     return cupy_module()
 
 
@@ -265,8 +265,6 @@ class _RawStream:
 
 def _stream(stream: Any) -> tuple[Any, bool]:
     """(a CuPy stream for ``stream``, whether to synchronize before returning) — rule 4."""
-    from ..runtime.cuda import stream_ptr
-
     cp = _cp()
     if stream is None:
         return cp.cuda.get_current_stream(), True
@@ -330,11 +328,6 @@ class MappedHost:
         if u8.numel() and pointer_kind(self._ptr) != "pinned":
             _cp().cuda.runtime.hostRegister(self._ptr, u8.numel(), self._REGISTER_FLAGS)
             self._registered = True
-
-    @property
-    def device_ptr(self) -> int:
-        """The address kernels use to read the tensor's bytes."""
-        return device_address(self._ptr)
 
     def close(self) -> None:
         """Unpin memory this object pinned (idempotent)."""
@@ -599,14 +592,8 @@ class CopyEngine:
 
     def _staging_buffers(self) -> tuple[list[torch.Tensor], list[Any]]:
         if not self._staging:
-            from ..runtime.cuda import pinned_host_tensor
-
             cp = _cp()
             self._staging = [pinned_host_tensor(self.chunk_bytes) for _ in range(2)]
             self._events = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         return self._staging, self._events
 
-
-def copy_kinds() -> Sequence[str]:
-    """The copy paths this module implements (for reports and benchmarks)."""
-    return ("h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d", "gather", "gather_reuse")

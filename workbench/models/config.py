@@ -144,7 +144,7 @@ class MoEConfig:
             )
         values = {n: merged.get(n, _OPTIONAL_DEFAULTS.get(n)) for n in names}
         values = {n: _coerce(n, v) for n, v in values.items()}
-        config = cls(**values)
+        config = cls(**values)  # type: ignore[arg-type]  # _coerce checked each value's type
         _check_layer_types(config, merged.get("layer_types"))
         return config
 
@@ -193,7 +193,7 @@ class MoEConfig:
             dtype="float32",
         )
         base.update(overrides)
-        return cls(**base)
+        return cls(**base)  # type: ignore[arg-type]  # __post_init__ checks every field
 
     @classmethod
     def full(cls) -> "MoEConfig":

@@ -415,4 +415,4 @@ class SparseMoE(nn.Module):
         routed = (y * weights[:, :, None]).sum(dim=1)  # (B, H)
         shared = self.shared_expert(x) * torch.sigmoid(self.shared_expert_gate(x))  # (B, H)
         out = routed + shared
-        return out if predict is None else (out, predicted)
+        return out if predict is None else (out, predicted)  # type: ignore[return-value]  # predict() gives a tensor

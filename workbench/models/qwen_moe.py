@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import nn
@@ -89,8 +89,10 @@ class DecoderLayer(nn.Module):
         self.mlp = SparseMoE(config)
 
     @property
-    def mixer(self) -> nn.Module:
-        return self.self_attn if self.layer_type == "full_attention" else self.linear_attn
+    def mixer(self) -> Union[FullAttention, GatedDeltaNet]:
+        mixer = self.self_attn if self.layer_type == "full_attention" else self.linear_attn
+        assert isinstance(mixer, (FullAttention, GatedDeltaNet))
+        return mixer
 
     def reset_parameters(self, gen: torch.Generator, residual_gain: float) -> None:
         self.input_layernorm.reset_parameters(gen)
@@ -156,10 +158,14 @@ class QwenMoEDecoder(nn.Module):
         # (GPT-2 style) so the stream stays O(1) however deep the model.
         residual_gain = 1.0 / math.sqrt(2 * self.config.num_hidden_layers)
         self.embed_tokens.reset_parameters(gen)
-        for layer in self.layers:
+        for layer in self.decoder_layers():
             layer.reset_parameters(gen, residual_gain)
         self.norm.reset_parameters(gen)
         self.lm_head.reset_parameters(gen)  # 1/sqrt(H) on a unit-RMS input: logits ~ N(0, 1)
+
+    def decoder_layers(self) -> list[DecoderLayer]:
+        """The decoder layers, in order (typed: ``self.layers`` is an ``nn.ModuleList``)."""
+        return [layer for layer in self.layers if isinstance(layer, DecoderLayer)]
 
     # -- inputs --------------------------------------------------------------
 

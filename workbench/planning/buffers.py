@@ -72,7 +72,7 @@ class Buffer:
 
 def check_alignment(alignment: object) -> int:
     """Return ``alignment`` if it is a positive power of two (rule 4), else raise."""
-    if not is_int(alignment) or alignment <= 0 or alignment & (alignment - 1):
+    if not isinstance(alignment, int) or not is_int(alignment) or alignment <= 0 or alignment & (alignment - 1):
         raise PlanningInputError(
             f"alignment must be a positive power of two (1, 2, 4, 8, 16, ...), got {alignment!r}"
         )

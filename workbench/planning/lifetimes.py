@@ -28,9 +28,9 @@ import torch
 import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .._tensors import node_nbytes, value_of
-from ..copy_ops import is_copy_node
+from ..graph_values import node_nbytes, value_of
 from ..devices import Device
+from ..propagate import DeviceGraph
 
 __all__ = ["TensorLifetime", "Lifetimes", "tensor_lifetimes"]
 
@@ -69,7 +69,9 @@ def _storage_key(val: Any) -> int | None:
         return None
 
 
-def _aliased(node: torch.fx.Node, keys: dict[torch.fx.Node, int | None]) -> torch.fx.Node | None:
+def _aliased(
+    node: torch.fx.Node, keys: dict[torch.fx.Node, int | None], copies: Mapping[str, Any]
+) -> torch.fx.Node | None:
     """The input whose traced storage ``node``'s value shares (rule 2), or None.
 
     ``keys`` caches each node's storage key: a node is read by all its users."""
@@ -80,7 +82,7 @@ def _aliased(node: torch.fx.Node, keys: dict[torch.fx.Node, int | None]) -> torc
         return keys[n]
 
     key = key_of(node)
-    if key is None or is_copy_node(node):
+    if key is None or node.name in copies:
         return None
     inputs = node.all_input_nodes
     if node.target is operator.getitem and inputs:
@@ -92,7 +94,7 @@ def _aliased(node: torch.fx.Node, keys: dict[torch.fx.Node, int | None]) -> torc
 
 
 def tensor_lifetimes(
-    dg, alloc_graph_inputs: bool = True, alloc_graph_outputs: bool = True
+    dg: DeviceGraph, alloc_graph_inputs: bool = True, alloc_graph_outputs: bool = True
 ) -> Lifetimes:
     """Storages and lifetimes of every tensor in ``dg`` (see the module rules)."""
     nodes = list(dg.graph.nodes)
@@ -120,14 +122,14 @@ def tensor_lifetimes(
             else:
                 start[node], kind[node] = 0, "input"
             continue
-        source = _aliased(node, storage_keys)
+        source = _aliased(node, storage_keys, dg.copy_table)
         if source is not None and source in base:
             base[node] = base[source]
             continue
         base[node] = node
         producer = node.args[0] if node.target is operator.getitem else node
         start[node] = index[producer]
-        kind[node] = "copy" if is_copy_node(node) else "activation"
+        kind[node] = "copy" if node.name in dg.copy_table else "activation"
 
     for node in nodes:  # rule 4: last reads
         for arg in node.all_input_nodes:

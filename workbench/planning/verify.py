@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Hashable, Iterable
+from typing import Optional
 
 from .algorithms.base import Assignment
 from .buffers import Buffer, PlanningInputError, check_alignment, check_buffers, is_int
@@ -132,8 +133,8 @@ def _checked_inputs(buffers: Iterable[Buffer], assignment: object, alignment: in
 def _field_problems(bufs: tuple[Buffer, ...], assignment: Assignment, alignment: int) -> list[str]:
     problems: list[str] = []
     offsets = assignment.offsets
-    arena = assignment.arena_bytes
-    if not is_int(arena) or arena < 0:
+    arena: Optional[int] = assignment.arena_bytes
+    if not is_int(arena) or not isinstance(arena, int) or arena < 0:
         problems.append(f"arena_bytes is {arena!r}; it must be an int >= 0")
         arena = None
     ids: set[Hashable] = {b.id for b in bufs}

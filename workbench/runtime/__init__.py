@@ -13,7 +13,6 @@
 """
 
 from .allocators import (
-    BACKENDS,
     Allocation,
     AllocatorError,
     AllocatorRegistry,
@@ -21,38 +20,32 @@ from .allocators import (
     DoubleFreeError,
     HostAllocator,
     SimDeviceAllocator,
-    UnknownBackendError,
     UnregisteredDeviceTypeError,
     UseAfterFreeError,
-    check_backend,
     find_allocation,
     live_allocations,
     live_bytes,
     live_bytes_by_device,
-    registry_for_backend,
-    shared_registry,
 )
+from .backends import BACKENDS, UnknownBackendError, check_backend, registry_for_backend, shared_registry
 from .buffers import DeviceBuffer
-from .cost_model import COPY_KINDS, CostModel, CostModelWarning, OpCost, dtype_class, op_cost
-from .cuda import (
-    CudaUnavailableError,
-    CupyDeviceAllocator,
-    cuda_available,
-    cuda_unavailable_reason,
-    default_backend,
-)
-from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to_host, typed_view
+from .byte_views import typed_view
+from .cost_model import CostModel, CostModelWarning, OpCost, dtype_class, op_cost
+from .cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, default_backend
+from .cupy_allocator import CupyDeviceAllocator
+from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to_host
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
 from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Session, estimate, load, run, steps_of
+from .run_result import SlotWrites
 
 __all__ = [
     "BACKENDS",
-    "COPY_KINDS",
     "EVENT_KINDS",
     "ExecutorError",
     "InputError",
     "PrefetchStat",
     "RunResult",
+    "SlotWrites",
     "Session",
     "Allocation",
     "AllocatorError",

@@ -7,7 +7,7 @@ bytes into, out of and between them. Three kinds exist:
 - ``SimDeviceAllocator`` (``"cuda"``, simulated): each allocation is its own block of
   host memory, so "device" and host bytes never share storage and copies really move
   bytes; time is modeled elsewhere (``cost_model``).
-- ``CupyDeviceAllocator`` (``"cuda"``, real; in ``cuda.py``): CuPy device memory.
+- ``CupyDeviceAllocator`` (``"cuda"``, real; in ``cupy_allocator.py``): CuPy device memory.
 
 Rules (every allocator keeps them; the base class enforces them):
 
@@ -17,8 +17,7 @@ Rules (every allocator keeps them; the base class enforces them):
 4. Copies are bounds-checked: ``offset + nbytes <= allocation.nbytes``, offsets ``>= 0``.
 5. The host side of an h2d/d2h copy is a contiguous host tensor; a tensor that lies in
    (simulated) device memory is refused there, never silently treated as host memory.
-6. Live bytes are counted per device string (``"cpu"``, ``"cuda:0"``) from allocate to
-   free, process-wide, so tests can prove nothing leaks (``live_bytes``).
+6. Live bytes are counted per device from allocate to free, process-wide, so tests can prove nothing leaks (``live_bytes``).
 7. Allocations are process-wide, like real device memory: any allocator of the same
    ``kind`` may copy to or from any live allocation of that kind.
 
@@ -40,10 +39,7 @@ import torch
 
 from ..devices import Device, DeviceLike
 from ..errors import WorkbenchError
-
-#: Backends a program can run on: the real GPU through CuPy, or the simulator.
-BACKENDS: tuple[str, ...] = ("cuda", "sim")
-
+from .cuda import pinned_host_tensor
 
 class AllocatorError(WorkbenchError, RuntimeError):
     """Misuse of device memory (double free, use after free, foreign allocation)."""
@@ -62,10 +58,6 @@ class UnregisteredDeviceTypeError(WorkbenchError, LookupError):
 
     def __str__(self) -> str:  # LookupError would quote the message like a key
         return str(self.args[0]) if self.args else ""
-
-
-class UnknownBackendError(WorkbenchError, ValueError):
-    """A backend name that the workbench does not know."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +79,9 @@ class Allocation:
 
 
 @dataclass
-class _Record:
+class AllocationRecord:
+    """A live allocation and what keeps its bytes alive (allocators' own bookkeeping)."""
+
     allocation: Allocation
     memory: Any  # what keeps the bytes alive: a torch uint8 tensor, or a CuPy Memory
 
@@ -95,9 +89,9 @@ class _Record:
 # Process-wide tables (rule 6, 7). One lock guards all of them.
 _LOCK = threading.RLock()
 _IDS = itertools.count(1)
-_LIVE: dict[int, _Record] = {}
-_LIVE_BYTES: dict[str, int] = {}
-_LIVE_COUNT: dict[str, int] = {}
+_LIVE: dict[int, AllocationRecord] = {}
+_LIVE_BYTES: dict[Device, int] = {}
+_LIVE_COUNT: dict[Device, int] = {}
 # Address book: sorted starts and, parallel to them, (end, id). Blocks never overlap.
 _STARTS: list[int] = []
 _SPANS: list[tuple[int, int]] = []
@@ -108,11 +102,11 @@ def live_bytes(device: DeviceLike | None = None) -> int:
     with _LOCK:
         if device is None:
             return sum(_LIVE_BYTES.values())
-        return _LIVE_BYTES.get(str(Device.parse(device)), 0)
+        return _LIVE_BYTES.get(Device.parse(device), 0)
 
 
-def live_bytes_by_device() -> dict[str, int]:
-    """``{"cpu": bytes, "cuda:0": bytes, ...}`` for every device with live allocations."""
+def live_bytes_by_device() -> dict[Device, int]:
+    """Live bytes of every device with live allocations, by device (cpu, cuda:0, ...)."""
     with _LOCK:
         return dict(sorted(_LIVE_BYTES.items()))  # entries go when their last allocation does
 
@@ -122,7 +116,7 @@ def live_allocations(device: DeviceLike | None = None) -> int:
     with _LOCK:
         if device is None:
             return sum(_LIVE_COUNT.values())
-        return _LIVE_COUNT.get(str(Device.parse(device)), 0)
+        return _LIVE_COUNT.get(Device.parse(device), 0)
 
 
 def find_allocation(ptr: int) -> tuple[Allocation, int] | None:
@@ -180,24 +174,24 @@ class DeviceAllocator(ABC):
     def _allocate(self, nbytes: int, device: Device) -> tuple[int, Any]:
         """Reserve at least max(nbytes, 1) bytes; return (address, keep-alive object)."""
 
-    def _release(self, record: _Record) -> None:
+    def _release(self, record: AllocationRecord) -> None:
         """Give the block back (dropping the record's reference is enough by default)."""
 
     @abstractmethod
-    def _view(self, record: _Record, offset: int, nbytes: int) -> torch.Tensor:
+    def _view(self, record: AllocationRecord, offset: int, nbytes: int) -> torch.Tensor:
         """A flat uint8 torch tensor aliasing ``nbytes`` of the block at ``offset``."""
 
     @abstractmethod
-    def _h2d(self, dst: _Record, dst_offset: int, src: torch.Tensor, stream: Any) -> None:
+    def _h2d(self, dst: AllocationRecord, dst_offset: int, src: torch.Tensor, stream: Any) -> None:
         """Copy the flat uint8 host tensor ``src`` into ``dst`` at ``dst_offset``."""
 
     @abstractmethod
-    def _d2h(self, dst: torch.Tensor, src: _Record, src_offset: int, stream: Any) -> None:
+    def _d2h(self, dst: torch.Tensor, src: AllocationRecord, src_offset: int, stream: Any) -> None:
         """Fill the flat uint8 host tensor ``dst`` from ``src`` at ``src_offset``."""
 
     @abstractmethod
     def _d2d(
-        self, dst: _Record, dst_offset: int, src: _Record, src_offset: int, nbytes: int, stream: Any
+        self, dst: AllocationRecord, dst_offset: int, src: AllocationRecord, src_offset: int, nbytes: int, stream: Any
     ) -> None:
         """Copy ``nbytes`` between two blocks of this kind."""
 
@@ -213,8 +207,8 @@ class DeviceAllocator(ABC):
         ptr, memory = self._allocate(nbytes, device)
         with _LOCK:
             alloc = Allocation(self.kind, device, nbytes, int(ptr), next(_IDS))
-            _LIVE[alloc.id] = _Record(alloc, memory)
-            key = str(device)
+            _LIVE[alloc.id] = AllocationRecord(alloc, memory)
+            key = device
             _LIVE_BYTES[key] = _LIVE_BYTES.get(key, 0) + nbytes
             _LIVE_COUNT[key] = _LIVE_COUNT.get(key, 0) + 1
             # Blocks are at least one byte, so every allocation has its own address range.
@@ -228,7 +222,7 @@ class DeviceAllocator(ABC):
         with _LOCK:
             record = self._record(allocation, "free", freed_error=DoubleFreeError)
             del _LIVE[allocation.id]
-            key = str(allocation.device)
+            key = allocation.device
             _LIVE_BYTES[key] -= allocation.nbytes
             _LIVE_COUNT[key] -= 1
             if not _LIVE_COUNT[key]:
@@ -238,11 +232,6 @@ class DeviceAllocator(ABC):
                 i += 1
             del _STARTS[i], _SPANS[i]
         self._release(record)
-
-    def is_live(self, allocation: Allocation) -> bool:
-        """True while ``allocation`` has not been freed."""
-        with _LOCK:
-            return allocation.id in _LIVE
 
     def view(self, allocation: Allocation, offset: int = 0, nbytes: int | None = None) -> torch.Tensor:
         """A flat ``torch.uint8`` tensor aliasing ``allocation[offset:offset+nbytes]``.
@@ -311,7 +300,7 @@ class DeviceAllocator(ABC):
     # -- helpers -----------------------------------------------------------------------
     def _record(
         self, allocation: Allocation, action: str, freed_error: type[AllocatorError] = UseAfterFreeError
-    ) -> _Record:
+    ) -> AllocationRecord:
         if not isinstance(allocation, Allocation):
             raise TypeError(f"expected an Allocation, got {type(allocation).__name__}")
         if allocation.kind != self.kind:
@@ -343,17 +332,17 @@ class DeviceAllocator(ABC):
 class _HostMemoryAllocator(DeviceAllocator):
     """Shared code for allocators whose blocks are host memory held by torch tensors."""
 
-    def _view(self, record: _Record, offset: int, nbytes: int) -> torch.Tensor:
+    def _view(self, record: AllocationRecord, offset: int, nbytes: int) -> torch.Tensor:
         return record.memory[offset : offset + nbytes]
 
-    def _h2d(self, dst: _Record, dst_offset: int, src: torch.Tensor, stream: Any) -> None:
+    def _h2d(self, dst: AllocationRecord, dst_offset: int, src: torch.Tensor, stream: Any) -> None:
         dst.memory[dst_offset : dst_offset + src.numel()].copy_(src)
 
-    def _d2h(self, dst: torch.Tensor, src: _Record, src_offset: int, stream: Any) -> None:
+    def _d2h(self, dst: torch.Tensor, src: AllocationRecord, src_offset: int, stream: Any) -> None:
         dst.copy_(src.memory[src_offset : src_offset + dst.numel()])
 
     def _d2d(
-        self, dst: _Record, dst_offset: int, src: _Record, src_offset: int, nbytes: int, stream: Any
+        self, dst: AllocationRecord, dst_offset: int, src: AllocationRecord, src_offset: int, nbytes: int, stream: Any
     ) -> None:
         dst.memory[dst_offset : dst_offset + nbytes].copy_(src.memory[src_offset : src_offset + nbytes])
 
@@ -369,8 +358,6 @@ class HostAllocator(_HostMemoryAllocator):
 
     def _allocate(self, nbytes: int, device: Device) -> tuple[int, Any]:
         if self.pinned:
-            from .cuda import pinned_host_tensor  # lazy: CuPy is only needed for pinned memory
-
             memory = pinned_host_tensor(max(nbytes, 1))
         else:
             memory = torch.empty(max(nbytes, 1), dtype=torch.uint8)
@@ -450,42 +437,3 @@ class AllocatorRegistry:
     def __repr__(self) -> str:
         inner = ", ".join(f"{t!r}: {a!r}" for t, a in sorted(self._by_type.items()))
         return f"AllocatorRegistry(backend={self.backend!r}, {{{inner}}})"
-
-
-def check_backend(backend: str | None) -> str:
-    """Validate a backend name; None means ``default_backend()``."""
-    if backend is None:
-        from .cuda import default_backend
-
-        return default_backend()
-    if not isinstance(backend, str) or backend.strip().lower() not in BACKENDS:
-        raise UnknownBackendError(
-            f"unknown backend {backend!r}; valid backends are {', '.join(repr(b) for b in BACKENDS)}"
-        )
-    return backend.strip().lower()
-
-
-def registry_for_backend(backend: str | None = None) -> AllocatorRegistry:
-    """A fresh registry for ``"sim"`` (host + simulated cuda) or ``"cuda"`` (pinned host + CuPy).
-
-    ``"cuda"`` without a usable GPU raises ``CudaUnavailableError`` with the reason.
-    """
-    backend = check_backend(backend)
-    if backend == "sim":
-        return AllocatorRegistry([HostAllocator(), SimDeviceAllocator()], backend="sim")
-    from .cuda import CupyDeviceAllocator
-
-    cuda_allocator = CupyDeviceAllocator()  # raises first when CUDA is unavailable
-    return AllocatorRegistry([HostAllocator(pinned=True), cuda_allocator], backend="cuda")
-
-
-_SHARED: dict[str, AllocatorRegistry] = {}
-
-
-def shared_registry(backend: str | None = None) -> AllocatorRegistry:
-    """One registry per backend for the whole process (used by the tensor helpers)."""
-    backend = check_backend(backend)
-    with _LOCK:
-        if backend not in _SHARED:
-            _SHARED[backend] = registry_for_backend(backend)
-        return _SHARED[backend]

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import torch
 
 from ..devices import Device, DeviceLike
+from .byte_views import typed_view
 from .allocators import (
     AllocatorRegistry,
     Allocation,
@@ -95,8 +96,6 @@ class DeviceBuffer:
 
     def typed(self, dtype: torch.dtype, shape: Sequence[int], offset: int = 0) -> torch.Tensor:
         """A contiguous tensor of ``dtype`` and ``shape`` over the buffer's bytes at ``offset``."""
-        from .tensors import typed_view  # tensors builds on buffers; import late
-
         numel = 1
         for d in shape:
             numel *= int(d)

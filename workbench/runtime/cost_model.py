@@ -30,12 +30,13 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..devices import Device, DeviceLike
+from ..devices import CopyKind, Device, DeviceLike
+from ..copy_ops import SELECT_ROWS
 from ..errors import WorkbenchWarning
 
-COPY_KINDS: tuple[str, ...] = ("h2d", "d2h", "d2d")
 DTYPE_CLASSES: tuple[str, ...] = ("fp64", "fp32", "bf16", "fp8")
 
 
@@ -188,8 +189,7 @@ class CostModel:
     # -- times -----------------------------------------------------------------------------
     def copy_time_us(self, kind: str, nbytes: int, pinned: bool = True) -> float:
         """Microseconds to copy ``nbytes`` in direction ``kind`` (rule 1)."""
-        if kind not in COPY_KINDS:
-            raise ValueError(f"unknown copy kind {kind!r}; valid: {', '.join(COPY_KINDS)}")
+        kind = CopyKind.parse(kind).value
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
             raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")
         bandwidth = getattr(self, f"{kind}_bandwidth")
@@ -247,10 +247,10 @@ class OpCost(NamedTuple):
 
 
 def _nbytes(t: torch.Tensor) -> int:
-    return math.prod(_concrete(d) for d in t.shape) * t.element_size()
+    return math.prod(concrete_size(d) for d in t.shape) * t.element_size()
 
 
-def _concrete(d: Any) -> int:
+def concrete_size(d: Any) -> int:
     if isinstance(d, int):
         return d
     hint = getattr(getattr(d, "node", None), "hint", None)  # a backed SymInt's example value
@@ -262,8 +262,8 @@ def _concrete(d: Any) -> int:
 def _to_meta(x: Any) -> Any:
     if not isinstance(x, torch.Tensor):
         return x
-    shape = tuple(_concrete(d) for d in x.shape)
-    stride = tuple(_concrete(s) for s in x.stride())
+    shape = tuple(concrete_size(d) for d in x.shape)
+    stride = tuple(concrete_size(s) for s in x.stride())
     return torch.empty_strided(shape, stride, dtype=x.dtype, device="meta")
 
 
@@ -340,8 +340,6 @@ def op_cost(
 @functools.lru_cache(maxsize=1)
 def _row_gather_ops() -> frozenset:
     """Ops whose first argument is the source they pick rows of (built once)."""
-    from ..copy_ops import SELECT_ROWS  # select_rows(source, index, hint)
-
     aten = torch.ops.aten
     return frozenset({
         aten.index_select.default,  # index_select(source, dim, index)
@@ -362,6 +360,4 @@ def _row_gather_read(fn: Any, args: tuple, read: int, written: int) -> int:
 
 
 def _is_fake(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
     return isinstance(t, FakeTensor)

@@ -1,4 +1,4 @@
-"""The real ``cuda`` backend: availability, pinned host memory, the CuPy allocator.
+"""Whether the real ``cuda`` backend can run here, and the CuPy handles it needs.
 
 Rules:
 
@@ -20,9 +20,8 @@ import warnings
 from typing import Any
 
 import torch
+import numpy as np
 
-from ..devices import Device
-from .allocators import DeviceAllocator, _Record
 from ..errors import WorkbenchError
 
 DISABLE_ENV = "WORKBENCH_DISABLE_CUDA"
@@ -32,7 +31,7 @@ class CudaUnavailableError(WorkbenchError, RuntimeError):
     """The ``cuda`` backend was asked for on a machine where it cannot run."""
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -104,8 +103,6 @@ def cupy_module() -> Any:
 def pinned_host_tensor(nbytes: int) -> torch.Tensor:
     """A flat uint8 CPU tensor in page-locked host memory (mapped into the device's
     address space on 64-bit systems with unified addressing)."""
-    import numpy as np
-
     cp = cupy_module()
     memory = cp.cuda.alloc_pinned_memory(nbytes)
     # numpy keeps `memory` alive as the array's base, torch keeps the array alive.
@@ -125,73 +122,3 @@ def stream_ptr(stream: Any) -> int:
         f"a stream is a cupy.cuda.Stream, a torch.cuda.Stream, a raw stream int or None, "
         f"not {type(stream).__name__}"
     )
-
-
-class CupyDeviceAllocator(DeviceAllocator):
-    """Real ``cuda`` memory from CuPy (plain cudaMalloc, one block per allocation).
-
-    Views are torch CUDA tensors over the same memory via DLPack (zero-copy); they keep
-    the block alive even after ``free`` (then it is no longer counted). Copies go through
-    ``workbench.kernels.copies.CopyEngine``: pinned host memory is copied directly,
-    pageable memory through double-buffered pinned staging.
-    """
-
-    device_type = "cuda"
-    kind = "cupy"
-
-    def __init__(self, chunk_bytes: int | None = None) -> None:
-        require_cuda("CupyDeviceAllocator")
-        self._chunk_bytes = chunk_bytes
-        self._engines: dict[int, Any] = {}
-
-    def engine(self, index: int = 0) -> Any:
-        """The copy engine (staging buffers, events, kernels) of ``cuda:<index>``."""
-        if index not in self._engines:
-            from ..kernels.copies import DEFAULT_CHUNK_BYTES, CopyEngine
-
-            self._engines[index] = CopyEngine(index, self._chunk_bytes or DEFAULT_CHUNK_BYTES)
-        return self._engines[index]
-
-    def _check_device(self, device: Device) -> None:
-        if device.index >= device_count():
-            raise ValueError(
-                f"{device} does not exist here; valid: cuda:0..cuda:{device_count() - 1}"
-            )
-
-    def _allocate(self, nbytes: int, device: Device) -> tuple[int, Any]:
-        cp = cupy_module()
-        with cp.cuda.Device(device.index):
-            memory = cp.cuda.Memory(max(nbytes, 1))
-        return int(memory.ptr), memory
-
-    def _view(self, record: _Record, offset: int, nbytes: int) -> torch.Tensor:
-        cp = cupy_module()
-        with cp.cuda.Device(record.allocation.device.index):
-            array = cp.ndarray((nbytes,), dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(record.memory, offset))
-            return torch.from_dlpack(array)
-
-    def _h2d(self, dst: _Record, dst_offset: int, src: torch.Tensor, stream: Any) -> None:
-        self.engine(dst.allocation.device.index).h2d(dst.allocation.ptr + dst_offset, src, stream)
-
-    def _d2h(self, dst: torch.Tensor, src: _Record, src_offset: int, stream: Any) -> None:
-        self.engine(src.allocation.device.index).d2h(dst, src.allocation.ptr + src_offset, stream)
-
-    def _d2d(
-        self, dst: _Record, dst_offset: int, src: _Record, src_offset: int, nbytes: int, stream: Any
-    ) -> None:
-        self.engine(dst.allocation.device.index).d2d(
-            dst.allocation.ptr + dst_offset,
-            src.allocation.ptr + src_offset,
-            nbytes,
-            stream,
-            src_device=src.allocation.device.index,
-        )
-
-    def synchronize(self, stream: Any = None) -> None:
-        cp = cupy_module()
-        if stream is not None:
-            cp.cuda.runtime.streamSynchronize(stream_ptr(stream))
-            return
-        for index in range(device_count()):  # torch may have queued work where no engine ran
-            with cp.cuda.Device(index):
-                cp.cuda.runtime.deviceSynchronize()

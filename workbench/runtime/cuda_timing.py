@@ -17,16 +17,19 @@ Rules:
    only after the call has finished, so counting never delays a launch. A copy whose
    bytes the device decides (a reuse copy: only missed rows cross) passes ``nbytes`` as
    a callable, also evaluated after the call has finished.
+6. ``split(step, nbytes)`` marks, between ``before`` and ``after``, where the op ended
+   and the copy of its result into its planned slot began: the step becomes two events,
+   the op and a ``slot_copy`` of ``nbytes``.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 
-from .steps import HOST_LANE, Step
+from .steps import HOST_LANE, Lane, Step, event_of
 from .timeline import Event, Timeline
 
 __all__ = ["CudaClock", "CudaStreams"]
@@ -35,7 +38,7 @@ __all__ = ["CudaClock", "CudaStreams"]
 class CudaStreams:
     """A compute and a copy stream per device index (rule 1)."""
 
-    def __init__(self, indices) -> None:
+    def __init__(self, indices: Iterable[int]) -> None:
         self.indices = tuple(sorted(set(indices)))
         self._compute = {i: torch.cuda.Stream(device=i) for i in self.indices}
         self._copy = {i: torch.cuda.Stream(device=i) for i in self.indices}
@@ -46,7 +49,7 @@ class CudaStreams:
     def copy(self, index: int) -> "torch.cuda.Stream":
         return self._copy[index]
 
-    def for_lane(self, lane: tuple[str, str]) -> "torch.cuda.Stream":
+    def for_lane(self, lane: Lane) -> "torch.cuda.Stream":
         index = _index(lane)
         return self._copy[index] if lane[1] == "copy" else self._compute[index]
 
@@ -55,8 +58,8 @@ class CudaStreams:
             torch.cuda.synchronize(i)
 
 
-def _index(lane: tuple[str, str]) -> int:
-    return int(lane[0].partition(":")[2] or 0)
+def _index(lane: Lane) -> int:
+    return lane[0].index
 
 
 class CudaClock:
@@ -66,9 +69,12 @@ class CudaClock:
         self._streams = streams
         self._start: dict[int, Any] = {}
         self._t0 = 0.0
-        self._records: list[tuple[Step, Any, Any, int, Callable]] = []
-        self._ends: dict[str, tuple[tuple[str, str], Optional[Any]]] = {}
-        self._open: Optional[tuple[Step, Any]] = None
+        # (step, start, end, bytes or their callable, cost): start/end are CUDA events, or
+        # wall-clock seconds for host steps
+        self._records: list[tuple[Step, Any, Any, Union[int, Callable[[], int]], Callable[[], tuple[float, int, int]]]] = []
+        self._ends: dict[str, tuple[Lane, Optional[Any]]] = {}
+        self._open: Optional[tuple[Step, Any]] = None  # the step between before() and after()
+        self._splits: dict[str, tuple[Any, int]] = {}  # step → (mark where its slot copy began, bytes)
 
     def begin(self) -> None:
         """Rule 4."""
@@ -83,54 +89,75 @@ class CudaClock:
 
     def before(self, step: Step) -> None:
         """Rules 2, 3: wait for the deps, then mark the start."""
-        if step.lane == HOST_LANE:
+        lane = event_of(step)[1]
+        if lane == HOST_LANE:
             for dep in step.deps:
                 _, event = self._ends.get(dep, (HOST_LANE, None))
                 if event is not None:
                     event.synchronize()
             self._open = (step, time.perf_counter())
             return
-        stream = self._streams.for_lane(step.lane)
+        stream = self._streams.for_lane(lane)
         for dep in step.deps:
-            lane, event = self._ends.get(dep, (HOST_LANE, None))
-            if event is not None and lane != step.lane:
+            dep_lane, event = self._ends.get(dep, (HOST_LANE, None))
+            if event is not None and dep_lane != lane:
                 stream.wait_event(event)
         start = torch.cuda.Event(enable_timing=True)
         start.record(stream)
         self._open = (step, start)
 
+    def split(self, step: Step, nbytes: int) -> None:
+        """Rule 6: the op of the open step is done; its slot copy starts now."""
+        if self._open is None or self._open[0] is not step:
+            raise RuntimeError(f"split({step.name}) outside before()/after() of that step")
+        lane = event_of(step)[1]
+        if lane == HOST_LANE:
+            self._splits[step.name] = (time.perf_counter(), int(nbytes))
+            return
+        mark = torch.cuda.Event(enable_timing=True)
+        mark.record(self._streams.for_lane(lane))
+        self._splits[step.name] = (mark, int(nbytes))
+
     def after(
         self, step: Step, cost: Callable[[], tuple[float, int, int]], nbytes: Union[int, Callable[[], int]]
     ) -> None:
         """Mark the end of the step opened by ``before``."""
-        opened, start = self._open
-        assert opened is step, f"after({step.name}) does not close before({opened.name})"
+        if self._open is None or self._open[0] is not step:
+            raise RuntimeError(f"after({step.name}) does not close the step opened by before()")
+        start = self._open[1]
         self._open = None
-        if step.lane == HOST_LANE:
-            end = time.perf_counter()
-            self._records.append((step, start, end, nbytes, cost))
-            self._ends[step.name] = (step.lane, None)
+        lane = event_of(step)[1]
+        if lane == HOST_LANE:
+            self._records.append((step, start, time.perf_counter(), nbytes, cost))
+            self._ends[step.name] = (lane, None)
             return
         end = torch.cuda.Event(enable_timing=True)
-        end.record(self._streams.for_lane(step.lane))
+        end.record(self._streams.for_lane(lane))
         self._records.append((step, start, end, nbytes, cost))
-        self._ends[step.name] = (step.lane, end)
+        self._ends[step.name] = (lane, end)
 
     def finish(self) -> Timeline:
         """Wait for the device, then turn the events into a ``Timeline`` (rules 4, 5)."""
         self._streams.synchronize()
         events = []
-        for step, start, end, nbytes, cost in self._records:
-            if step.lane == HOST_LANE:
-                t0, t1 = (start - self._t0) * 1e6, (end - self._t0) * 1e6
-            else:
-                origin = self._start[_index(step.lane)]
-                t0, t1 = origin.elapsed_time(start) * 1e3, origin.elapsed_time(end) * 1e3
+        for step, start, end, moved, cost in self._records:
+            kind, lane = event_of(step)
+            split = self._splits.get(step.name)
+            t0, t1 = self._times(lane, start, end if split is None else split[0])
             flops = 0
-            if callable(nbytes):
-                nbytes = nbytes()
-            if step.event in ("compute", "host") and step.op == "call_function":
+            nbytes = moved() if callable(moved) else moved
+            if kind in ("compute", "host") and step.op == "call_function":
                 _, nbytes, flops = cost()
-            device, stream = step.lane
-            events.append(Event(step.event, step.name, device, stream, t0, max(t0, t1), int(nbytes), int(flops), step.index))
+            device, stream = lane
+            events.append(Event(kind, step.name, device, stream, t0, max(t0, t1), int(nbytes), int(flops), step.index))
+            if split is not None:
+                _, s1 = self._times(lane, split[0], end)
+                events.append(Event(kind, step.name, device, stream, max(t0, t1), max(t0, t1, s1), split[1], 0, step.index, "slot_copy"))
         return Timeline(events)
+
+    def _times(self, lane: Lane, start: Any, end: Any) -> tuple[float, float]:
+        """µs since the call began of two marks of ``lane`` (rule 4)."""
+        if lane == HOST_LANE:
+            return (start - self._t0) * 1e6, (end - self._t0) * 1e6
+        origin = self._start[_index(lane)]
+        return origin.elapsed_time(start) * 1e3, origin.elapsed_time(end) * 1e3

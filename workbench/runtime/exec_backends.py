@@ -27,17 +27,20 @@ Rules:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 
 from ..copy_ops import reuse_sources
 from ..devices import Device
+from ..kernels.copies import CopyEngine, pointer_kind
 from .allocators import AllocatorRegistry
 from .cost_model import CostModel
-from .sim_timing import SimClock
+from .cuda_timing import CudaClock, CudaStreams
+from .cupy_allocator import CupyDeviceAllocator
+from .sim_timing import CostFn, SimClock
 from .steps import Step
-from .tensors import _is_cupy_array, device_of
+from .tensors import is_cupy_array, device_of
 from .timeline import Timeline
 
 __all__ = ["CudaExecBackend", "SimExecBackend", "make_exec_backend"]
@@ -48,6 +51,7 @@ class _SimRunClock:
 
     def __init__(self, model: CostModel) -> None:
         self._clock = SimClock(model)
+        self._slot_copies: dict[str, int] = {}  # step → bytes copied into its slot after the op
 
     def begin(self) -> None:
         pass
@@ -55,8 +59,15 @@ class _SimRunClock:
     def before(self, step: Step) -> None:
         pass
 
-    def after(self, step: Step, cost, nbytes: int) -> None:
+    def split(self, step: Step, nbytes: int) -> None:
+        """The op of ``step`` is done; what follows until ``after`` copies ``nbytes`` into its slot."""
+        self._slot_copies[step.name] = int(nbytes)
+
+    def after(self, step: Step, cost: CostFn, nbytes: Union[int, Callable[[], int]]) -> None:
         self._clock.add(step, cost)
+        copied = self._slot_copies.pop(step.name, None)
+        if copied is not None:
+            self._clock.add_slot_copy(step, copied)
 
     def finish(self) -> Timeline:
         return self._clock.timeline()
@@ -145,9 +156,7 @@ class CudaExecBackend(_ExecBackend):
 
     name = "cuda"
 
-    def __init__(self, registry: AllocatorRegistry, indices) -> None:
-        from .cuda_timing import CudaStreams
-
+    def __init__(self, registry: AllocatorRegistry, indices: Iterable[int]) -> None:
         self.registry = registry
         self.streams = CudaStreams(indices)
 
@@ -176,7 +185,7 @@ class CudaExecBackend(_ExecBackend):
         return kwargs
 
     def as_tensor(self, x: Any) -> Any:
-        return torch.from_dlpack(x) if _is_cupy_array(x) else x
+        return torch.from_dlpack(x) if is_cupy_array(x) else x
 
     def torch_copy(self, dst: torch.Tensor, src: torch.Tensor, stream: Any) -> None:
         with torch.cuda.stream(stream):
@@ -185,13 +194,11 @@ class CudaExecBackend(_ExecBackend):
     def gather(self, dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, stream: Any) -> None:
         """One gather kernel over pinned, mapped host memory (the constant region and host
         arena are page-locked at load); a pageable source falls back to torch."""
-        from ..kernels.copies import pointer_kind
-
         if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
             rows = torch.index_select(src, 0, index.reshape(-1).to(torch.long).cpu())
             self.torch_copy(dst.view(rows.shape), rows, stream)
             return
-        engine = self.registry.get("cuda").engine(dst.device.index)
+        engine = self._engine(dst.device.index)
         engine.gather_rows(dst.data_ptr(), src, index.reshape(-1), stream)
 
     def gather_reuse(
@@ -205,11 +212,9 @@ class CudaExecBackend(_ExecBackend):
     ) -> Callable[[], int]:
         """Rule 3: one reuse-gather kernel over mapped host memory and the prefetched
         buffer; a pageable source falls back to torch (hits found on the device)."""
-        from ..kernels.copies import pointer_kind
-
         if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
             return self._torch_gather_reuse(dst, src, index, cached, cached_index, stream)
-        engine = self.registry.get("cuda").engine(dst.device.index)
+        engine = self._engine(dst.device.index)
         flags = engine.gather_reuse_rows(
             dst.data_ptr(), src, index.reshape(-1), cached, cached_index.reshape(-1), stream
         )
@@ -229,9 +234,14 @@ class CudaExecBackend(_ExecBackend):
         hits = int(hit_host.sum())
         return lambda: hits
 
-    def clock(self):
-        from .cuda_timing import CudaClock
+    def _engine(self, index: int) -> CopyEngine:
+        """The copy engine of ``cuda:<index>`` (its gather kernels)."""
+        allocator = self.registry.get("cuda")
+        if not isinstance(allocator, CupyDeviceAllocator):
+            raise TypeError(f"the cuda backend needs the CuPy allocator for cuda, got {type(allocator).__name__}")
+        return allocator.engine(index)
 
+    def clock(self) -> CudaClock:
         return CudaClock(self.streams)
 
     def synchronize(self) -> None:
@@ -250,7 +260,9 @@ def _once(fn: Callable[[], int]) -> Callable[[], int]:
     return get
 
 
-def make_exec_backend(name: str, registry: AllocatorRegistry, cost_model: CostModel, devices) -> Any:
+def make_exec_backend(
+    name: str, registry: AllocatorRegistry, cost_model: CostModel, devices: Iterable[Device]
+) -> Union[SimExecBackend, CudaExecBackend]:
     """The executor backend for ``name`` ("sim" or "cuda") serving ``devices``."""
     if name == "sim":
         return SimExecBackend(cost_model)

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..planning.memory_plan import MemoryPlan
 from .allocators import AllocatorRegistry
 from .cost_model import CostModel
 from .run_result import PrefetchStat, RunResult
-from .session import ExecutorError, InputError, RunNode, Session, _check_plan, _flatten, _resolve_backend, check_inputs, load
+from .call import ExecutorError, RunNode
+from .inputs import InputError, check_inputs, flatten_inputs
+from .session import Session, check_plan, load, resolve_backend
 from .sim_timing import default_cost_model, estimate
 from .steps import Step, Steps, steps_of
 
@@ -50,7 +53,7 @@ __all__ = [
 
 
 def run(
-    plan,
+    plan: MemoryPlan,
     *inputs: Any,
     backend: Optional[str] = None,
     cost_model: Optional[CostModel] = None,
@@ -59,8 +62,8 @@ def run(
     run_node: Optional[RunNode] = None,
 ) -> RunResult:
     """Load ``plan`` on ``backend``, run one call with ``inputs``, close; see ``load``."""
-    _check_plan(plan)
-    name = _resolve_backend(backend)
-    check_inputs(plan, name, _flatten(plan, inputs))  # rule 1
+    check_plan(plan)
+    name = resolve_backend(backend)
+    check_inputs(plan, name, flatten_inputs(plan, inputs))  # rule 1
     with load(plan, name, cost_model, registry=registry, validate=validate, run_node=run_node) as session:
         return session.run(*inputs)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from .cost_model import CostModel
 from .timeline import Timeline
 
-__all__ = ["PrefetchStat", "RunResult"]
+__all__ = ["PrefetchStat", "RunResult", "SlotWrites"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,19 @@ class PrefetchStat:
         return self.hits / self.rows if self.rows else 0.0
 
 
+@dataclass(frozen=True)
+class SlotWrites:
+    """How a call's computed values reached their planned slots (or caller-owned buffers).
+
+    ``direct``: written in place by the op's ``out=`` variant; ``copied``: computed into
+    fresh memory, then copied over (each copy is a ``slot_copy`` event on the timeline).
+    """
+
+    direct: int  # values written straight into their slot
+    copied: int  # ops whose results were copied into their slots afterwards
+    copied_bytes: int  # bytes those copies moved
+
+
 @dataclass(frozen=True, eq=False)
 class RunResult:
     """What ``run`` / ``Session.run`` returns.
@@ -62,6 +75,7 @@ class RunResult:
     load_timeline: Timeline
     cost_model: Optional[CostModel] = None  # the model that timed a sim run (None on cuda)
     prefetch: tuple[PrefetchStat, ...] = ()  # one per reuse copy of the call, in issue order
+    slot_writes: SlotWrites = SlotWrites(0, 0, 0)  # how computed values reached their slots
 
     @property
     def prefetch_hit_rate(self) -> Optional[float]:

@@ -17,6 +17,10 @@ Rules:
 4. Factory ops are costed with ``device="meta"``: costing never allocates memory.
 5. ``SimClock`` places the events through a ``StreamScheduler`` with each step's
    ``deps``; the same steps and costs give the same timeline on every machine.
+6. A step whose result is copied into its planned slot (``Step.slot_write == "copy"``)
+   has a second event right after its op, on the same lane, with activity
+   ``slot_copy``: a memory copy that reads and writes its bytes once
+   (``compute_time_us(0, 2 × bytes)``, launch overhead included).
 """
 
 from __future__ import annotations
@@ -28,12 +32,17 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten
 
-from .._tensors import node_nbytes, value_of
-from .cost_model import CostModel, OpCost, _concrete, op_cost
-from .steps import Step, steps_of
+from ..errors import ArgumentTypeError
+from ..graph_values import node_nbytes, value_of
+from ..planning.memory_plan import MemoryPlan
+from .cost_model import CostModel, OpCost, concrete_size, op_cost
+from .steps import Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
 
 __all__ = ["SimClock", "cached_op_cost", "default_cost_model", "estimate", "expected_link_bytes", "reuse_cost", "step_dtype"]
+
+#: A step's cost, computed when the clock places it: (µs, bytes, flops).
+CostFn = Callable[[], tuple[float, int, int]]
 
 _CACHE: dict[Any, OpCost] = {}
 _CACHE_LIMIT = 1 << 16
@@ -48,13 +57,13 @@ def default_cost_model() -> CostModel:
 def _spec(x: Any) -> Any:
     """A hashable description of an argument: shapes and dtypes, never data."""
     if isinstance(x, torch.Tensor):
-        return ("T", tuple(_concrete(d) for d in x.shape), tuple(_concrete(s) for s in x.stride()), x.dtype)
+        return ("T", tuple(concrete_size(d) for d in x.shape), tuple(concrete_size(s) for s in x.stride()), x.dtype)
     if isinstance(x, (list, tuple)):
         return (type(x).__name__, tuple(_spec(v) for v in x))
     if isinstance(x, dict):
         return ("dict", tuple((k, _spec(v)) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))))
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return _concrete(x) if isinstance(x, torch.SymInt) else repr(x)
+        return concrete_size(x) if isinstance(x, torch.SymInt) else repr(x)
     try:
         hash(x)
     except TypeError:
@@ -98,7 +107,7 @@ def step_dtype(args: Any, out: Any) -> torch.dtype:
 
 def copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
     """(µs, bytes, flops) of a copy step (rule 1)."""
-    return model.copy_time_us(step.event, int(nbytes), pinned=step.pinned), int(nbytes), 0
+    return model.copy_time_us(event_of(step)[0], int(nbytes), pinned=step.pinned), int(nbytes), 0
 
 
 def reuse_cost(model: CostModel, step: Step, link_bytes: int, device_bytes: int) -> tuple[float, int, int]:
@@ -120,11 +129,19 @@ def bind_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, in
     return model.compute_time_us(0, 2 * int(nbytes), "cpu"), int(nbytes), 0
 
 
+def slot_copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
+    """(µs, bytes, flops) of copying a step's result into its planned slot (rule 6): a
+    memory copy on the step's device, every byte read and written once."""
+    device = event_of(step)[1][0] if step.device is None else step.device
+    return model.compute_time_us(0, 2 * int(nbytes), device), int(nbytes), 0
+
+
 def op_step_cost(model: CostModel, step: Step, target: Any, args: tuple, kwargs: dict, out: Any) -> tuple[float, int, int]:
     """(µs, bytes touched, flops) of a compute or host step (rule 2)."""
     cost = cached_op_cost(target, args, kwargs)
     dtype = step_dtype((args, kwargs), out)
-    return model.compute_time_us(cost.flops, cost.bytes_touched, step.device, dtype), cost.bytes_touched, cost.flops
+    device = event_of(step)[1][0] if step.device is None else step.device
+    return model.compute_time_us(cost.flops, cost.bytes_touched, device, dtype), cost.bytes_touched, cost.flops
 
 
 class SimClock:
@@ -138,9 +155,9 @@ class SimClock:
     def add(self, step: Step, cost: Callable[[], tuple[float, int, int]]) -> Event:
         """Schedule ``step`` after its deps; ``cost()`` gives (µs, bytes, flops)."""
         duration, nbytes, flops = cost()
-        device, stream = step.lane
+        kind, (device, stream) = event_of(step)
         event = self._scheduler.schedule(
-            step.event,
+            kind,
             step.name,
             device,
             stream,
@@ -152,6 +169,17 @@ class SimClock:
         self._events[step.name] = event
         return event
 
+    def add_slot_copy(self, step: Step, nbytes: int) -> Event:
+        """Schedule the copy of ``step``'s result into its slot, right after the op on the
+        same lane; later steps that wait for ``step`` wait for this copy (rule 6)."""
+        kind, (device, stream) = event_of(step)
+        duration, moved, _ = slot_copy_cost(self.model, step, nbytes)
+        event = self._scheduler.schedule(
+            kind, step.name, device, stream, duration, deps=[self._events[step.name]], nbytes=moved, activity="slot_copy"
+        )
+        self._events[step.name] = event
+        return event
+
     def timeline(self) -> Timeline:
         return self._scheduler.timeline()
 
@@ -159,7 +187,7 @@ class SimClock:
 # -- estimate: the same schedule from shapes alone ---------------------------------------------
 
 
-def estimate(plan, cost_model: Optional[CostModel] = None) -> Timeline:
+def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None) -> Timeline:
     """The modeled timeline of one call of ``plan``, from shapes alone.
 
     Runs no op and allocates no memory: FLOPs and bytes come from ``op_cost`` on meta
@@ -168,30 +196,30 @@ def estimate(plan, cost_model: Optional[CostModel] = None) -> Timeline:
     backend="sim")`` records — except reuse copies, whose bytes depend on which rows the
     prefetch holds: they are charged ``cost_model.prefetch_hit_rate`` (rule 1).
     """
-    from ..planning.plan import MemoryPlan
-
     if not isinstance(plan, MemoryPlan):
-        raise TypeError(f"estimate expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
+        raise ArgumentTypeError(f"estimate expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
     model = cost_model if cost_model is not None else default_cost_model()
     if not isinstance(model, CostModel):
-        raise TypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
+        raise ArgumentTypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
     clock = SimClock(model)
-    for step, node in zip(steps_of(plan).steps, plan.graph.graph.nodes):  # one step per node, in order
+    for step, node in zip(steps_of(plan).steps, plan.device_graph.graph.nodes):  # one step per node, in order
         if step.event is not None:
             clock.add(step, _static_cost(model, step, node))
+            if step.slot_write == "copy":
+                clock.add_slot_copy(step, step.slot_copy_bytes)
     return clock.timeline()
 
 
-def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> Callable[[], tuple[float, int, int]]:
+def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> CostFn:
     if node.op == "placeholder":
         return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
     if step.reuse:
         total = node_nbytes(node, unbounded="hint")  # every selected row
         link = expected_link_bytes(model, total)
         return lambda: reuse_cost(model, step, link, total - link)
-    if step.event in ("h2d", "d2h", "d2d"):
-        moved = node if step.gather else node.args[0]
-        return lambda: copy_cost(model, step, node_nbytes(moved, unbounded="hint"))
+    if step.copy is not None:  # its record holds the bytes it moves
+        nbytes = step.copy.nbytes
+        return lambda: copy_cost(model, step, nbytes)
     args = torch.fx.node.map_arg(node.args, value_of)
     kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
     return lambda: op_step_cost(model, step, node.target, args, kwargs, value_of(node))

@@ -30,6 +30,14 @@ Rules:
 8. A gather copy (``gather_h2d_copy`` or ``gather_h2d_reuse_copy``) has ``gather``; the
    reuse copy also has ``reuse``: it reads its prefetched buffer on the destination
    device, so it waits for the prefetch like for any other input (rule 3).
+9. A compute or host step whose value is planned writes it into its arena slot: through
+   the op's ``out=`` variant (``slot_write == "direct"``) when it has one, a single
+   result and a static shape; else the op computes into fresh memory and the result is
+   copied into the slot (``slot_write == "copy"``, ``slot_copy_bytes`` bytes: a memory
+   copy the executor shows as its own event). A multi-output op copies every planned
+   element. A device value the caller owns (an output under
+   ``skip_d2h_for_method_outputs``) is written the same way into the buffer it is
+   returned in.
 """
 
 from __future__ import annotations
@@ -42,13 +50,18 @@ from typing import Mapping, Optional
 
 import torch.fx
 
-from .._tensors import aliased_input, is_inplace_op, is_view_op, produces_tensors
-from ..copy_ops import GATHER_OPS, GATHER_REUSE, KIND_FOR_OP, is_copy_node
+from ..graph_values import aliased_input, is_inplace_op, is_view_op, node_nbytes, produces_tensors, value_of
 from ..devices import CPU, Device
+from ..planning.memory_plan import MemoryPlan
+from ..propagate import CopyRecord, CopyRole
+from .out_variants import out_variant
 
-__all__ = ["HOST_LANE", "Step", "Steps", "steps_of"]
+__all__ = ["HOST_LANE", "Lane", "Step", "Steps", "event_of", "steps_of"]
 
-HOST_LANE: tuple[str, str] = ("cpu", "main")
+#: A stream of a device: ``(device, "compute" | "copy" | "main")``.
+Lane = tuple[Device, str]
+
+HOST_LANE: Lane = (CPU, "main")
 
 
 @dataclass(frozen=True)
@@ -58,16 +71,34 @@ class Step:
     index: int  # position in the graph's execution order
     name: str  # node name
     op: str  # "placeholder" | "call_function" | "output"
-    device: str  # where the node's value lives ("" for the output node)
+    device: Optional[Device]  # where the node's value lives (None for the output node)
     event: Optional[str]  # "h2d" | "d2h" | "d2d" | "compute" | "host", or None (rule 1)
-    lane: Optional[tuple[str, str]]  # (device, stream) of the event
-    deps: tuple[str, ...]  # event steps to wait for (rules 3-6)
-    reuse_deps: tuple[str, ...]  # the deps that come from memory reuse (rules 4, 5)
-    src: str = ""  # copies: the device read from
-    dst: str = ""  # copies: the device written to
+    lane: Optional[Lane]  # (device, stream) of the event
+    deps: tuple[str, ...] = ()  # event steps to wait for (rules 3-6)
+    reuse_deps: tuple[str, ...] = ()  # the deps that come from memory reuse (rules 4, 5)
+    src: Optional[Device] = None  # copies: the device read from
+    dst: Optional[Device] = None  # copies: the device written to
     pinned: bool = True  # copies: host side in planned (page-locked on cuda) memory (rule 7)
-    gather: bool = False  # a gather copy (rows of a host tensor by index)
-    reuse: bool = False  # a reuse copy: rows a prefetch holds come from the device (rule 8)
+    copy: Optional[CopyRecord] = None  # copy nodes: the record propagation made (rule 8)
+    slot_write: Optional[str] = None  # planned compute/host results: "direct" (out=) or "copy" (rule 9)
+    slot_copy_bytes: int = 0  # bytes copied into planned slots after the op (rule 9)
+
+    @property
+    def gather(self) -> bool:
+        """A copy of rows selected by an index (gather, prefetch or reuse)."""
+        return self.copy is not None and self.copy.is_gather
+
+    @property
+    def reuse(self) -> bool:
+        """A reuse copy: rows its prefetch holds come from the device (rule 8)."""
+        return self.copy is not None and self.copy.role is CopyRole.REUSE
+
+
+def event_of(step: Step) -> tuple[str, Lane]:
+    """The kind and lane of an event step (rule 1); a step that is no event is refused."""
+    if step.event is None or step.lane is None:
+        raise ValueError(f"step {step.name!r} ({step.op}) is not an event: it has no time or lane")
+    return step.event, step.lane
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,7 +112,7 @@ class Steps:
     def events(self) -> tuple[Step, ...]:
         return tuple(s for s in self.steps if s.event is not None)
 
-    def lanes(self) -> tuple[tuple[str, str], ...]:
+    def lanes(self) -> tuple[Lane, ...]:
         """Every (device, stream) an event runs on, in order of first use."""
         return tuple(dict.fromkeys(s.lane for s in self.steps if s.lane is not None))
 
@@ -117,21 +148,21 @@ class _ByteOwners:
         return list(dict.fromkeys(previous))
 
 
-def _lane(kind: str, device: Device, src: Device, dst: Device) -> tuple[str, str]:
+def _lane(kind: str, device: Device, src: Device, dst: Device) -> Lane:
     """Rule 2."""
     if kind == "compute":
-        return (str(device), "compute")
+        return (device, "compute")
     if kind == "host":
         return HOST_LANE
     if kind == "d2h":
-        return (str(src), "copy")
-    return (str(dst), "copy")  # h2d, d2d
+        return (src, "copy")
+    return (dst, "copy")  # h2d, d2d
 
 
 _CACHE: "weakref.WeakKeyDictionary[object, Steps]" = weakref.WeakKeyDictionary()
 
 
-def steps_of(plan) -> Steps:
+def steps_of(plan: MemoryPlan) -> Steps:
     """The steps of ``plan`` (computed once per plan object; pure, shape-only)."""
     try:
         return _CACHE[plan]
@@ -150,8 +181,9 @@ class _Analysis:
 
     def __init__(self, plan) -> None:
         self.plan = plan
-        self.dg = plan.graph
+        self.dg = plan.device_graph
         self.constants = self.dg.program.constants
+        self.copies = self.dg.copy_table
         self.allocations = plan.allocations
         self.storage_of = plan.storage_of
         self.owners: dict[str, _ByteOwners] = {}
@@ -175,21 +207,20 @@ class _Analysis:
             return "host" if self.dg.node_device[node.name].is_host else "d2d"
         if node.op != "call_function":
             return None
-        if is_copy_node(node):
-            return KIND_FOR_OP[node.target]
+        if node.name in self.copies:
+            return str(self.copies[node.name].kind)
         if node.target is operator.getitem or not produces_tensors(node):
             return None
         if is_view_op(node.target) and node.name not in self.allocations:
             return None
         return "host" if self.dg.node_device[node.name].is_host else "compute"
 
-    def _pinned(self, node: torch.fx.Node, kind: str) -> bool:
+    def _pinned(self, record: CopyRecord) -> bool:
         """Rule 7: is the host side of this copy planned (or a resident constant)?"""
-        if kind == "h2d":
-            source = node.args[0]
-            return source.name in self.constants or source.name in self.storage_of
-        if kind == "d2h":
-            return node.name in self.storage_of
+        if record.kind == "h2d":
+            return record.value in self.constants or record.value in self.storage_of
+        if record.kind == "d2h":
+            return record.name in self.storage_of
         return True
 
     # -- the step ---------------------------------------------------------------------------
@@ -199,11 +230,11 @@ class _Analysis:
         kind = self._kind(node)
         if kind is None:
             self.producers[name] = self._producers_of_inputs(node)
-            return Step(index, name, node.op, str(device) if device is not None else "", None, None, (), ())
-        copy = is_copy_node(node)
-        # a copy's ends are its last two arguments; a device-planned input (d2d) is bound
-        # from the caller's tensor on its own device
-        src, dst = (Device.parse(node.args[-2]), Device.parse(node.args[-1])) if copy else (device, device)
+            return Step(index=index, name=name, op=node.op, device=device, event=None, lane=None)
+        assert device is not None  # only the output node has none, and it is no event
+        record = self.copies.get(name)
+        # a device-planned input (d2d) is bound from the caller's tensor on its own device
+        src, dst = (record.src, record.dst) if record is not None else (device, device)
         lane = _lane(kind, device, src, dst)
         deps: dict[str, None] = dict.fromkeys(sorted(self._producers_of_inputs(node)))
         reuse: dict[str, None] = {}
@@ -230,17 +261,44 @@ class _Analysis:
             index=index,
             name=name,
             op=node.op,
-            device=str(device),
+            device=device,
             event=kind,
             lane=lane,
             deps=self._latest_per_lane(deps),
             reuse_deps=self._latest_per_lane(reuse),
-            src=str(src) if copy else "",
-            dst=str(dst) if copy else "",
-            pinned=self._pinned(node, kind) if copy else True,
-            gather=node.target in GATHER_OPS,
-            reuse=node.target is GATHER_REUSE,
+            src=src if record is not None else None,
+            dst=dst if record is not None else None,
+            pinned=self._pinned(record) if record is not None else True,
+            copy=record,
+            **self._slot_write(node, kind),
         )
+
+    def _slot_write(self, node: torch.fx.Node, kind: str) -> dict:
+        """Rule 9."""
+        if node.op != "call_function" or kind not in ("compute", "host"):
+            return {}
+        if node.name in self.allocations:
+            val = value_of(node)
+            static = isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in (*val.shape, *val.stride()))
+            if static and out_variant(node.target) is not None and not is_inplace_op(node.target):
+                return {"slot_write": "direct"}
+            return {"slot_write": "copy", "slot_copy_bytes": self.allocations[node.name].nbytes}
+        elements = [u.name for u in node.users if u.target is operator.getitem and u.name in self.allocations]
+        if elements:
+            return {"slot_write": "copy", "slot_copy_bytes": sum(self.allocations[e].nbytes for e in elements)}
+        val = value_of(node)
+        caller_owned = (
+            kind == "compute"
+            and node.name not in self.storage_of
+            and isinstance(val, torch.Tensor)
+            and not is_inplace_op(node.target)
+        )
+        if not caller_owned:
+            return {}
+        static = all(isinstance(d, int) for d in (*val.shape, *val.stride()))
+        if static and out_variant(node.target) is not None:
+            return {"slot_write": "direct"}
+        return {"slot_write": "copy", "slot_copy_bytes": node_nbytes(node, unbounded="hint")}
 
     def _producers_of_inputs(self, node: torch.fx.Node) -> frozenset[str]:
         found: set[str] = set()
@@ -275,10 +333,11 @@ class _Analysis:
         return owners.claim(alloc.offset, alloc.offset + alloc.nbytes, storage)
 
     def _latest_per_lane(self, events: Mapping[str, None]) -> tuple[str, ...]:
-        latest: dict[tuple[str, str], Step] = {}
+        latest: dict[Lane, Step] = {}
         for name in events:
             step = self.steps[name]
-            kept = latest.get(step.lane)
+            lane = event_of(step)[1]
+            kept = latest.get(lane)
             if kept is None or step.index > kept.index:
-                latest[step.lane] = step
+                latest[lane] = step
         return tuple(s.name for s in sorted(latest.values(), key=lambda s: s.index))

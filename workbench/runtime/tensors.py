@@ -21,16 +21,19 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
+import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import is_fake
 
 from ..devices import CPU, Device, DeviceLike
-from .allocators import AllocatorRegistry, check_backend, find_allocation, shared_registry
+from .allocators import AllocatorRegistry, find_allocation
+from .backends import check_backend, shared_registry
 from .buffers import DeviceBuffer
+from .byte_views import typed_view
 
 _OWNER_ATTR = "_workbench_buffer"
 
 
-def _is_cupy_array(x: Any) -> bool:
+def is_cupy_array(x: Any) -> bool:
     return type(x).__module__.startswith("cupy") and hasattr(x, "__cuda_array_interface__")
 
 
@@ -42,7 +45,7 @@ def device_of(tensor: Any, backend: str | None = None) -> Device:
     ``cpu``. Meta tensors have no memory and are an error.
     """
     backend = check_backend(backend)
-    if _is_cupy_array(tensor):
+    if is_cupy_array(tensor):
         return Device("cuda", int(tensor.device.id))
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor or CuPy array, got {type(tensor).__name__}")
@@ -68,44 +71,13 @@ def buffer_of(tensor: torch.Tensor) -> DeviceBuffer | None:
     return None
 
 
-def typed_view(u8: torch.Tensor, dtype: torch.dtype, shape: Sequence[int], stride: Sequence[int] | None = None) -> torch.Tensor:
-    """A tensor of ``dtype``/``shape`` (contiguous unless ``stride``) over the bytes of a flat uint8 view.
-
-    The result shares ``u8``'s storage but is not a view of it: views made from the
-    result keep *it* as their base (which is what lets the result own a buffer). The
-    byte offset of ``u8`` must be a multiple of the dtype's size, and the tensor must
-    fit inside ``u8``.
-    """
-    if u8.dtype != torch.uint8 or u8.dim() != 1:
-        raise ValueError(f"expected a flat uint8 view, got {u8.dtype} of shape {tuple(u8.shape)}")
-    shape = tuple(int(d) for d in shape)
-    if stride is None:
-        stride, acc = [], 1
-        for d in reversed(shape):
-            stride.append(acc)
-            acc *= max(d, 1)
-        stride = tuple(reversed(stride))
-    stride = tuple(int(s) for s in stride)
-    itemsize = dtype.itemsize
-    if u8.storage_offset() % itemsize:
-        raise ValueError(
-            f"byte offset {u8.storage_offset()} is not a multiple of {dtype}'s size {itemsize}; "
-            "align the offset (e.g. plan with alignment=16)"
-        )
-    extent = 0 if 0 in shape else 1 + sum((d - 1) * s for d, s in zip(shape, stride))
-    if extent * itemsize > u8.numel():
-        raise ValueError(
-            f"a {dtype} tensor of shape {shape} needs {extent * itemsize} B but the view has {u8.numel()} B"
-        )
-    out = torch.empty(0, dtype=dtype, device=u8.device)
-    return out.set_(u8.untyped_storage(), u8.storage_offset() // itemsize, shape, stride)
-
-
 def _registry(backend: str | None, registry: AllocatorRegistry | None) -> AllocatorRegistry:
     return registry if registry is not None else shared_registry(backend)
 
 
-def _owned(buffer: DeviceBuffer, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
+def owned_tensor(buffer: DeviceBuffer, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
+    """A tensor of ``dtype``/``shape`` over ``buffer`` that owns it: ``buffer_of`` finds the
+    buffer again, and the tensor keeps it alive."""
     out = typed_view(buffer.view(), dtype, shape)
     setattr(out, _OWNER_ATTR, buffer)
     return out
@@ -136,7 +108,7 @@ def to_device(
     buffer = DeviceBuffer.on(dst, src.numel() * src.element_size(), reg)
     try:
         buffer.copy_from_host(src)
-        return _owned(buffer, src.dtype, src.shape)
+        return owned_tensor(buffer, src.dtype, src.shape)
     except BaseException:
         buffer.free()
         raise
@@ -148,7 +120,7 @@ def to_host(tensor: Any) -> torch.Tensor:
     Sim device tensors are copied out through the sim allocator; CUDA tensors and CuPy
     arrays are copied with a device-to-host copy.
     """
-    if _is_cupy_array(tensor):
+    if is_cupy_array(tensor):
         import cupy
 
         return torch.from_numpy(cupy.asnumpy(tensor))
@@ -164,7 +136,7 @@ def to_host(tensor: Any) -> torch.Tensor:
     out = torch.empty(tensor.shape, dtype=tensor.dtype)
     if tensor.is_contiguous():
         allocation, base_offset = hit
-        offset = base_offset + tensor.storage_offset() * tensor.element_size()
+        offset = base_offset + int(tensor.storage_offset()) * tensor.element_size()
         shared_registry("sim").get(allocation.device.type).copy_device_to_host(out, allocation, offset)
     else:
         out.copy_(tensor)  # sim device memory is host memory; strided reads are a gather
@@ -198,7 +170,7 @@ def clone_to(
 def _device_to_device(
     tensor: Any, src_device: Device, dst: Device, backend: str, reg: AllocatorRegistry
 ) -> torch.Tensor:
-    if _is_cupy_array(tensor):
+    if is_cupy_array(tensor):
         tensor = torch.from_dlpack(tensor)
     src = tensor.detach()
     nbytes = src.numel() * src.element_size()
@@ -213,7 +185,7 @@ def _device_to_device(
             # Not from a workbench allocator (or strided): let torch copy into our memory.
             typed_view(buffer.view(), src.dtype, src.shape).copy_(src)
             allocator.synchronize()
-        return _owned(buffer, src.dtype, src.shape)
+        return owned_tensor(buffer, src.dtype, src.shape)
     except BaseException:
         buffer.free()
         raise
@@ -225,8 +197,6 @@ def stage_inputs(dg: Any, inputs: Sequence[Any], backend: str | None = None) -> 
     copied there with ``to_device`` (as a user staging inputs would), the rest are left as
     they are. Inputs that do not match the captured signature are returned unchanged, so
     the run reports the mismatch with its own message."""
-    import torch.utils._pytree as pytree
-
     flat, spec = pytree.tree_flatten(tuple(inputs))
     names = dg.program.user_inputs
     if len(flat) != len(names):

@@ -19,36 +19,49 @@ from typing import Iterable, Sequence, Union
 
 import pandas as pd
 
-from ..devices import Device
+from ..devices import CopyKind, Device, DeviceLike
+from ..errors import WorkbenchError
 
-EVENT_KINDS: tuple[str, ...] = ("h2d", "d2h", "d2d", "compute", "host")
-COPY_EVENT_KINDS: tuple[str, ...] = ("h2d", "d2h", "d2d")
+#: Copy events are named by their ``CopyKind``; compute runs on a device or the host.
+COPY_EVENT_KINDS: tuple[str, ...] = tuple(k.value for k in CopyKind)
 COMPUTE_EVENT_KINDS: tuple[str, ...] = ("compute", "host")
+EVENT_KINDS: tuple[str, ...] = COPY_EVENT_KINDS + COMPUTE_EVENT_KINDS
+#: What a compute or host event does: the op itself, or the copy of its result into the
+#: value's planned slot (an op without an ``out=`` variant computes into fresh memory).
+ACTIVITIES: tuple[str, ...] = ("op", "slot_copy")
+
+
+class TimelineError(WorkbenchError, ValueError):
+    """An event or a scheduled item that cannot be on a timeline."""
 
 
 @dataclass(frozen=True)
 class Event:
-    """One step on one lane: ``kind`` in EVENT_KINDS, times in µs, ``device`` canonical."""
+    """One step on one lane: ``kind`` in EVENT_KINDS, times in µs."""
 
     kind: str
     node: str  # the graph node (or label) this step belongs to
-    device: str  # "cpu", "cuda:0", ...
+    device: Device  # a device string is parsed into its Device
     stream: str  # lane within the device, e.g. "compute", "copy"
     start_us: float
     end_us: float
     nbytes: int = 0  # bytes moved (copies) or touched (compute)
     flops: int = 0
     id: int = -1  # set by StreamScheduler; -1 for hand-made events
+    activity: str = "op"  # "op": the step itself; "slot_copy": copying its result into its planned slot
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
-            raise ValueError(f"unknown event kind {self.kind!r}; valid: {', '.join(EVENT_KINDS)}")
-        object.__setattr__(self, "device", str(Device.parse(self.device)))
+            raise TimelineError(f"unknown event kind {self.kind!r}; valid: {', '.join(EVENT_KINDS)}")
+        object.__setattr__(self, "kind", str(self.kind))
+        object.__setattr__(self, "device", Device.parse(self.device))
         object.__setattr__(self, "stream", str(self.stream))
         if not self.end_us >= self.start_us:
-            raise ValueError(f"event {self.node!r} ends ({self.end_us} µs) before it starts ({self.start_us} µs)")
+            raise TimelineError(f"event {self.node!r} ends ({self.end_us} µs) before it starts ({self.start_us} µs)")
         if self.nbytes < 0 or self.flops < 0:
-            raise ValueError(f"event {self.node!r}: nbytes and flops must be >= 0")
+            raise TimelineError(f"event {self.node!r}: nbytes and flops must be >= 0")
+        if self.activity not in ACTIVITIES:
+            raise TimelineError(f"unknown event activity {self.activity!r}; valid: {', '.join(ACTIVITIES)}")
 
     @property
     def duration_us(self) -> float:
@@ -105,10 +118,10 @@ class Timeline:
         return iter(self.events)
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per event: kind, node, device, stream, start_us, end_us, duration_us, nbytes, flops, id."""
-        columns = ["kind", "node", "device", "stream", "start_us", "end_us", "duration_us", "nbytes", "flops", "id"]
+        """One row per event: kind, node, device, stream, start_us, end_us, duration_us, nbytes, flops, id, activity."""
+        columns = ["kind", "node", "device", "stream", "start_us", "end_us", "duration_us", "nbytes", "flops", "id", "activity"]
         rows = [
-            (e.kind, e.node, e.device, e.stream, e.start_us, e.end_us, e.duration_us, e.nbytes, e.flops, e.id)
+            (e.kind, e.node, str(e.device), e.stream, e.start_us, e.end_us, e.duration_us, e.nbytes, e.flops, e.id, e.activity)
             for e in self.events
         ]
         return pd.DataFrame(rows, columns=columns)
@@ -143,10 +156,10 @@ class Timeline:
             return 0.0
         return max(e.end_us for e in self.events) - min(e.start_us for e in self.events)
 
-    def streams(self) -> list[tuple[str, str]]:
+    def streams(self) -> list[tuple[Device, str]]:
         """The (device, stream) lanes, sorted by device (cpu, cuda:0, cuda:1, ...) then stream."""
         lanes = {(e.device, e.stream) for e in self.events}
-        return sorted(lanes, key=lambda lane: (Device.parse(lane[0]), lane[1]))
+        return sorted(lanes)
 
     def overlap_fraction(self, compute_kinds: Sequence[str] = COMPUTE_EVENT_KINDS) -> float:
         """The share of copy time during which some compute runs concurrently.
@@ -159,7 +172,7 @@ class Timeline:
         """
         bad = [k for k in compute_kinds if k not in EVENT_KINDS]
         if bad:
-            raise ValueError(f"unknown event kinds {bad}; valid: {', '.join(EVENT_KINDS)}")
+            raise TimelineError(f"unknown event kinds {bad}; valid: {', '.join(EVENT_KINDS)}")
         copies = _union((e.start_us, e.end_us) for e in self.events if e.kind in COPY_EVENT_KINDS)
         total = _length(copies)
         if total == 0:
@@ -179,7 +192,7 @@ class StreamScheduler:
 
     def __init__(self, start_us: float = 0.0) -> None:
         self._start_us = float(start_us)
-        self._free: dict[tuple[str, str], float] = {}
+        self._free: dict[tuple[Device, str], float] = {}
         self._events: list[Event] = []
         self._by_id: dict[int, Event] = {}
         self._ids = itertools.count()
@@ -188,21 +201,22 @@ class StreamScheduler:
         self,
         kind: str,
         node: str,
-        device: str,
+        device: DeviceLike,
         stream: str,
         duration_us: float,
         deps: Iterable[EventRef] = (),
         nbytes: int = 0,
         flops: int = 0,
+        activity: str = "op",
     ) -> Event:
         """Add an item; it starts at max(its lane free, end of every dep) and lasts ``duration_us``."""
         if not duration_us >= 0:
-            raise ValueError(f"duration_us must be >= 0, got {duration_us!r}")
-        lane = (str(Device.parse(device)), str(stream))
+            raise TimelineError(f"duration_us must be >= 0, got {duration_us!r}")
+        lane = (Device.parse(device), str(stream))
         start = self._free.get(lane, self._start_us)
         for dep in deps:
             start = max(start, self._resolve(dep).end_us)
-        event = Event(kind, node, lane[0], lane[1], start, start + duration_us, nbytes, flops, next(self._ids))
+        event = Event(kind, node, lane[0], lane[1], start, start + duration_us, nbytes, flops, next(self._ids), activity)
         self._free[lane] = event.end_us
         self._events.append(event)
         self._by_id[event.id] = event
@@ -213,11 +227,11 @@ class StreamScheduler:
             return dep
         if isinstance(dep, int) and not isinstance(dep, bool) and dep in self._by_id:
             return self._by_id[dep]
-        raise ValueError(f"unknown dependency {dep!r}: pass an Event or the id of one scheduled here")
+        raise TimelineError(f"unknown dependency {dep!r}: pass an Event or the id of one scheduled here")
 
-    def stream_free_us(self, device: str, stream: str) -> float:
+    def stream_free_us(self, device: DeviceLike, stream: str) -> float:
         """When the lane (device, stream) next becomes free."""
-        return self._free.get((str(Device.parse(device)), str(stream)), self._start_us)
+        return self._free.get((Device.parse(device), str(stream)), self._start_us)
 
     @property
     def now_us(self) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..planning.plan import MemoryPlan
+from ..planning.memory_plan import MemoryPlan
 from ..propagate import DeviceGraph
 from ..runtime.timeline import Timeline
 from ..errors import WorkbenchError
@@ -26,7 +26,7 @@ def as_graph_and_plan(obj: Any, what: str = "this view") -> tuple[DeviceGraph, A
     if isinstance(obj, DeviceGraph):
         return obj, None
     if isinstance(obj, MemoryPlan):
-        return obj.graph, obj
+        return obj.device_graph, obj
     raise ViewInputError(
         f"{what} shows a DeviceGraph (from workbench.propagate) or a MemoryPlan (from "
         f"workbench.plan); got {type(obj).__name__}"

@@ -37,8 +37,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 import pandas as pd
 import torch.fx
 
-from .._tensors import node_nbytes
-from ..copy_ops import KIND_FOR_OP, is_copy_node
+from ..graph_values import node_nbytes
 from ..devices import Device
 from ..propagate import DeviceGraph
 from ._style import copy_label, format_bytes
@@ -155,7 +154,7 @@ def graph_layout(
     if collapse == "delegates":
         group_of = _delegate_groups(dg, nodes)
     elif collapse == "layers":
-        group_of = _layer_groups(nodes, kept, constants)
+        group_of = _layer_groups(nodes, kept, constants, dg.copy_table)
     else:
         group_of = {}
     groups = set(group_of.values())
@@ -163,7 +162,7 @@ def graph_layout(
     members: dict[str, list[torch.fx.Node]] = defaultdict(list)
     for n in nodes:
         members[node_of[n.name]].append(n)
-    members = _in_graph_order(members, nodes, constants)
+    members = _in_graph_order(members, nodes, constants, dg.copy_table)
     edges = _edges(nodes, kept, node_of)
     layers = _rows(list(members), edges, members, constants)
     xs = _columns(list(members), edges, layers)
@@ -204,8 +203,9 @@ def _parse_devices(dg: DeviceGraph, devices: Optional[Iterable[str]]) -> Optiona
 
 def node_devices(dg: DeviceGraph, node: torch.fx.Node) -> set[str]:
     """Every device a node touches: copies both ends, constants every resident device."""
-    if is_copy_node(node):
-        return {str(node.args[-2]), str(node.args[-1])}  # (…, src, dst) for every copy op
+    record = dg.copy_table.get(node.name)
+    if record is not None:
+        return {str(record.src), str(record.dst)}
     if node.name in dg.residency:
         return {str(d) for d in dg.residency[node.name]}
     device = dg.node_device.get(node.name)
@@ -238,20 +238,22 @@ def layer_path(node: torch.fx.Node) -> Optional[str]:
     return None
 
 
-def _unowned(node: torch.fx.Node, constants: set[str]) -> bool:
+def _unowned(node: torch.fx.Node, constants: set[str], copies: Mapping[str, object]) -> bool:
     """True for nodes that belong to no module of their own: copies, constants, and
     ops traced at the root module. User inputs and the output stay visible."""
     if node.op == "placeholder":
         return node.name in constants
     if node.op != "call_function":
         return False
-    if is_copy_node(node):
+    if node.name in copies:
         return True
     stack = node.meta.get("nn_module_stack") or {}
     return not any(isinstance(v, tuple) and v and v[0] for v in stack.values())
 
 
-def _layer_groups(nodes: Sequence[torch.fx.Node], kept: set[str], constants: set[str]) -> dict[str, str]:
+def _layer_groups(
+    nodes: Sequence[torch.fx.Node], kept: set[str], constants: set[str], copies: Mapping[str, object]
+) -> dict[str, str]:
     group: dict[str, str] = {}
     for n in nodes:
         path = layer_path(n)
@@ -259,7 +261,7 @@ def _layer_groups(nodes: Sequence[torch.fx.Node], kept: set[str], constants: set
             group[n.name] = path
     # users come after their inputs, so one reverse sweep settles chains of unowned nodes
     for n in reversed(nodes):
-        if n.name in group or not _unowned(n, constants):
+        if n.name in group or not _unowned(n, constants, copies):
             continue
         users = [u for u in n.users if u.name in kept]
         owners = {group.get(u.name) for u in users}
@@ -272,7 +274,10 @@ def _layer_groups(nodes: Sequence[torch.fx.Node], kept: set[str], constants: set
 
 
 def _in_graph_order(
-    members: Mapping[str, list[torch.fx.Node]], nodes: Sequence[torch.fx.Node], constants: set[str]
+    members: Mapping[str, list[torch.fx.Node]],
+    nodes: Sequence[torch.fx.Node],
+    constants: set[str],
+    copies: Mapping[str, object],
 ) -> dict[str, list[torch.fx.Node]]:
     """Layout nodes ordered by their first *anchor* member: a group that absorbed
     constants (placeholders, first in the graph) or root-level helpers sorts by its own
@@ -281,7 +286,7 @@ def _in_graph_order(
 
     def anchor(item: tuple[str, list[torch.fx.Node]]) -> int:
         ms = item[1]
-        own = [index[m.name] for m in ms if not _unowned(m, constants)]
+        own = [index[m.name] for m in ms if not _unowned(m, constants, copies)]
         return min(own) if own else min(index[m.name] for m in ms)
 
     return dict(sorted(members.items(), key=anchor))
@@ -350,7 +355,7 @@ def _layout_node(
     dg: DeviceGraph, lid: str, members: list[torch.fx.Node], group_kind: Optional[str], layer: int, x: float
 ) -> LayoutNode:
     names = tuple(m.name for m in members)
-    copies = [m for m in members if is_copy_node(m)]
+    copies = [m for m in members if m.name in dg.copy_table]
     copy_bytes = sum(node_nbytes(m) for m in copies)
     devs = Counter()
     for m in members:
@@ -372,8 +377,9 @@ def _layout_node(
             lid, label, kind, key, common, devices, layer, x, float(layer), names, copy_bytes, None, len(copies), counts
         )
     node = members[0]
-    if is_copy_node(node):
-        kind_ = KIND_FOR_OP[node.target]
+    record = dg.copy_table.get(node.name)
+    if record is not None:
+        kind_ = str(record.kind)
         nbytes = node_nbytes(node)
         return LayoutNode(
             lid, copy_label(kind_, nbytes), "copy", f"copy:{kind_}", common, devices, layer, x, float(layer),

@@ -20,8 +20,7 @@ import pandas as pd
 import torch
 import torch.fx
 
-from .._tensors import node_nbytes, op_name, value_of
-from ..copy_ops import is_copy_node
+from ..graph_values import node_nbytes, op_name, value_of
 from ..propagate import CopyRecord, DeviceGraph
 from ..propagate import node_role
 from ._style import format_bytes
@@ -80,7 +79,7 @@ class NodeSpec:
 def node_spec(dg: DeviceGraph, name: str, plan: Any = None) -> NodeSpec:
     """The spec of node ``name`` (see the module rules)."""
     node = find_node(dg, name)
-    record = next((c for c in dg.copies if c.name == name), None) if is_copy_node(node) else None
+    record = dg.copy_table.get(name)
     return _spec(dg, node, plan, record)
 
 

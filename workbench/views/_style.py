@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..devices import Device
-from .._units import format_bytes, format_us  # noqa: F401  (re-exported for the views)
+from ..units import format_bytes, format_us  # noqa: F401  (re-exported for the views)
 
 CPU_COLOUR = "#4E79A7"
 _CUDA_COLOURS = ("#59A14F", "#EDC948", "#B07AA1", "#76B7B2", "#FF9DA7", "#BAB0AC", "#86BCB6", "#D37295")

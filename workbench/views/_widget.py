@@ -58,8 +58,8 @@ def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
 def rows_html(title: str, rows: Iterable[tuple[str, str]]) -> str:
     """A small two-column table; every value is escaped."""
     body = "".join(
-        f"<tr><th style='text-align:left;padding-right:1em;vertical-align:top'>{html.escape(k)}</th>"
-        f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+        f"<tr><th style='text-align:left;padding-right:1em;vertical-align:top'>{html.escape(str(k))}</th>"
+        f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
         for k, v in rows
     )
     return f"<div class='wb-spec'><b>{html.escape(title)}</b><table>{body}</table></div>"

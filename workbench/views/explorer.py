@@ -29,13 +29,13 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 import ipywidgets as widgets
 import pandas as pd
 
-from .._tensors import packet_name, produces_tensors
+from ..graph_values import packet_name, produces_tensors
 from ..capture import Program, capture
-from ..copy_ops import COPY_KINDS
+from ..devices import CopyKind
 from ..devices import Device
 from ..place import place
 from ..planning.algorithms import ALGORITHMS
-from ..planning.plan import MemoryPlan, plan
+from ..planning.memory_plan import MemoryPlan, plan
 from ..propagate import DeviceGraph, propagate
 from ..runtime.executor import RunResult, run
 from ..runtime.tensors import stage_inputs
@@ -331,7 +331,7 @@ def _check_initial(groups: Mapping[str, Sequence[str]], initial: Mapping[str, st
 
 def _status_html(state: ExplorerState) -> str:
     counts, moved = state.copy_counts, state.copy_bytes
-    copies = " · ".join(f"{k}: {counts[k]} ({format_bytes(moved[k])})" for k in COPY_KINDS)
+    copies = " · ".join(f"{k}: {counts[k]} ({format_bytes(moved[k])})" for k in CopyKind)
     arenas = " · ".join(
         f"{d}: arena {format_bytes(state.arena_bytes[d])} (lower bound {format_bytes(state.lower_bound.get(d, 0))}), "
         f"constants {format_bytes(state.constant_bytes.get(d, 0))}"

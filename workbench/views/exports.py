@@ -21,8 +21,7 @@ from typing import Any, Union
 
 import pandas as pd
 
-from .._tensors import node_nbytes
-from ..copy_ops import KIND_FOR_OP, is_copy_node
+from ..graph_values import node_nbytes
 from ._inputs import as_graph_and_plan, as_plan, as_timeline
 from ._spec import specs_dataframe
 from ._style import CONSTANT_COLOUR, COPY_COLOURS, copy_label, device_colour
@@ -45,7 +44,7 @@ def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path, None] = None) -
             tid[lane] = j + 1
     meta: list[dict] = []
     for d in devices:
-        meta.append({"ph": "M", "name": "process_name", "pid": pid[d], "tid": 0, "args": {"name": d}})
+        meta.append({"ph": "M", "name": "process_name", "pid": pid[d], "tid": 0, "args": {"name": str(d)}})
         meta.append({"ph": "M", "name": "process_sort_index", "pid": pid[d], "tid": 0, "args": {"sort_index": pid[d]}})
     for (d, s), t in tid.items():
         meta.append({"ph": "M", "name": "thread_name", "pid": pid[d], "tid": t, "args": {"name": s}})
@@ -119,8 +118,9 @@ def _label(*lines: str) -> str:
 
 
 def _dot_attrs(dg: Any, node: Any) -> str:
-    if is_copy_node(node):
-        kind = KIND_FOR_OP[node.target]
+    record = dg.copy_table.get(node.name)
+    if record is not None:
+        kind = str(record.kind)
         colour = COPY_COLOURS[kind]
         attrs = {"label": (copy_label(kind, node_nbytes(node)), node.name), "shape": "diamond", "style": "filled,bold", "fillcolor": colour, "color": colour}
     elif node.op == "placeholder":

@@ -86,7 +86,7 @@ class Problem:
 
 def _canonical(buffers: tuple[Buffer, ...]) -> tuple[Buffer, ...]:
     try:
-        return tuple(sorted(buffers, key=lambda b: b.id))
+        return tuple(sorted(buffers, key=lambda b: b.id))  # type: ignore[arg-type,return-value]  # ids of one type compare
     except TypeError:
         # Mixed id types (e.g. str and int) do not compare; repr is still stable.
         indexed = sorted(enumerate(buffers), key=lambda p: (type(p[1].id).__name__, repr(p[1].id), p[0]))

@@ -10,7 +10,7 @@ import contextlib
 import functools
 import gc
 import operator
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.fx
@@ -27,11 +27,6 @@ class UnboundedShapeError(WorkbenchError, ValueError):
 def value_of(node: torch.fx.Node) -> Any:
     """The example value torch.export recorded for ``node`` (a fake tensor, tuple, SymInt…)."""
     return node.meta.get("val")
-
-
-def is_tensor_value(node: torch.fx.Node) -> bool:
-    """True when ``node`` produces a single tensor."""
-    return isinstance(value_of(node), torch.Tensor)
 
 
 def produces_tensors(node: torch.fx.Node) -> bool:
@@ -96,6 +91,21 @@ def node_nbytes(node: torch.fx.Node, unbounded: str = "raise") -> int:
     return 0
 
 
+def node_arg(node: torch.fx.Node, position: int) -> torch.fx.Node:
+    """The graph value passed as positional argument ``position`` of ``node``; anything else
+    there (a constant, a list) is a ``TypeError`` naming the node."""
+    arg = node.args[position]
+    if not isinstance(arg, torch.fx.Node):
+        raise TypeError(f"argument {position} of {node.name!r} ({node.target}) is {arg!r}, not a graph value")
+    return arg
+
+
+def output_values(node: torch.fx.Node) -> tuple[Any, ...]:
+    """What the graph's ``output`` node returns, one entry per output."""
+    values = node.args[0]
+    return tuple(values) if isinstance(values, (tuple, list)) else (values,)
+
+
 def op_name(node: torch.fx.Node) -> str:
     """A readable op name: ``aten.mm.default``, ``getitem``, ``placeholder``."""
     if node.op != "call_function":
@@ -103,7 +113,7 @@ def op_name(node: torch.fx.Node) -> str:
     return _target_name(node.target)
 
 
-def _overload(target: Any) -> torch._ops.OpOverload | None:
+def wrapped_overload(target: Any) -> torch._ops.OpOverload | None:
     """The aten/library overload behind a target; wrappers such as ExecuTorch's edge ops
     keep the op they wrap in ``_op``, so they are named (and matched) like it."""
     if isinstance(target, torch._ops.OpOverload):
@@ -116,7 +126,7 @@ def _overload(target: Any) -> torch._ops.OpOverload | None:
 def _target_name(target: Any) -> str:
     if target is operator.getitem:
         return "getitem"
-    overload = _overload(target)
+    overload = wrapped_overload(target)
     if overload is not None:
         return str(overload)
     return getattr(target, "__name__", str(target))
@@ -125,9 +135,21 @@ def _target_name(target: Any) -> str:
 def packet_name(node: torch.fx.Node) -> str:
     """The op name without its overload: ``aten.mm``."""
     name = op_name(node)
-    if node.op == "call_function" and _overload(node.target) is not None:
+    if node.op == "call_function" and wrapped_overload(node.target) is not None:
         return name.rsplit(".", 1)[0]
     return name
+
+
+#: Ops that look only at shapes, dtypes and strides, never at data.
+METADATA_OPS = frozenset(
+    {"aten._assert_tensor_metadata", "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset"}
+)
+
+
+def reads_metadata_only(node: torch.fx.Node) -> bool:
+    """True for an op that reads only shapes, dtypes and strides of its inputs, never
+    their data: it can read a value wherever the value lives, so it never needs a copy."""
+    return node.op == "call_function" and packet_name(node) in METADATA_OPS
 
 
 def is_view_op(target: Any) -> bool:
@@ -178,7 +200,7 @@ def aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
 
 
 @contextlib.contextmanager
-def gc_paused():
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a pass builds a large graph.
 
     Building tens of thousands of fx nodes triggers many full collections that scan every

@@ -1,4 +1,4 @@
-"""``plan``: per-device memory plans for a propagated graph.
+"""``plan``: per-device memory plans for a propagated graph; ``MemoryPlan`` files.
 
 Every tensor that owns memory (see ``lifetimes``) gets a device, an arena on it, a byte
 offset and a lifetime; host and device tensors never share an arena. Offsets come from the
@@ -13,27 +13,39 @@ Rules:
    outputs with ``skip_d2h_for_method_outputs``.
 5. With ``capacity``, a device whose arena plus constants exceed its memory is an error
    that names the device, the bytes needed and available, and the largest tensors.
+6. ``MemoryPlan.save`` writes one archive (``planning.archive``) holding the captured
+   program, the propagated program and the JSON forms of the placement, the device graph
+   and the plan; ``load_plan`` reads it back through each type's ``from_json``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Mapping, Optional
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Hashable, Iterable, Mapping, Optional, Union
 
 import pandas as pd
+import torch
 
-from .._tensors import node_nbytes
-from .._units import format_bytes
-from ..devices import Device, DeviceError
-from .algorithms import ALGORITHMS, Assignment, assign_offsets
-from .buffers import Buffer, aligned_size, check_alignment
-from .lifetimes import TensorLifetime, tensor_lifetimes
-from .lower_bound import lower_bound as _lower_bound
-from .verify import PlanVerificationError, verify as _verify
+from ..capture import Program
+from ..devices import Device, DeviceError, DeviceLike, host_first
 from ..errors import WorkbenchError
+from ..graph_values import node_nbytes
+from ..json_fields import JsonFieldError, JsonObject
+from ..place import Placement
+from ..propagate import DeviceGraph
+from ..units import format_bytes
+from .algorithms import ALGORITHMS, Assignment, assign_offsets
+from .archive import PlanFileError, read_archive, write_archive
+from .buffers import Buffer, aligned_size, check_alignment
+from .lifetimes import KINDS, TensorLifetime, tensor_lifetimes
+from .lower_bound import lower_bound as peak_live_bytes
+from .verify import PlanVerificationError, verify as verify_offsets
 
-__all__ = ["CapacityError", "MemoryPlan", "PlanError", "TensorAllocation", "plan"]
+__all__ = ["CapacityError", "MemoryPlan", "PlanError", "TensorAllocation", "load_plan", "plan"]
 
 
 class PlanError(WorkbenchError, ValueError):
@@ -49,7 +61,7 @@ class TensorAllocation:
     """Where one storage lives: device, arena, offset, size and lifetime."""
 
     name: str  # the value that owns the storage
-    device: str  # "cpu" | "cuda:0" ...
+    device: Device  # where the arena is
     arena: int  # arena index on the device
     offset: int  # byte offset in the arena
     size: int  # aligned bytes reserved
@@ -59,45 +71,63 @@ class TensorAllocation:
     kind: str  # "input" | "output" | "activation" | "copy"
     aliases: tuple[str, ...]  # views / in-place results sharing this storage
 
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "device": str(self.device), "aliases": list(self.aliases)}
+
+    @classmethod
+    def from_json(cls, data: Any, path: str = "allocation") -> "TensorAllocation":
+        obj = JsonObject(data, path)
+        kind = obj.text("kind")
+        if kind not in KINDS:
+            raise obj.fail("kind", f"one of {', '.join(KINDS)}")
+        return cls(
+            name=obj.text("name"),
+            device=obj.device("device"),
+            arena=obj.count("arena"),
+            offset=obj.count("offset"),
+            size=obj.count("size"),
+            nbytes=obj.count("nbytes"),
+            start=obj.count("start"),
+            end=obj.count("end"),
+            kind=kind,
+            aliases=obj.texts("aliases"),
+        )
+
 
 @dataclass(frozen=True, eq=False)
 class MemoryPlan:
     """A memory plan: every planned storage placed in its device's arena."""
 
-    graph: "object"  # the DeviceGraph that was planned
+    device_graph: DeviceGraph  # the propagated graph that was planned
     algorithm: str
     alignment: int
     steps: tuple[str, ...]  # node names in execution order
     allocations: Mapping[str, TensorAllocation]  # storage name → allocation
     storage_of: Mapping[str, str]  # every planned tensor value → its storage
     unplanned: Mapping[str, str]  # tensor values without planned memory → why
-    arena_bytes: Mapping[str, int]  # device → arena size
-    lower_bound: Mapping[str, int]  # device → peak of live aligned bytes
-    constant_bytes: Mapping[str, int]  # device → resident constants
+    arena_bytes: Mapping[Device, int]  # device → arena size
+    lower_bound: Mapping[Device, int]  # device → peak of live aligned bytes
+    constant_bytes: Mapping[Device, int]  # device → resident constants
     alloc_graph_inputs: bool
     alloc_graph_outputs: bool
-    _capacity: Optional[Mapping[str, int]] = field(default=None, repr=False)
+    capacity: Optional[Mapping[Device, int]] = None  # device → bytes it holds, when declared (rule 5)
 
     @property
-    def devices(self) -> tuple[str, ...]:
+    def devices(self) -> tuple[Device, ...]:
+        """Every device with an arena (possibly empty), host first."""
         return tuple(self.arena_bytes)
 
-    def total_bytes(self) -> dict[str, int]:
+    def total_bytes(self) -> dict[Device, int]:
         """Arena plus resident constants, per device."""
         return {d: self.arena_bytes.get(d, 0) + self.constant_bytes.get(d, 0) for d in self._all_devices()}
 
-    def _all_devices(self) -> list[str]:
+    def _all_devices(self) -> list[Device]:
         return list(dict.fromkeys(list(self.arena_bytes) + list(self.constant_bytes)))
 
-    def ratio_to_lower_bound(self) -> dict[str, float]:
-        """arena / lower bound per device (1.0 is optimal)."""
-        return {d: (self.arena_bytes[d] / lb if lb else 1.0) for d, lb in self.lower_bound.items()}
-
-    def buffers(self, device: str) -> list[Buffer]:
+    def buffers(self, device: DeviceLike) -> list[Buffer]:
         """The planning input of one device's arena."""
-        return [
-            Buffer(a.name, a.nbytes, a.start, a.end) for a in self.allocations.values() if a.device == device
-        ]
+        dev = Device.parse(device)
+        return [Buffer(a.name, a.nbytes, a.start, a.end) for a in self.allocations.values() if a.device == dev]
 
     def verify(self) -> None:
         """Check the plan independently of the algorithm that made it; raises
@@ -106,17 +136,17 @@ class MemoryPlan:
         problems: list[str] = []
         for device in self.arena_bytes:
             buffers = self.buffers(device)
-            offsets = {a.name: a.offset for a in self.allocations.values() if a.device == device}
+            offsets: dict[Hashable, int] = {a.name: a.offset for a in self.allocations.values() if a.device == device}
             assignment = Assignment(offsets=offsets, arena_bytes=self.arena_bytes[device], algorithm=self.algorithm)
             try:
-                _verify(buffers, assignment, self.alignment)
+                verify_offsets(buffers, assignment, self.alignment)
             except PlanVerificationError as exc:
                 problems.extend(f"{device}: {p}" for p in exc.problems)
-        node_device = self.graph.node_device
+        node_device = self.device_graph.node_device
         for value, owner in self.storage_of.items():
             if owner not in self.allocations:
                 problems.append(f"value {value!r} maps to storage {owner!r}, which has no allocation")
-            elif str(node_device[value]) != self.allocations[owner].device:
+            elif node_device[value] != self.allocations[owner].device:
                 problems.append(
                     f"value {value!r} on {node_device[value]} shares storage {owner!r} on "
                     f"{self.allocations[owner].device}"
@@ -127,9 +157,7 @@ class MemoryPlan:
     def to_dataframe(self) -> pd.DataFrame:
         """One row per planned storage."""
         columns = ["name", "device", "arena", "offset", "size", "nbytes", "start", "end", "kind", "aliases"]
-        rows = [
-            {**a.__dict__, "aliases": ", ".join(a.aliases)} for a in self.allocations.values()
-        ]
+        rows = [{**a.to_json(), "aliases": ", ".join(a.aliases)} for a in self.allocations.values()]
         return pd.DataFrame(rows, columns=columns)
 
     def summary(self) -> pd.DataFrame:
@@ -139,7 +167,7 @@ class MemoryPlan:
             arena, lb = self.arena_bytes.get(d, 0), self.lower_bound.get(d, 0)
             rows.append(
                 {
-                    "device": d,
+                    "device": str(d),
                     "arena_bytes": arena,
                     "lower_bound": lb,
                     "ratio": round(arena / lb, 4) if lb else 1.0,
@@ -155,31 +183,130 @@ class MemoryPlan:
         if algorithm not in ALGORITHMS:
             raise PlanError(f"unknown planning algorithm {algorithm!r}; valid ones are {', '.join(ALGORITHMS)}")
         lives = [
-            TensorLifetime(a.name, Device.parse(a.device), a.nbytes, a.start, a.end, a.kind, a.aliases)
+            TensorLifetime(a.name, a.device, a.nbytes, a.start, a.end, a.kind, a.aliases)
             for a in self.allocations.values()
         ]
-        allocations, arena_bytes, lower = _place(lives, algorithm, self.alignment, self.graph)
+        allocations, arena_bytes, lower = _place(lives, algorithm, self.alignment, self.device_graph.devices)
         result = dataclasses.replace(
             self, algorithm=algorithm, allocations=allocations, arena_bytes=arena_bytes, lower_bound=lower
         )
-        if self._capacity:
-            _check_capacity(result, self._capacity)
+        if self.capacity:
+            _check_capacity(result, self.capacity)
         return result
 
-    def save(self, path) -> None:
-        """Write the propagated program and this plan to one file (``load_plan`` reads it)."""
-        from .serialize import save_plan
+    def to_json(self) -> dict[str, Any]:
+        """The plan's own fields as JSON data (the device graph is saved on its own)."""
+        return {
+            "algorithm": self.algorithm,
+            "alignment": self.alignment,
+            "steps": list(self.steps),
+            "allocations": [a.to_json() for a in self.allocations.values()],
+            "storage_of": dict(self.storage_of),
+            "unplanned": dict(self.unplanned),
+            "arena_bytes": _device_keys(self.arena_bytes),
+            "lower_bound": _device_keys(self.lower_bound),
+            "constant_bytes": _device_keys(self.constant_bytes),
+            "alloc_graph_inputs": self.alloc_graph_inputs,
+            "alloc_graph_outputs": self.alloc_graph_outputs,
+            "capacity": _device_keys(self.capacity) if self.capacity is not None else None,
+        }
 
-        save_plan(self, path)
+    @classmethod
+    def from_json(cls, data: Any, device_graph: DeviceGraph, path: str = "plan") -> "MemoryPlan":
+        """The plan ``to_json`` wrote, over ``device_graph``; a missing or mistyped field is a
+        ``JsonFieldError`` naming it."""
+        obj = JsonObject(data, path)
+        algorithm = obj.text("algorithm")
+        if algorithm not in ALGORITHMS:
+            raise obj.fail("algorithm", f"one of {', '.join(ALGORITHMS)}")
+        allocations = [TensorAllocation.from_json(a.data, a.path) for a in obj.elements("allocations")]
+        capacity = obj.optional_mapping("capacity")
+        return cls(
+            device_graph=device_graph,
+            algorithm=algorithm,
+            alignment=obj.count("alignment", positive=True),
+            steps=obj.texts("steps"),
+            allocations={a.name: a for a in allocations},
+            storage_of=obj.text_map("storage_of"),
+            unplanned=obj.text_map("unplanned"),
+            arena_bytes=obj.count_by_device("arena_bytes"),
+            lower_bound=obj.count_by_device("lower_bound"),
+            constant_bytes=obj.count_by_device("constant_bytes"),
+            alloc_graph_inputs=obj.flag("alloc_graph_inputs"),
+            alloc_graph_outputs=obj.flag("alloc_graph_outputs"),
+            capacity=obj.count_by_device("capacity") if capacity is not None else None,
+        )
+
+    def save(self, path: Union[str, Path]) -> None:
+        """Write the captured program, the propagated program and this plan to one file
+        (rule 6; ``load_plan`` reads it). The write is atomic: ``path`` is either the
+        complete new file or untouched."""
+        dg = self.device_graph
+        document = {
+            "program": dg.program.to_json(),
+            "placement": dg.placement.to_json(),
+            "device_graph": dg.to_json(),
+            "plan": self.to_json(),
+        }
+        write_archive(
+            path,
+            {
+                PROGRAM_MEMBER: _exported_bytes(dg.program.exported),
+                PROPAGATED_MEMBER: _exported_bytes(dg.exported_program()),
+                PLAN_MEMBER: json.dumps(document, indent=1).encode(),
+            },
+        )
+
+
+#: Archive members of a saved plan.
+PROGRAM_MEMBER = "program.pt2"
+PROPAGATED_MEMBER = "propagated.pt2"
+PLAN_MEMBER = "plan.json"
+
+
+def _device_keys(mapping: Mapping[Device, int]) -> dict[str, int]:
+    return {str(d): n for d, n in mapping.items()}
+
+
+def _exported_bytes(ep: torch.export.ExportedProgram) -> bytes:
+    buffer = io.BytesIO()
+    torch.export.save(ep, buffer)
+    return buffer.getvalue()
+
+
+def load_plan(path: Union[str, Path]) -> MemoryPlan:
+    """Read a file written by ``MemoryPlan.save``: the ``MemoryPlan`` with its
+    ``DeviceGraph``, ``Placement`` and ``Program`` (rule 6). A file that is not a complete,
+    well-formed plan of this format version is a ``PlanFileError`` that names the problem."""
+    members = read_archive(path, (PROGRAM_MEMBER, PROPAGATED_MEMBER, PLAN_MEMBER))
+    try:
+        document = JsonObject(json.loads(members[PLAN_MEMBER]), "")
+    except (json.JSONDecodeError, UnicodeDecodeError, JsonFieldError) as exc:
+        raise PlanFileError(f"{path} is corrupt: {PLAN_MEMBER} is not a JSON object ({exc})") from None
+    try:
+        original = torch.export.load(io.BytesIO(members[PROGRAM_MEMBER]))
+        propagated = torch.export.load(io.BytesIO(members[PROPAGATED_MEMBER]))
+    except Exception as exc:  # torch.export.load raises many types on a damaged program
+        raise PlanFileError(f"{path}: the saved programs cannot be loaded: {type(exc).__name__}: {exc}") from None
+    try:
+        program = Program.from_json(document.raw("program"), original, "program")
+        placement = Placement.from_json(document.raw("placement"), program, "placement")
+        dg = DeviceGraph.from_json(document.raw("device_graph"), placement, propagated, "device_graph")
+        plan_ = MemoryPlan.from_json(document.raw("plan"), dg, "plan")
+    except (JsonFieldError, ValueError, KeyError, TypeError) as exc:
+        raise PlanFileError(f"{path} is corrupt: {PLAN_MEMBER}: {exc}") from None
+    if plan_.steps != tuple(n.name for n in dg.graph.nodes):
+        raise PlanFileError(f"{path} is corrupt: the saved steps do not match the saved graph's node order")
+    return plan_
 
 
 def plan(
-    dg,
+    dg: DeviceGraph,
     algorithm: str = "greedy",
     alignment: int = 16,
     alloc_graph_inputs: Optional[bool] = None,
     alloc_graph_outputs: Optional[bool] = None,
-    capacity: Optional[Mapping[str, int]] = None,
+    capacity: Optional[Mapping[DeviceLike, int]] = None,
 ) -> MemoryPlan:
     """Plan the memory of every device of a propagated graph.
 
@@ -192,8 +319,6 @@ def plan(
         alloc_graph_outputs: likewise for outputs and ``skip_d2h_for_method_outputs``.
         capacity: ``{"cuda:0": 141 * 2**30, ...}``; exceeding it is a ``CapacityError``.
     """
-    from ..propagate import DeviceGraph
-
     if not isinstance(dg, DeviceGraph):
         raise PlanError(f"plan expects a DeviceGraph from workbench.propagate, got {type(dg).__name__}")
     if algorithm not in ALGORITHMS:
@@ -205,9 +330,9 @@ def plan(
         alloc_graph_outputs = not dg.skip_d2h_for_method_outputs
     caps = _parse_capacity(capacity)
     lifetimes = tensor_lifetimes(dg, bool(alloc_graph_inputs), bool(alloc_graph_outputs))
-    allocations, arena_bytes, lower = _place(list(lifetimes.storages.values()), algorithm, alignment, dg)
+    allocations, arena_bytes, lower = _place(list(lifetimes.storages.values()), algorithm, alignment, dg.devices)
     result = MemoryPlan(
-        graph=dg,
+        device_graph=dg,
         algorithm=algorithm,
         alignment=alignment,
         steps=lifetimes.steps,
@@ -219,36 +344,33 @@ def plan(
         constant_bytes=dict(dg.constant_bytes),
         alloc_graph_inputs=bool(alloc_graph_inputs),
         alloc_graph_outputs=bool(alloc_graph_outputs),
-        _capacity=dict(caps) if caps else None,
+        capacity=dict(caps) if caps else None,
     )
     if caps:
         _check_capacity(result, caps)
     return result
 
 
-def _device_order(devices) -> list[Device]:
-    return sorted(set(devices), key=lambda d: (not d.is_host, d))
-
-
-def _place(lives: list[TensorLifetime], algorithm: str, alignment: int, dg):
+def _place(
+    lives: list[TensorLifetime], algorithm: str, alignment: int, devices: Iterable[Device]
+) -> tuple[dict[str, TensorAllocation], dict[Device, int], dict[Device, int]]:
     """Run the algorithm once per device (rule 1); allocations keep ``lives``' order."""
     by_device: dict[Device, list[TensorLifetime]] = {}
     for life in lives:
         by_device.setdefault(life.device, []).append(life)
     allocations: dict[str, TensorAllocation] = {}
-    arena_bytes: dict[str, int] = {}
-    lower: dict[str, int] = {}
-    for device in _device_order(list(by_device) + list(dg.devices)):
+    arena_bytes: dict[Device, int] = {}
+    lower: dict[Device, int] = {}
+    for device in host_first(list(by_device) + list(devices)):
         group = by_device.get(device, [])
         buffers = [Buffer(life.name, life.nbytes, life.start, life.end) for life in group]
         assignment = assign_offsets(buffers, algorithm=algorithm, alignment=alignment)
-        key = str(device)
-        arena_bytes[key] = assignment.arena_bytes
-        lower[key] = _lower_bound(buffers, alignment)
+        arena_bytes[device] = assignment.arena_bytes
+        lower[device] = peak_live_bytes(buffers, alignment)
         for life in group:
             allocations[life.name] = TensorAllocation(
                 name=life.name,
-                device=key,
+                device=device,
                 arena=0,
                 offset=assignment.offsets[life.name],
                 size=aligned_size(life.nbytes, alignment),
@@ -261,15 +383,15 @@ def _place(lives: list[TensorLifetime], algorithm: str, alignment: int, dg):
     return {life.name: allocations[life.name] for life in lives}, arena_bytes, lower
 
 
-def _parse_capacity(capacity: Optional[Mapping[str, int]]) -> dict[str, int]:
+def _parse_capacity(capacity: Optional[Mapping[DeviceLike, int]]) -> dict[Device, int]:
     if capacity is None:
         return {}
-    if not hasattr(capacity, "items"):
+    if not isinstance(capacity, Mapping):
         raise PlanError(f"capacity must be a mapping such as {{'cuda:0': 141 * 2**30}}, got {type(capacity).__name__}")
     caps = {}
     for key, value in capacity.items():
         try:
-            device = str(Device.parse(key))
+            device = Device.parse(key)
         except DeviceError as exc:
             raise PlanError(f"bad device in capacity: {exc}") from None
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -278,9 +400,9 @@ def _parse_capacity(capacity: Optional[Mapping[str, int]]) -> dict[str, int]:
     return caps
 
 
-def _check_capacity(result: MemoryPlan, caps: Mapping[str, int]) -> None:
+def _check_capacity(result: MemoryPlan, caps: Mapping[Device, int]) -> None:
     totals = result.total_bytes()
-    dg = result.graph
+    dg = result.device_graph
     for device, available in caps.items():
         needed = totals.get(device, 0)
         if needed <= available:
@@ -288,7 +410,7 @@ def _check_capacity(result: MemoryPlan, caps: Mapping[str, int]) -> None:
         sizes = [(a.nbytes, f"{a.name} ({a.kind})") for a in result.allocations.values() if a.device == device]
         placeholders = {n.name: n for n in dg.graph.nodes if n.op == "placeholder"}
         for name, held in dg.residency.items():
-            if any(str(d) == device for d in held):
+            if device in held:
                 sizes.append((node_nbytes(placeholders[name]), f"{dg.program.constants[name]} (constant)"))
         largest = ", ".join(f"{label} {format_bytes(n, 2)}" for n, label in sorted(sizes, reverse=True)[:5])
         raise CapacityError(

@@ -22,12 +22,19 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from .plan import MemoryPlan
+from ..devices import Device
+from ..errors import WorkbenchError
+from ..graph_values import output_values
+from .memory_plan import MemoryPlan
 
-__all__ = ["Slots", "run_in_arenas", "host_arenas"]
+__all__ = ["ArenaError", "Slots", "host_arenas", "run_in_arenas"]
 
 
-def host_arenas(plan: MemoryPlan) -> dict[str, torch.Tensor]:
+class ArenaError(WorkbenchError, ValueError):
+    """Arenas that do not match the plan: missing, too small, or not bytes."""
+
+
+def host_arenas(plan: MemoryPlan) -> dict[Device, torch.Tensor]:
     """One zero-filled host byte tensor per device arena (the simulated memory)."""
     return {device: torch.zeros(nbytes, dtype=torch.uint8) for device, nbytes in plan.arena_bytes.items()}
 
@@ -47,14 +54,14 @@ def _dense_strides(val: torch.Tensor) -> Optional[tuple[int, ...]]:
 class Slots:
     """Typed views of planned storages in a set of byte arenas (one per device)."""
 
-    def __init__(self, plan: MemoryPlan, arenas: Mapping[str, torch.Tensor]) -> None:
-        missing = [d for d, n in plan.arena_bytes.items() if n and d not in arenas]
+    def __init__(self, plan: MemoryPlan, arenas: Mapping[Device, torch.Tensor]) -> None:
+        missing = [str(d) for d, n in plan.arena_bytes.items() if n and d not in arenas]
         if missing:
-            raise ValueError(f"no arena given for device(s) {', '.join(missing)}")
+            raise ArenaError(f"no arena given for device(s) {', '.join(missing)}")
         for device, nbytes in plan.arena_bytes.items():
             arena = arenas.get(device)
             if arena is not None and (arena.dtype != torch.uint8 or arena.numel() < nbytes):
-                raise ValueError(
+                raise ArenaError(
                     f"arena for {device} must be a uint8 tensor of at least {nbytes} bytes, got "
                     f"{arena.dtype} with {arena.numel()} elements"
                 )
@@ -85,10 +92,10 @@ class Slots:
 def run_in_arenas(
     plan: MemoryPlan,
     *inputs: Any,
-    arenas: Optional[Mapping[str, torch.Tensor]] = None,
+    arenas: Optional[Mapping[Device, torch.Tensor]] = None,
     run_node: Optional[Callable[[torch.fx.Node, tuple, dict], Any]] = None,
 ) -> Any:
-    """Execute ``plan.graph`` with every planned tensor bound to its arena slot.
+    """Execute ``plan.device_graph`` with every planned tensor bound to its arena slot.
 
     Args:
         plan: the memory plan.
@@ -103,12 +110,16 @@ def run_in_arenas(
         return _run(plan, inputs, arenas, run_node)
 
 
-def _run(plan, inputs, arenas, run_node):
-    dg = plan.graph
+def _run(
+    plan: MemoryPlan,
+    inputs: tuple,
+    arenas: Optional[Mapping[Device, torch.Tensor]],
+    run_node: Optional[Callable[[torch.fx.Node, tuple, dict], Any]],
+) -> Any:
+    dg = plan.device_graph
     program = dg.program
     ep = program.exported
-    arenas = dict(arenas) if arenas is not None else host_arenas(plan)
-    slots = Slots(plan, arenas)
+    slots = Slots(plan, dict(arenas) if arenas is not None else host_arenas(plan))
     user = iter(program.flatten_inputs(inputs))
     env: dict[torch.fx.Node, Any] = {}
     for node in dg.graph.nodes:
@@ -125,11 +136,11 @@ def _run(plan, inputs, arenas, run_node):
                 result = slots.bind(node.name, result)
             env[node] = result
         elif node.op == "output":
-            outs = torch.fx.node.map_arg(node.args[0], env.__getitem__)
+            outs = [torch.fx.node.map_arg(o, env.__getitem__) for o in output_values(node)]
             user_outs = [
                 o.clone() if isinstance(o, torch.Tensor) else o
                 for o, s in zip(outs, dg.output_specs)
                 if s.kind.name == "USER_OUTPUT"
             ]
             return pytree.tree_unflatten(user_outs, ep.call_spec.out_spec)
-    raise RuntimeError("graph has no output node")
+    raise ArenaError("the graph has no output node")

@@ -1,0 +1,207 @@
+"""The package's structure, read from its source: imports, privacy, errors, types."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+import workbench
+from workbench.errors import WorkbenchError, WorkbenchWarning
+
+ROOT = Path(workbench.__file__).parent
+#: Packages that are optional dependencies: the only ones imported inside functions.
+OPTIONAL = ("cupy", "cupyx", "executorch", "playwright", "transformers", "dask", "distributed")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+#: Packages being rewritten on other branches; each leaves this tuple when it lands.
+_NOT_YET_CHECKED = ("workbench.compare", "workbench.views")
+
+
+def _checked(module: str) -> bool:
+    return not module.startswith(_NOT_YET_CHECKED)
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    if path.name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str, path: Path) -> list[tuple[ast.AST, str, str | None, bool]]:
+    """(node, imported module, imported name or None, at module level) for every import."""
+    tree = ast.parse(path.read_text())
+    top = {id(n) for n in tree.body}
+    for n in tree.body:  # imports guarded at module level (try/if) count as module level
+        if isinstance(n, (ast.If, ast.Try)):
+            top |= {id(c) for c in ast.walk(n) if isinstance(c, (ast.Import, ast.ImportFrom))}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = _resolve(module, path, node)
+            for alias in node.names:
+                found.append((node, target, alias.name, id(node) in top))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                found.append((node, alias.name, None, id(node) in top))
+    return found
+
+
+def _edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        for _, target, name, _ in _imports(module, path):
+            full = f"{target}.{name}" if name else target
+            hit = full if full in MODULES else target if target in MODULES else None
+            if hit is not None and hit != module:
+                edges[module].add(hit)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    """No module reaches itself through imports, counting imports inside functions: each
+    stage depends only on earlier ones."""
+    assert _cycles(_edges()) == []
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    """The check above can fail: a planted a → b → c → a cycle is reported."""
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(edges) == [["a", "b", "c"]]
+
+
+def test_imports_inside_functions_are_only_of_optional_dependencies():
+    """A function-level import hides a dependency; only optional packages may be loaded late."""
+    late = []
+    for module, path in MODULES.items():
+        if not _checked(module):
+            continue
+        for node, target, _, at_top in _imports(module, path):
+            if not at_top and not target.split(".")[0] in OPTIONAL:
+                late.append(f"{module}:{node.lineno} imports {target}")
+    assert late == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A leading underscore means "this module's own": no other module imports it."""
+    leaks = []
+    for module, path in MODULES.items():
+        if not _checked(module):
+            continue
+        for node, target, name, _ in _imports(module, path):
+            if target.startswith("workbench") and name and name.startswith("_") and target != module:
+                leaks.append(f"{module}:{node.lineno} imports {name} from {target}")
+    assert leaks == []
+
+
+def _package_classes() -> list[type]:
+    classes = []
+    for module in MODULES:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as exc:  # an optional dependency that is not installed
+            pytest.skip(f"{module} needs an optional dependency: {exc}")
+        classes += [c for _, c in inspect.getmembers(mod, inspect.isclass) if c.__module__ == module]
+    return classes
+
+
+def test_every_error_class_derives_from_the_one_base():
+    """``except WorkbenchError`` catches every error class the package defines, and no
+    error class is an ``AssertionError`` (which ``python -O`` users may not expect)."""
+    errors = [c for c in _package_classes() if issubclass(c, BaseException) and not issubclass(c, Warning)]
+    assert errors, "the package defines error classes"
+    outside = [c.__qualname__ for c in errors if not issubclass(c, WorkbenchError)]
+    assertions = [c.__qualname__ for c in errors if issubclass(c, AssertionError)]
+    assert outside == [] and assertions == []
+
+
+def test_every_warning_class_derives_from_the_one_base():
+    """Every warning class the package defines can be filtered as a ``WorkbenchWarning``."""
+    warns = [c for c in _package_classes() if issubclass(c, Warning)]
+    assert warns and all(issubclass(c, WorkbenchWarning) for c in warns)
+
+
+def _untyped_public_functions() -> list[str]:
+    missing_types = []
+    for path in MODULES.values():
+        tree = ast.parse(path.read_text())
+
+        def visit(body: list[ast.stmt], prefix: str, in_class: bool) -> None:
+            for n in body:
+                if isinstance(n, ast.ClassDef) and not n.name.startswith("_"):
+                    visit(n.body, f"{prefix}{n.name}.", True)
+                elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    if n.name.startswith("_") and n.name not in ("__init__", "__call__"):
+                        continue
+                    args = n.args.posonlyargs + n.args.args + n.args.kwonlyargs
+                    if in_class and args and args[0].arg in ("self", "cls"):
+                        args = args[1:]
+                    gaps = [a.arg for a in args if a.annotation is None]
+                    gaps += [f"*{v.arg}" for v in (n.args.vararg, n.args.kwarg) if v is not None and v.annotation is None]
+                    if n.returns is None and n.name != "__init__":
+                        gaps.append("return")
+                    if gaps:
+                        missing_types.append(f"{path.relative_to(ROOT.parent)}:{n.lineno} {prefix}{n.name}: {', '.join(gaps)}")
+
+        visit(tree.body, "", False)
+    return missing_types
+
+
+def test_every_public_function_is_typed():
+    """Public functions and methods annotate every parameter and their result."""
+    assert _untyped_public_functions() == []

@@ -1,0 +1,104 @@
+"""Plan files: named byte members packed in one zip archive, versioned and checked.
+
+This module knows nothing of what the members mean (``memory_plan`` fills and reads
+them); it only packs, versions and checks:
+
+1. Every archive holds ``format.json``: the format name, its version and the torch
+   version that wrote it. Another format or version is refused, never guessed at.
+2. Writing is atomic: members go to a temporary file next to the target, which replaces
+   the target only when complete; on any failure the temporary file is removed, so the
+   target is either the complete new archive or untouched, and nothing is left behind.
+3. Reading checks that the path is a zip archive, that ``format.json`` matches, and that
+   every requested member is present; any problem is a ``PlanFileError`` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Iterable, Mapping, Union
+
+import torch
+
+from ..errors import WorkbenchError
+
+__all__ = ["FORMAT", "FORMAT_MEMBER", "PlanFileError", "PlanWriteError", "VERSION", "read_archive", "write_archive"]
+
+FORMAT = "workbench-plan"
+#: Version 2: devices, copy kinds and copy roles are saved by each type's own JSON form.
+VERSION = 2
+FORMAT_MEMBER = "format.json"
+
+
+class PlanFileError(WorkbenchError, ValueError):
+    """A plan file that cannot be read: missing, corrupt, of another format or version."""
+
+
+class PlanWriteError(WorkbenchError, OSError):
+    """A plan file that cannot be written where asked (the target is left untouched)."""
+
+
+def write_archive(path: Union[str, Path], members: Mapping[str, bytes]) -> None:
+    """Write ``members`` and the format header to ``path`` (rules 1, 2)."""
+    target = Path(path)
+    if target.is_dir():
+        raise PlanWriteError(f"cannot write a plan to {target}: it is a directory; give a file path such as {target / 'plan.wbplan'}")
+    if not target.parent.is_dir():
+        raise PlanWriteError(f"cannot write a plan to {target}: the folder {target.parent} does not exist")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    header = {"format": FORMAT, "version": VERSION, "torch": torch.__version__}
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr(FORMAT_MEMBER, json.dumps(header))
+            for name, data in members.items():
+                archive.writestr(name, data)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise PlanWriteError(f"cannot write a plan to {target}: {exc.strerror or exc}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def read_archive(path: Union[str, Path], names: Iterable[str]) -> dict[str, bytes]:
+    """The members ``names`` of the plan archive at ``path`` (rules 1, 3)."""
+    source = Path(path)
+    if not source.exists():
+        raise PlanFileError(f"no plan file at {source}")
+    if source.is_dir():
+        raise PlanFileError(f"{source} is a directory, not a plan file")
+    try:
+        archive = zipfile.ZipFile(source)
+    except (zipfile.BadZipFile, OSError):
+        raise PlanFileError(f"{source} is not a workbench plan file (not a zip archive; corrupt or another format)") from None
+    with archive:
+        header = _header(archive, source)
+        if header.get("format") != FORMAT:
+            raise PlanFileError(f"{source} has format {header.get('format')!r}, expected {FORMAT!r}")
+        if header.get("version") != VERSION:
+            raise PlanFileError(
+                f"{source} is plan format version {header.get('version')!r}; this workbench reads version "
+                f"{VERSION} (written by torch {header.get('torch')}); re-create the plan with this version"
+            )
+        return {name: _member(archive, name, source) for name in names}
+
+
+def _member(archive: zipfile.ZipFile, name: str, path: Path) -> bytes:
+    try:
+        return archive.read(name)
+    except KeyError:
+        raise PlanFileError(f"{path} is not a complete workbench plan: it has no {name!r}") from None
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:  # a damaged member (bad CRC, truncated)
+        raise PlanFileError(f"{path} is corrupt: member {name!r} cannot be read ({exc})") from None
+
+
+def _header(archive: zipfile.ZipFile, path: Path) -> dict:
+    try:
+        header = json.loads(_member(archive, FORMAT_MEMBER, path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PlanFileError(f"{path} is corrupt: {FORMAT_MEMBER} is not JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise PlanFileError(f"{path} is corrupt: {FORMAT_MEMBER} must be a JSON object, got {type(header).__name__}")
+    return header

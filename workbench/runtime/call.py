@@ -1,0 +1,422 @@
+"""One call of a loaded plan: the interpreter that walks the steps in issue order.
+
+A ``Call`` holds the state of one ``Session.run``: the values of the call, the buffers
+it allocated for the caller, and the clock. The session (its arenas, resident constants,
+executor backend) is shared by every call and only read here.
+
+Rules:
+1. Memory: every planned value is written into its arena slot and later steps read the
+   slot; constants are read from the resident copy on the device of the step reading them.
+2. Copy steps move bytes as their ``CopyRecord`` says (never by the positions of the
+   copy node's arguments): a plain copy through ``CopyRouter``; a gather copies the rows
+   its index selects into the device slot; a reuse copy takes the rows its prefetch holds
+   from the device and only the others over the link — its event's ``nbytes`` is the bytes
+   that crossed, and ``prefetch_stats`` counts its hits.
+3. Caller-owned memory: inputs are used as supplied; a caller-owned device output is
+   written into a fresh ``DeviceBuffer`` that the returned tensor owns.
+4. Outputs never alias the session's memory: host outputs are copied out of the arena,
+   device outputs own their buffer, so they outlive the session.
+5. A call that fails midway frees what it allocated for the caller (``abandon``); the
+   exception keeps its type and gains a note naming the node, its op and its device.
+6. With ``validate``, every step checks it reads only memory of its own device.
+7. A planned value (or a caller-owned device output) is written straight into its slot
+   (or its buffer) by the op's ``out=`` variant when its step says ``slot_write ==
+   "direct"``; otherwise the op computes into fresh memory and the result is copied in,
+   and the clock shows that copy as its own ``slot_copy`` event.
+8. In-place ops that change only autograd metadata (``detach_``) leave an arena-bound
+   value as it is: a call runs without autograd, so there is nothing to detach, and
+   torch refuses to detach a view (every slot is a view of its arena) in place.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.export.graph_signature import OutputKind
+
+from ..devices import Device
+from ..errors import WorkbenchError
+from ..graph_values import op_name, output_values, reads_metadata_only, value_of
+from ..planning.memory_plan import MemoryPlan
+from ..propagate import CopyRecord
+from .allocators import AllocatorRegistry
+from .buffers import DeviceBuffer
+from .cost_model import CostModel
+from .out_variants import out_variant
+from .routing import CopyRouter
+from .run_result import PrefetchStat, SlotWrites
+from .sim_timing import bind_cost, copy_cost, reuse_cost
+from .steps import Step, Steps
+from .tensors import buffer_of, clone_to, owned_tensor
+from .timeline import Timeline
+
+__all__ = ["Call", "ExecutorError", "NodeEntry", "RunNode", "SessionState", "node_entries"]
+
+#: In-place ops that change only autograd metadata: without autograd they change nothing (rule 8).
+METADATA_INPLACE_OPS = frozenset({torch.ops.aten.detach_.default})
+
+#: ``(node, args, kwargs) -> value``: how a compute node is run (default: call its target).
+RunNode = Callable[[torch.fx.Node, tuple, dict], Any]
+
+
+class ExecutorError(WorkbenchError, RuntimeError):
+    """The executor cannot run this plan, or a step broke one of its rules."""
+
+
+@dataclass(frozen=True, eq=False)
+class NodeEntry:
+    """What a call needs to know about one node, worked out once per session."""
+
+    step: Step
+    node: torch.fx.Node
+    copy: Optional[CopyRecord]  # copy nodes: their record
+    lane_device: Optional[Device]  # the device whose stream the event runs on
+    is_getitem: bool
+    metadata_only: bool  # reads shapes only (propagation lets it read any device)
+
+
+def node_entries(steps: Steps, graph: torch.fx.Graph) -> tuple[NodeEntry, ...]:
+    """One ``NodeEntry`` per node of ``graph`` (whose steps ``steps`` are, in order)."""
+    entries = []
+    for step, node in zip(steps.steps, graph.nodes):
+        call = node.op == "call_function"
+        entries.append(
+            NodeEntry(
+                step=step,
+                node=node,
+                copy=step.copy,
+                lane_device=step.lane[0] if step.lane else None,
+                is_getitem=call and node.target is operator.getitem,
+                metadata_only=reads_metadata_only(node),
+            )
+        )
+    return tuple(entries)
+
+
+class SessionState(Protocol):
+    """What a call reads from its session (``Session`` provides it)."""
+
+    plan: MemoryPlan
+    backend: str
+    registry: AllocatorRegistry
+    cost_model: CostModel
+    validate: bool
+    run_node: Optional[RunNode]
+    exec_backend: Any
+    entries: tuple[NodeEntry, ...]
+    router: CopyRouter
+
+    def slot(self, name: str, like: torch.Tensor) -> torch.Tensor: ...
+
+    def resident(self, name: str, device: Device) -> Optional[torch.Tensor]: ...
+
+    def op_time(self, step: Step, node: torch.fx.Node, args: tuple, kwargs: dict, out: Any) -> tuple[float, int, int]: ...
+
+    def in_session_memory(self, t: torch.Tensor) -> bool: ...
+
+
+class Call:
+    """The state of one ``Session.run``: values, caller-owned buffers, the clock."""
+
+    def __init__(self, session: SessionState) -> None:
+        self.s = session
+        self.plan = session.plan
+        self.exec = session.exec_backend
+        self.constants = self.plan.device_graph.program.constants
+        self.env: dict[str, Any] = {}
+        self.owned: list[DeviceBuffer] = []
+        self.clock = self.exec.clock()
+        self.model = session.cost_model
+        self._reuses: list[tuple[str, int, int, Callable[[], int]]] = []  # (node, rows, row bytes, hits)
+        self._direct = 0  # values written straight into their slots (rule 7)
+        self._copied: list[int] = []  # bytes of each op's slot copy (rule 7)
+
+    def execute(self, flat: list) -> tuple[Any, Timeline]:
+        """Run every step with the flattened user inputs; the outputs and the timeline."""
+        self.clock.begin()
+        user = iter(flat)
+        for entry in self.s.entries:
+            node = entry.node
+            try:
+                if node.op == "placeholder":
+                    if node.name not in self.constants:
+                        self._bind_input(entry, next(user))
+                elif entry.copy is not None:
+                    self._copy(entry, entry.copy)
+                elif node.op == "call_function":
+                    self._compute(entry)
+                elif node.op == "output":
+                    outs = self._collect(node)
+                    timeline = self.clock.finish()
+                    result = self._finalize(outs)
+                    self.owned.clear()  # the returned tensors own these buffers now
+                    return result, timeline
+            except Exception as exc:  # rule 5: keep the type, say where it happened
+                exc.add_note(
+                    f"workbench: while running node {node.name!r} ({op_name(node)}) on "
+                    f"{entry.step.device or 'the host'}, step {entry.step.index} of the planned graph"
+                )
+                raise
+        raise ExecutorError("the graph has no output node")
+
+    def slot_writes(self) -> SlotWrites:
+        """Rule 7's count for the finished call."""
+        return SlotWrites(direct=self._direct, copied=len(self._copied), copied_bytes=sum(self._copied))
+
+    def prefetch_stats(self) -> tuple[PrefetchStat, ...]:
+        """What each reuse copy of the finished call did (hits are read only now)."""
+        return tuple(PrefetchStat(name, rows, hits(), row_bytes) for name, rows, row_bytes, hits in self._reuses)
+
+    def abandon(self) -> None:
+        """Rule 5: free what this call allocated for the caller."""
+        try:
+            self.exec.synchronize()
+        finally:
+            self.env.clear()
+            for buffer in self.owned:
+                if not buffer.freed:
+                    buffer.free()
+            self.owned.clear()
+
+    # -- values --------------------------------------------------------------------------
+    def _value(self, name: str, device: Device) -> Any:
+        if name in self.constants:
+            value = self.s.resident(name, device)
+            if value is None:
+                raise ExecutorError(f"constant {name!r} is read on {device} but is not resident there")
+            return value
+        return self.env[name]
+
+    def _args(self, node: torch.fx.Node, device: Device) -> tuple[Any, Any]:
+        read = lambda n: self._value(n.name, device)  # noqa: E731
+        return torch.fx.node.map_arg(node.args, read), torch.fx.node.map_arg(node.kwargs, read)
+
+    def _check_reads(self, node: torch.fx.Node, values: Any, expected: Device, what: str) -> None:
+        """Rule 6."""
+        for i, t in enumerate(pytree.tree_flatten(values)[0]):
+            if not isinstance(t, torch.Tensor) or t.numel() == 0:
+                continue
+            found = self.exec.device_of(t)
+            if found != expected:
+                raise ExecutorError(
+                    f"{node.name} ({node.target}) is a {what} on {expected} but its tensor argument #{i} "
+                    f"lies in {found} memory; propagation should have inserted a copy"
+                )
+
+    # -- steps ---------------------------------------------------------------------------
+    def _bind_input(self, entry: NodeEntry, raw: Any) -> None:
+        step, node = entry.step, entry.node
+        value = self.exec.as_tensor(raw)
+        if step.event is None:  # caller-owned (rule 3)
+            self.env[node.name] = value
+            return
+        slot = self.s.slot(node.name, value)
+        nbytes = value.numel() * value.element_size()
+        self.clock.before(step)
+        if step.event == "host":
+            slot.copy_(value)
+        else:
+            self.s.router.transfer(step.event, slot, value, self.exec.copy_stream(entry.lane_device))
+        self.clock.after(step, lambda: bind_cost(self.model, step, nbytes), nbytes)
+        self.env[node.name] = slot
+
+    def _compute(self, entry: NodeEntry) -> None:
+        step, node, device = entry.step, entry.node, entry.step.device
+        assert device is not None  # every call_function node has a device
+        args, kwargs = self._args(node, device)
+        if entry.is_getitem:  # its producer bound it already
+            self.env[node.name] = node.target(*args, **kwargs)  # type: ignore[operator]
+            return
+        if step.event is not None and not device.is_host:
+            kwargs = self.exec.patch_kwargs(kwargs, device)
+        if entry.metadata_only and "device" in kwargs:  # it checks the value where it lies
+            first = next((t for t in pytree.tree_flatten(args)[0] if isinstance(t, torch.Tensor)), None)
+            if first is not None:
+                kwargs = dict(kwargs, device=first.device)
+        if self.s.validate and not entry.metadata_only:
+            self._check_reads(node, (args, kwargs), device, "host op" if device.is_host else "device op")
+        if step.event is not None:
+            self.clock.before(step)
+        with self.exec.compute(device):
+            if node.target in METADATA_INPLACE_OPS:  # rule 8
+                result = args[0]
+            elif step.slot_write == "direct" and self.s.run_node is None:  # rule 7
+                variant = out_variant(node.target)
+                assert variant is not None  # steps chose "direct" because it has one
+                result = variant(args, kwargs, self._direct_destination(node, device))
+                self._direct += 1
+            else:
+                if self.s.run_node is not None:
+                    result = self.s.run_node(node, args, kwargs)
+                else:
+                    result = node.target(*args, **kwargs)  # type: ignore[operator]
+                copied = self._slot_copy_bytes(node, device, result, args, kwargs)
+                if copied and step.event is not None:
+                    self.clock.split(step, copied)
+                    self._copied.append(copied)
+                if isinstance(result, (tuple, list)):
+                    result = self._bind_elements(node, device, result, args, kwargs)
+                else:
+                    result = self._bind(node, device, result, args, kwargs)
+        if step.event is not None:
+            session = self.s
+            self.clock.after(step, lambda: session.op_time(step, node, args, kwargs, result), 0)
+        self.env[node.name] = result
+
+    def _direct_destination(self, node: torch.fx.Node, device: Device) -> torch.Tensor:
+        """Where an ``out=`` op writes: the value's slot, or a fresh buffer the caller owns."""
+        like = value_of(node)
+        if node.name in self.plan.allocations:
+            return self.s.slot(node.name, like)
+        buffer = DeviceBuffer.on(device, int(like.numel()) * like.element_size(), self.s.registry)
+        self.owned.append(buffer)
+        return owned_tensor(buffer, like.dtype, tuple(like.shape))
+
+    def _slot_copy_bytes(self, node: torch.fx.Node, device: Device, result: Any, args: tuple, kwargs: dict) -> int:
+        """Bytes that binding ``result`` will copy into slots or caller-owned buffers (rule 7)."""
+        if isinstance(result, (tuple, list)):
+            return sum(
+                self.plan.allocations[u.name].nbytes
+                for u in node.users
+                if u.target is operator.getitem and u.name in self.plan.allocations
+            )
+        if not isinstance(result, torch.Tensor):
+            return 0
+        if node.name in self.plan.allocations:
+            return self.plan.allocations[node.name].nbytes
+        if device.is_host or node.name in self.plan.storage_of or _aliases_an_argument(result, (args, kwargs)):
+            return 0
+        return result.numel() * result.element_size()
+
+    def _bind_elements(self, node: torch.fx.Node, device: Device, result: Any, args: tuple, kwargs: dict) -> Any:
+        """A multi-output op binds each element its ``getitem`` users read, inside its own
+        step, so that the step's end event covers the writes into the slots."""
+        bound = list(result)
+        for user in node.users:
+            if user.target is operator.getitem and isinstance(user.args[1], int):
+                i = user.args[1]
+                bound[i] = self._bind(user, device, result[i], args, kwargs)
+        return type(result)(bound) if isinstance(result, tuple) else bound
+
+    def _bind(self, node: torch.fx.Node, device: Device, result: Any, args: tuple, kwargs: dict) -> Any:
+        """Rule 1 (planned: into the slot) and rule 3 (a device output the caller owns)."""
+        if not isinstance(result, torch.Tensor):
+            return result
+        if node.name in self.plan.allocations:
+            slot = self.s.slot(node.name, result)
+            slot.copy_(result)
+            return slot
+        if device.is_host or node.name in self.plan.storage_of or _aliases_an_argument(result, (args, kwargs)):
+            return result
+        return self._caller_owned(result, device)
+
+    def _caller_owned(self, value: torch.Tensor, device: Device) -> torch.Tensor:
+        buffer = DeviceBuffer.on(device, value.numel() * value.element_size(), self.s.registry)
+        self.owned.append(buffer)
+        out = owned_tensor(buffer, value.dtype, tuple(value.shape))
+        if value.numel():
+            out.copy_(value)
+        return out
+
+    def _copy(self, entry: NodeEntry, record: CopyRecord) -> None:
+        """Rule 2."""
+        step, node = entry.step, entry.node
+        x = self._value(record.value, record.src)
+        if record.index is not None:
+            index = self._value(record.index, record.dst)
+            shape = tuple(index.shape) + tuple(x.shape[1:])
+        else:
+            index = None
+            shape = tuple(x.shape)
+        if self.s.validate:
+            self._check_reads(node, x, record.src, "copy")
+        dst = self._destination(node, record.dst, x.dtype, shape)
+        nbytes = dst.numel() * dst.element_size()
+        if step.reuse:
+            self._reuse_copy(entry, record, dst, x, index)
+            return
+        self.clock.before(step)
+        if index is not None:
+            if nbytes:
+                self.exec.gather(dst, x, index, self.exec.copy_stream(entry.lane_device))
+        else:
+            self.s.router.transfer(str(record.kind), dst, x, self.exec.copy_stream(entry.lane_device))
+        self.clock.after(step, lambda: copy_cost(self.model, step, nbytes), nbytes)
+        self.env[node.name] = dst
+
+    def _reuse_copy(self, entry: NodeEntry, record: CopyRecord, dst: torch.Tensor, x: torch.Tensor, index: Any) -> None:
+        """Rule 2 for a reuse copy: rows its prefetch holds come from the device."""
+        step, node = entry.step, entry.node
+        assert record.prefetch is not None and record.prefetch_index is not None  # a reuse copy has both
+        cached = self._value(record.prefetch, record.dst)
+        cached_index = self._value(record.prefetch_index, record.dst)
+        if self.s.validate:
+            self._check_reads(node, cached, record.dst, "reuse copy reading its prefetched rows")
+        rows = index.numel()
+        row_bytes = (dst.numel() * dst.element_size()) // rows if rows else 0
+        self.clock.before(step)
+        if rows and row_bytes:
+            hits = self.exec.gather_reuse(dst, x, index, cached, cached_index, self.exec.copy_stream(entry.lane_device))
+        else:
+            hits = lambda: 0  # noqa: E731
+        model = self.model
+        link = lambda: (rows - hits()) * row_bytes  # noqa: E731  (cuda: known once the call finished)
+        self.clock.after(step, lambda: reuse_cost(model, step, link(), hits() * row_bytes), link)
+        self._reuses.append((node.name, rows, row_bytes, hits))
+        self.env[node.name] = dst
+
+    def _destination(self, node: torch.fx.Node, device: Device, dtype: torch.dtype, shape: tuple) -> torch.Tensor:
+        if node.name in self.plan.allocations:
+            return self.s.slot(node.name, torch.empty(shape, dtype=dtype, device="meta"))
+        if device.is_host:
+            return self.exec.new_host(shape, dtype)
+        buffer = DeviceBuffer.on(device, math.prod(shape) * dtype.itemsize, self.s.registry)
+        self.owned.append(buffer)
+        return owned_tensor(buffer, dtype, shape)
+
+    # -- outputs -------------------------------------------------------------------------
+    def _collect(self, node: torch.fx.Node) -> list:
+        program = self.plan.device_graph.program
+        outs = []
+        for arg, spec in zip(output_values(node), self.plan.device_graph.output_specs):
+            if spec.kind != OutputKind.USER_OUTPUT:
+                continue
+            if isinstance(arg, torch.fx.Node):
+                if arg.name in self.constants:
+                    outs.append(program.constant_tensor(arg.name).detach().clone())
+                else:
+                    outs.append(self.env[arg.name])
+            else:
+                outs.append(arg)
+        return outs
+
+    def _finalize(self, outs: list) -> Any:
+        """Rule 4: copy out of the session's memory what lies in it."""
+        done = []
+        for value in outs:
+            if isinstance(value, torch.Tensor) and self.s.in_session_memory(value):
+                device = self.exec.device_of(value)
+                if device.is_host:
+                    value = value.clone()
+                else:
+                    value = clone_to(value, device, self.s.backend, registry=self.s.registry)
+                    owner = buffer_of(value)
+                    if owner is not None:  # clone_to always returns a tensor that owns its buffer
+                        self.owned.append(owner)
+            done.append(value)
+        return pytree.tree_unflatten(done, self.plan.device_graph.program.exported.call_spec.out_spec)
+
+
+def _aliases_an_argument(result: torch.Tensor, args: Any) -> bool:
+    """True when ``result`` shares storage with a tensor argument (a view or in-place result)."""
+    ptr = result.untyped_storage().data_ptr()
+    for t in pytree.tree_flatten(args)[0]:
+        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr:
+            return True
+    return False
