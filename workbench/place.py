@@ -176,10 +176,11 @@ def place(
 def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Placement:
     graph = program.graph
     unmatched: Sequence[str] = ()
+    overridden: frozenset[str] = frozenset()
     if callable(rules) and not isinstance(rules, Mapping):
         node_device, unmatched = _apply_callable(graph, rules)
     elif isinstance(rules, Mapping):
-        node_device, unmatched = _apply_patterns(graph, parse_rules(rules))
+        node_device, unmatched, overridden = _apply_patterns(graph, parse_rules(rules))
     else:
         raise PlacementError(
             "rules must be a mapping {device: [op patterns]} such as "
@@ -188,8 +189,7 @@ def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Pl
         )
     if unmatched:
         report_no_claim(
-            f"placement rule pattern(s) {', '.join(repr(p) for p in unmatched)} claimed no op "
-            f"in a graph of {program.num_ops()} ops",
+            _no_claim_message(unmatched, overridden, program.num_ops()),
             strict,
             stacklevel=4,  # the caller of place's caller (a strategy's user)
         )
@@ -280,10 +280,13 @@ def _placeable_nodes(graph: torch.fx.Graph, node_device: dict[str, Device]) -> I
             yield node
 
 
-def _apply_patterns(graph: torch.fx.Graph, parsed) -> tuple[dict[str, Device], list[str]]:
-    """Rules 1 and 3: each placeable op goes where its most specific matching pattern says."""
+def _apply_patterns(graph: torch.fx.Graph, parsed) -> tuple[dict[str, Device], list[str], frozenset[str]]:
+    """Rules 1 and 3: each placeable op goes where its most specific matching pattern says.
+    Returns the placement, the patterns that decided no op, and those of them that matched
+    ops which more specific patterns sent elsewhere."""
     node_device: dict[str, Device] = {}
     used: set[str] = set()  # patterns that decided at least one op's device
+    matched: set[str] = set()  # patterns that matched at least one op
     for node in _placeable_nodes(graph, node_device):
         matches = []  # (specificity, device, pattern) of every pattern matching this op
         for device, kind, glob, original in parsed:
@@ -305,11 +308,27 @@ def _apply_patterns(graph: torch.fx.Graph, parsed) -> tuple[dict[str, Device], l
             )
         node_device[node.name] = device
         used.update(o for _rank, d, o in matches if d == device)  # they all put it where it went
+        matched.update(o for _rank, _d, o in matches)
     unmatched = []
     for _device, _kind, _glob, original in parsed:
         if original not in used and original not in unmatched:
             unmatched.append(original)
-    return node_device, unmatched
+    return node_device, unmatched, frozenset(matched - used)
+
+
+def _no_claim_message(unmatched: Sequence[str], overridden: frozenset[str], num_ops: int) -> str:
+    """Rule 3's report: patterns that matched nothing, and patterns always overridden."""
+    missed = [p for p in unmatched if p not in overridden]
+    lost = [p for p in unmatched if p in overridden]
+    parts = []
+    if missed:
+        parts.append(f"placement rule pattern(s) {', '.join(map(repr, missed))} matched no op in a graph of {num_ops} ops")
+    if lost:
+        parts.append(
+            f"placement rule pattern(s) {', '.join(map(repr, lost))} claimed no op: more specific patterns "
+            "decided every op they matched"
+        )
+    return "; ".join(parts)
 
 
 def _specificity(node: torch.fx.Node, kind: str, glob: str) -> tuple[int, int, int] | None:
