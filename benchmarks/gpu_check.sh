@@ -3,22 +3,31 @@
 #
 #   OUT=/some/dir PYTHONPATH=. bash benchmarks/gpu_check.sh      # from the repository root
 #
-# Parts (each guarded: a failure or timeout is logged and the next part still runs):
-#   1. pytest -m gpu on the runtime tests        -> $OUT/gpu_tests.log
-#   2. benchmarks/copy_bandwidth.py              -> $OUT/copy_bandwidth.csv, copy_bandwidth.log
-#   3. the tiny MoE decode step on backend="cuda" for every placement strategy: measured
-#      vs modeled (sim) time per token           -> $OUT/moe_cuda_vs_sim.csv, .log,
-#                                                   $OUT/moe_timelines.csv (measured events)
-# plus $OUT/env.txt (versions, GPU) and $OUT/exit_codes.txt. At most 8 files, each
-# truncated to 15 MiB; the time limits below add up to 7.5 minutes.
+# Parts (each guarded: a failure or timeout is logged and the next part still runs), with
+# their time limits; the limits and the set-up add up to under 8 minutes:
+#   1. pytest -m gpu on the runtime tests (160 s)    -> $OUT/gpu_tests.log
+#   2. benchmarks/copy_bandwidth.py up to 256 MiB (100 s)
+#                                                     -> $OUT/copy_bandwidth.csv
+#   3. workbench.calibrate(backend="cuda"), benchmarks/calibrate.py (100 s)
+#                                                     -> $OUT/measured/<gpu>.json (the measured
+#                                                        preset to commit as data/measured/<gpu>.json)
+#   4. the tiny MoE decode step on backend="cuda" for every placement strategy: measured
+#      vs modeled (the H200 datasheet preset, and the preset part 3 measured) (90 s)
+#                                                     -> $OUT/moe_cuda_vs_sim.csv,
+#                                                        $OUT/moe_timelines.csv (measured events)
+# The output of parts 2-4 goes to $OUT/run.log; $OUT/env.txt holds versions, the GPU as
+# nvidia-smi reports it and, at the end, each part's exit code and seconds. Seven files
+# in all (the device machine returns at most 8), each truncated to 15 MiB.
 set -u
 
 OUT="${OUT:?set OUT to the folder the results go to}"
-mkdir -p "$OUT"
+mkdir -p "$OUT/measured"
 PY="${PYTHON:-python}"
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-CODES="$OUT/exit_codes.txt"
-: > "$CODES"
+export PYTHONUNBUFFERED=1
+ENV="$OUT/env.txt"
+LOG="$OUT/run.log"
+: > "$LOG"
 
 cap() {  # keep every output file at most 15 MiB
     for f in "$@"; do [ -f "$f" ] && truncate -s '<15M' "$f"; done
@@ -26,7 +35,7 @@ cap() {  # keep every output file at most 15 MiB
 }
 
 log_code() {  # part name, exit code, seconds
-    echo "$1 exit=$2 seconds=$3" | tee -a "$CODES"
+    echo "$1 exit=$2 seconds=$3" | tee -a "$LOG" >> "$ENV"
 }
 
 {
@@ -34,28 +43,39 @@ log_code() {  # part name, exit code, seconds
     "$PY" -c 'import sys, torch, numpy; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda); print("numpy", numpy.__version__)'
     "$PY" -c 'import cupy; print("cupy", cupy.__version__)'
     "$PY" -c 'from workbench.runtime import cuda_available, cuda_unavailable_reason; print("cuda_available", cuda_available(), cuda_unavailable_reason())'
+    nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv 2>&1
     nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv 2>&1
-} > "$OUT/env.txt" 2>&1
-cap "$OUT/env.txt"
+    echo "# parts: name exit=code seconds=s"
+} > "$ENV" 2>&1
 
 # -- 1. GPU tests ---------------------------------------------------------------------------
 t0=$SECONDS
-timeout 200 "$PY" -m pytest -m gpu tests/runtime -rA -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log"
+timeout 160 "$PY" -m pytest -m gpu tests/runtime -rA -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log"
 log_code gpu_tests "${PIPESTATUS[0]}" $((SECONDS - t0))
 cap "$OUT/gpu_tests.log"
 
 # -- 2. copy bandwidth ----------------------------------------------------------------------
 t0=$SECONDS
-timeout 150 "$PY" benchmarks/copy_bandwidth.py --out "$OUT/copy_bandwidth.csv" 2>&1 | tee "$OUT/copy_bandwidth.log"
+echo "## copy bandwidth" >> "$LOG"
+timeout 100 "$PY" benchmarks/copy_bandwidth.py --max-size 256MiB --repeats 10 --out "$OUT/copy_bandwidth.csv" 2>&1 | tee -a "$LOG"
 log_code copy_bandwidth "${PIPESTATUS[0]}" $((SECONDS - t0))
-cap "$OUT/copy_bandwidth.csv" "$OUT/copy_bandwidth.log"
+cap "$OUT/copy_bandwidth.csv"
 
-# -- 3. MoE decode step: measured on cuda vs modeled -------------------------------------------
+# -- 3. calibration -------------------------------------------------------------------------
+t0=$SECONDS
+echo "## calibration" >> "$LOG"
+timeout 100 "$PY" benchmarks/calibrate.py --backend cuda --out "$OUT/measured" 2>&1 | tee -a "$LOG"
+log_code calibrate "${PIPESTATUS[0]}" $((SECONDS - t0))
+cap "$OUT"/measured/*.json
+
+# -- 4. MoE decode step: measured on cuda vs modeled -------------------------------------------
 SCRIPT="$(mktemp "${TMPDIR:-/tmp}/moe_cuda_vs_sim.XXXXXX.py")"
 cat > "$SCRIPT" <<'PYEOF'
 """Tiny MoE decode step per placement strategy: measured time per token on a backend
-(CUDA events, median of repeats after a warm-up call) vs the sim model (estimate)."""
+(CUDA events, median of repeats after a warm-up call) vs the cost model (estimate) with
+the H200 datasheet preset and, when part 3 wrote one, the measured preset."""
 import csv
+import glob
 import statistics
 import sys
 import time
@@ -71,6 +91,7 @@ from workbench.strategies import strategy_variants
 
 out_dir, backend = sys.argv[1], sys.argv[2]
 repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 20
+measured_files = sorted(glob.glob(f"{out_dir}/measured/*.json"))
 if backend == "cuda" and not cuda_available():
     print(cuda_unavailable_reason())
     sys.exit(0)
@@ -81,7 +102,10 @@ inputs = model.example_inputs()
 program = wb.capture(model, inputs)
 expected = model(*inputs)
 
-models = {"h200": CostModel.preset("h200", link="pcie_gen5"), "h200_measured": CostModel.preset("h200_measured", link="pcie_gen5")}
+models = {"h200": CostModel.preset("h200", link="pcie_gen5")}
+if measured_files:
+    models["measured"] = CostModel.load(measured_files[0])
+    print(f"measured preset: {measured_files[0]}", flush=True)
 rows, events = [], []
 for strategy in strategy_variants():
     label = strategy.label
@@ -111,9 +135,11 @@ for strategy in strategy_variants():
             events=len(res.timeline),
             measured_span_us=round(measured, 2),
             measured_wall_us=round(statistics.median(walls), 2),
+            wall_us_per_event=round(statistics.median(walls) / len(res.timeline), 2),
             modeled_h200_us=round(modeled["h200"].span_us, 2),
-            modeled_h200_measured_us=round(modeled["h200_measured"].span_us, 2),
             modeled_over_measured=round(modeled["h200"].span_us / measured, 3) if measured else "",
+            modeled_measured_us=round(modeled["measured"].span_us, 2) if "measured" in modeled else "",
+            measured_preset_over_measured=round(modeled["measured"].span_us / measured, 3) if "measured" in modeled and measured else "",
             measured_compute_us=round(totals["compute"], 2),
             modeled_compute_us=round(mtotals["compute"], 2),
             measured_copy_us=round(totals["h2d"] + totals["d2h"] + totals["d2d"], 2),
@@ -147,9 +173,10 @@ if events:
 sys.exit(1 if any(r.get("error") for r in rows) else 0)
 PYEOF
 t0=$SECONDS
-timeout 100 "$PY" "$SCRIPT" "$OUT" cuda 20 2>&1 | tee "$OUT/moe_cuda_vs_sim.log"
+echo "## MoE decode step, measured vs modeled" >> "$LOG"
+timeout 90 "$PY" "$SCRIPT" "$OUT" cuda 20 2>&1 | tee -a "$LOG"
 log_code moe_cuda_vs_sim "${PIPESTATUS[0]}" $((SECONDS - t0))
-cap "$OUT/moe_cuda_vs_sim.csv" "$OUT/moe_cuda_vs_sim.log" "$OUT/moe_timelines.csv"
+cap "$OUT/moe_cuda_vs_sim.csv" "$OUT/moe_timelines.csv" "$LOG" "$ENV"
 rm -f "$SCRIPT"
 
 echo "done; results in $OUT:"

@@ -24,7 +24,10 @@ from .place import Delegate, Placement, PlacementError, PlacementWarning, place
 from .planning.archive import PlanFileError
 from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, load_plan, plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
+from .runtime.calibrate import calibrate
 from .runtime.executor import RunResult, Session, estimate, load, run
+from .moe.decode import DecodeResult, decode
+from .sweeps import SweepResult, sweep
 
 #: Names served by ``workbench.views``, imported when first asked for.
 _VIEW_NAMES = ("BufferView", "GraphView", "PlacementExplorer", "TimelineView", "explore", "to_chrome_trace", "to_dot")
@@ -43,6 +46,10 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "DecodeResult",
+    "SweepResult",
+    "decode",
+    "sweep",
     "BufferView",
     "CPU",
     "CapacityError",
@@ -70,6 +77,7 @@ __all__ = [
     "TimelineView",
     "WorkbenchError",
     "WorkbenchWarning",
+    "calibrate",
     "capture",
     "copy_ops",
     "estimate",

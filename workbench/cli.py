@@ -2,8 +2,9 @@
 
 Commands:
   walkthrough  the MoE walkthrough: every placement strategy on a Qwen-3.5-MoE-shaped
-               decoder (tiny model run; full-size model analysed shape-only), or on a
-               transformers model with --model hf:FAMILY
+               decoder (tiny model run; full-size model analysed shape-only; the best
+               strategy per memory budget and link: sweep.csv, sweep_best.csv, pareto.png),
+               or on a transformers model with --model hf:FAMILY
   propagate    place and propagate a built-in example; print its graph and copies
 """
 
@@ -155,6 +156,15 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
         breakeven.to_csv(out / "streaming_breakeven.csv", index=False)
         print("\n# tokens per expert at which a streamed expert's copy hides behind its compute")
         print(breakeven.to_string(index=False))
+        if full_config == MoEConfig.full():  # the published anchors are of this configuration
+            decode = next((r.plan for r in full if r.strategy.label == "all_on_device+skip"), None)
+            anchors = wt.anchors_table(decode)
+            anchors.to_csv(out / "anchors.csv", index=False)
+            print("\n# published decode times vs the cost model (all on device, one set of device figures)")
+            print(anchors.to_string(index=False))
+            print("modeled/published: " + "; ".join(f"{r['hardware']} {r['ratio']:.2f}" for r in anchors.to_dict("records")))
+        if not args.skip_sweep:
+            _write_sweep(wt, full_config, rate, out, args.sweep_workers)
     return _finish(out, started, results)
 
 
@@ -239,6 +249,21 @@ def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
     return _finish(out, started, results)
 
 
+def _write_sweep(wt, config, rate: float, out, workers) -> None:
+    """The answer table: best strategy per budget and link (sweep.csv: every point;
+    sweep_best.csv: the answers; pareto.png)."""
+    matplotlib.use("Agg")  # files only
+    result = wt.capacity_sweep(config, prefetch_hit_rate=rate, workers=workers)
+    result.points.to_csv(out / "sweep.csv", index=False)
+    answers = wt.answer_table(result)
+    answers.to_csv(out / "sweep_best.csv", index=False)
+    result.pareto_figure().savefig(out / "pareto.png", dpi=120)
+    plt.close("all")
+    print(f"\n# capacity planning, shape-only, modeled on an H200: {len(result.points)} points in "
+          f"{result.seconds:.0f} s on {len(result.workers)} worker(s); best strategy per budget and link")
+    print(answers.to_string(index=False))
+
+
 def _write_figures(results, out, progress) -> None:
     """Graph, buffer and timeline figures and a Chrome trace for the streaming strategy;
     a timeline comparing every strategy."""
@@ -275,7 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--full-config", default="full", help="model analysed shape-only (default: the published 35B-A3B)")
     w.add_argument("--backend", choices=["sim", "cuda"], default="sim", help="sim (modeled time) or cuda (measured)")
     w.add_argument("--out", default="out/walkthrough", help="folder for CSV tables, PNG figures and Chrome traces")
-    w.add_argument("--skip-full", action="store_true", help="skip the full-size shape-only analysis")
+    w.add_argument("--skip-full", action="store_true", help="skip the full-size shape-only analysis (and the sweep)")
+    w.add_argument("--skip-sweep", action="store_true", help="skip the full-size budget sweep (sweep.csv, pareto.png)")
+    w.add_argument("--sweep-workers", type=int, default=None, help="processes for the budget sweep (default: CPUs)")
     w.add_argument("--no-progress", action="store_true", help="no progress bars")
     w.set_defaults(func=_cmd_walkthrough)
     p = sub.add_parser("propagate", help="place and propagate a built-in example, print graph and copies")

@@ -50,6 +50,7 @@ __all__ = ["ExpertLayer", "ExpertMap", "ExpertDiscoveryError", "find_experts", "
 #: Config keys that hold the routed-expert count, in the order they are looked up.
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
+_LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)(?=\.|$)")
 _INDEXED = re.compile(r"^(?P<list>.+)\.(?P<index>\d+)\.(?P<rest>[^\d].*)$")
 
 
@@ -61,6 +62,7 @@ class ExpertDiscoveryError(WorkbenchError, ValueError):
 class ExpertLayer:
     """The routed experts of one MoE layer."""
 
+    layer: Optional[int]  # index of the decoder layer: the last number in the container's path (3), if any
     module: str  # module path of the container, e.g. "model.layers.3.mlp.experts"
     weights: tuple[str, ...]  # names of the experts' parameters (stacked, or every expert's)
     num_experts: int  # E
@@ -139,6 +141,7 @@ class ExpertMap:
         """One row per MoE layer: container, layout, experts, router, weights, bytes."""
         rows = [
             {
+                "layer": layer.layer,
                 "module": layer.module,
                 "layout": layer.layout,
                 "num_experts": layer.num_experts,
@@ -149,7 +152,7 @@ class ExpertMap:
             }
             for layer in self.layers
         ]
-        columns = ["module", "layout", "num_experts", "router", "weights", "KiB_per_expert", "MiB_all_experts"]
+        columns = ["layer", "module", "layout", "num_experts", "router", "weights", "KiB_per_expert", "MiB_all_experts"]
         return pd.DataFrame(rows, columns=columns)
 
 
@@ -195,7 +198,9 @@ def find_experts(model: torch.nn.Module | Program, num_experts: Optional[int] = 
         if router is None:
             continue
         nbytes = sum(shapes[w][1] for w in weights)
-        layers.append(ExpertLayer(module, tuple(weights), count, router, layout, nbytes // count))
+        index = _LAYER_INDEX.findall(module)
+        layer = int(index[-1]) if index else None
+        layers.append(ExpertLayer(layer, module, tuple(weights), count, router, layout, nbytes // count))
     layers.sort(key=lambda layer: order[layer.weights[0]])
     return ExpertMap(tuple(layers))
 

@@ -54,6 +54,10 @@ from .propagate import DeviceGraph, propagate
 from .schedule import schedule
 
 __all__ = [
+    "EXPERT_MODULES",
+    "EXPERT_WEIGHTS",
+    "ExpertRule",
+    "ROUTED_EXPERTS",
     "Strategy",
     "StrategyError",
     "all_on_device",
@@ -63,23 +67,52 @@ __all__ = [
     "strategy_variants",
 ]
 
+#: Module path and parameter names of the built-in decoder's routed experts, as globs.
+EXPERT_MODULES = "layers.*.mlp.experts"
+EXPERT_WEIGHTS = "layers.*.mlp.experts.*"
+#: In ``Strategy.stream_constants``: the routed experts' weights, as found in each program.
+ROUTED_EXPERTS = "<routed experts>"
+
 #: Where a strategy's experts are: None (found in the program), a glob, or a map.
 ExpertsSpec = Union[None, str, ExpertMap]
 
 
 @dataclass(frozen=True)
+class ExpertRule:
+    """A placement rule that sends the routed experts' ops to the host and every other op
+    to ``device``. Which ops those are depends on the program, so ``Strategy.apply`` binds
+    it to each one (``for_program``)."""
+
+    device: str  # where every op outside the experts runs
+    experts: ExpertsSpec = None  # None: find_experts(program); a module-path glob; an ExpertMap
+
+    def for_program(self, program: Program) -> Callable[[torch.fx.Node], Optional[str]]:
+        """The node → device callable of this rule for ``program``."""
+        dev, spec = self.device, self.experts
+        if isinstance(spec, str):
+            return lambda node: None if any(fnmatch.fnmatchcase(p, spec) for p in module_paths(node)) else dev
+        experts = spec if isinstance(spec, ExpertMap) else find_experts(program)
+        return lambda node: None if experts.contains(node) else dev
+
+    def __call__(self, node: torch.fx.Node) -> Optional[str]:
+        raise StrategyError(
+            "an ExpertRule finds the experts in a program: apply the strategy (strategy.apply(program)) "
+            "or bind the rule first (rule.for_program(program))"
+        )
+
+
+@dataclass(frozen=True)
 class Strategy:
-    """A placement recipe: rules + flags + streamed weights, resolved per program."""
+    """A placement recipe: rules + flags + streamed weights."""
 
     name: str  # "all_on_device", "experts_on_host", "expert_streaming"
     description: str  # one sentence for tables and notebooks
+    rules: Callable[[torch.fx.Node], str | None]  # node → device, or None for the host; an ExpertRule is bound per program
     skip_copies: bool  # both skip flags: caller stages inputs on, and takes outputs from, the device
+    stream_constants: tuple[str, ...] = ()  # parameter names or globs kept on the host and streamed; ROUTED_EXPERTS: the found ones
     device: str = "cuda:0"  # the accelerator
     schedule: str = "overlap"  # issue order: "overlap" (copies early, compute around them) or "captured"
     prefetch: bool = False  # streamed experts are prefetched from the previous layer's prediction
-    # Where the routed experts are: None = find_experts(program); a glob over module paths
-    # (experts_on_host) or parameter names (expert_streaming); or an ExpertMap.
-    experts: ExpertsSpec = None
 
     @property
     def variant(self) -> str:
@@ -95,47 +128,30 @@ class Strategy:
         """This strategy issued in another order (``"captured"`` or ``"overlap"``)."""
         return replace(self, schedule=order)
 
-    def rules(self, program: Program) -> Callable[[torch.fx.Node], Optional[str]]:
-        """The placement callable for ``program``: node → device, or None for the host."""
-        dev = self.device
-        if self.name != "experts_on_host":
-            return lambda node: dev
-        if isinstance(self.experts, str):
-            glob = self.experts
-            return lambda node: None if any(fnmatch.fnmatchcase(p, glob) for p in module_paths(node)) else dev
-        experts = self._expert_map(program)
-        return lambda node: None if experts.contains(node) else dev
-
-    def stream_constants(self, program: Program) -> tuple[str, ...]:
-        """Names (or globs) of the weights kept on the host and streamed per call."""
-        if self.name != "expert_streaming":
-            return ()
-        if isinstance(self.experts, str):
-            return (self.experts,)
-        return self._expert_map(program).weights
-
     def apply(self, program: Program, *, strict: bool = False) -> DeviceGraph:
         """Place, propagate and schedule ``program`` under this strategy → ``DeviceGraph``.
 
-        A strategy that moves the experts but finds none to move warns
+        A strategy that moves the routed experts but finds none to move warns
         (``PlacementWarning``), or raises ``PlacementError`` with ``strict=True``.
         """
         self._check_program(program)
-        streamed = self.stream_constants(program)
-        if self.name == "expert_streaming" and not self._streams_anything(program, streamed):
-            self._nothing_to_move(program, strict)
-            streamed = ()
-        rule, host_ops = self.rules(program), []
+        streamed = self.streamed(program)
+        if self.stream_constants and not streamed:
+            self._nothing_to_move(program, strict, "parameter")
+        if not isinstance(self.rules, ExpertRule):
+            placed = place(program, self.rules, strict=strict)
+        else:
+            rule, host_ops = self.rules.for_program(program), []
 
-        def counted(node: torch.fx.Node) -> Optional[str]:
-            answer = rule(node)
-            if answer is None:
-                host_ops.append(node.name)
-            return answer
+            def counted(node: torch.fx.Node) -> Optional[str]:
+                answer = rule(node)
+                if answer is None:
+                    host_ops.append(node.name)
+                return answer
 
-        placed = place(program, counted, strict=strict)
-        if self.name == "experts_on_host" and not host_ops:
-            self._nothing_to_move(program, strict)
+            placed = place(program, counted, strict=strict)
+            if not host_ops:
+                self._nothing_to_move(program, strict, "op's module path")
         dg = propagate(
             placed,
             skip_h2d_for_method_inputs=self.skip_copies,
@@ -144,19 +160,22 @@ class Strategy:
         )
         return schedule(dg, self.schedule)
 
-    def _expert_map(self, program: Program) -> ExpertMap:
-        return self.experts if isinstance(self.experts, ExpertMap) else find_experts(program)
+    def streamed(self, program: Program) -> tuple[str, ...]:
+        """``stream_constants`` for ``program``: ROUTED_EXPERTS replaced by the experts found
+        there, and only the names and globs that match a parameter of it."""
+        names: list[str] = []
+        for pattern in self.stream_constants:
+            names += find_experts(program).weights if pattern == ROUTED_EXPERTS else [pattern]
+        constants = program.constants.values()
+        return tuple(n for n in names if any(fnmatch.fnmatchcase(c, n) for c in constants))
 
-    def _streams_anything(self, program: Program, streamed: tuple[str, ...]) -> bool:
-        names = program.constants.values()
-        return any(fnmatch.fnmatchcase(name, pattern) for pattern in streamed for name in names)
-
-    def _nothing_to_move(self, program: Program, strict: bool) -> None:
+    def _nothing_to_move(self, program: Program, strict: bool, what: str) -> None:
         """The no-claim report: a strategy about experts that found none."""
+        spec = self.rules.experts if isinstance(self.rules, ExpertRule) else None
+        given = [p for p in self.stream_constants if p != ROUTED_EXPERTS] or ([spec] if isinstance(spec, str) else [])
         where = (
-            f"the glob {self.experts!r} matches no "
-            + ("parameter" if self.name == "expert_streaming" else "op's module path")
-            if isinstance(self.experts, str)
+            f"{', '.join(map(repr, given))} {'matches' if len(given) == 1 else 'match'} no {what}"
+            if given
             else "no routed experts were found (workbench.experts.find_experts looks for stacked "
             "per-expert weights or one module per expert, scored by a router)"
         )
@@ -170,7 +189,7 @@ class Strategy:
     def _check_program(self, program: Program) -> None:
         """A prefetching strategy needs the hints in the graph; a plain streaming strategy
         must not get them (propagation would prefetch under the wrong label)."""
-        if self.name != "expert_streaming":
+        if not self.stream_constants and not self.prefetch:
             return
         hinted = any(n.op == "call_function" and n.target is SELECT_ROWS for n in program.graph.nodes)
         if self.prefetch and not hinted:
@@ -202,22 +221,22 @@ def _check_experts(experts: ExpertsSpec, what: str) -> ExpertsSpec:
 def all_on_device(device: str = "cuda:0", skip_copies: bool = True) -> Strategy:
     """Everything on ``device``: weights resident, only inputs/outputs cross."""
     dev = str(Device.parse(device))
-    return Strategy("all_on_device", f"every op and weight on {dev}", skip_copies, device=dev)
+    return Strategy("all_on_device", f"every op and weight on {dev}", lambda node: dev, skip_copies, device=dev)
 
 
 def experts_on_host(device: str = "cuda:0", skip_copies: bool = True, experts: ExpertsSpec = None) -> Strategy:
     """Routed experts' FFNs on the host (weights stay there); everything else on ``device``.
 
     ``experts``: None finds them in the program; a glob over module paths
-    (``"layers.*.mlp.experts"``) or an ``ExpertMap`` names them.
+    (``EXPERT_MODULES``, the built-in decoder's) or an ``ExpertMap`` names them.
     """
     dev = str(Device.parse(device))
     return Strategy(
         "experts_on_host",
         f"routed experts run on the host; attention, router, shared expert on {dev}",
+        ExpertRule(dev, _check_experts(experts, "experts")),
         skip_copies,
         device=dev,
-        experts=_check_experts(experts, "experts"),
     )
 
 
@@ -227,7 +246,7 @@ def expert_streaming(
     """Everything on ``device``; routed experts' weights stream from the host per layer.
 
     ``weights``: None finds them in the program; a glob over parameter names
-    (``"layers.*.mlp.experts.*"``) or an ``ExpertMap`` names them.
+    (``EXPERT_WEIGHTS``, the built-in decoder's) or an ``ExpertMap`` names them.
     ``prefetch=True`` needs a program of ``QwenMoEDecoder(config, expert_prefetch=True)``:
     each layer's predicted experts are prefetched during the layer before, and only the
     mispredicted ones are copied once the router has chosen.
@@ -235,6 +254,8 @@ def expert_streaming(
     if not isinstance(prefetch, bool):
         raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
     dev = str(Device.parse(device))
+    spec = _check_experts(weights, "weights")
+    streamed = (ROUTED_EXPERTS,) if spec is None else (spec,) if isinstance(spec, str) else spec.weights
     what = (
         "prefetches each layer's predicted experts during the layer before, then copies the missed ones"
         if prefetch
@@ -243,10 +264,11 @@ def expert_streaming(
     return Strategy(
         "expert_streaming",
         f"every op on {dev}; {what}",
+        lambda node: dev,
         skip_copies,
+        stream_constants=streamed,
         device=dev,
         prefetch=prefetch,
-        experts=_check_experts(weights, "weights"),
     )
 
 

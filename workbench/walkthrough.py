@@ -12,8 +12,17 @@ Two analyses, both computed from the model, never written in:
 ``streaming_breakeven`` answers: how many tokens must each streamed expert process
 before its weight copy hides behind its compute?
 
+``anchors_table`` (from ``workbench.anchors``) sets the modeled all-on-device decode step
+beside published measurements of the same model (ExecuTorch on an A100, per-kernel
+launches and CUDA-graph replay).
+
+``capacity_sweep`` asks the capacity-planning question of the full-size model: the best
+strategy per device-memory budget and link (``workbench.sweeps``); ``answer_table``
+prints it.
+
 Expert prefetch (``expert_streaming+prefetch``) runs on a model built with
 ``expert_prefetch=True`` (same weights, same outputs, routing hints in the graph).
+
 ``measured_hit_rate`` measures on the tiny model how many routed experts the previous
 layer predicts; the tiny table reports each run's own hits and the bytes that really
 crossed the link; ``prefetch_sensitivity`` times the full-size prefetch plan at hit
@@ -28,6 +37,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import pandas as pd
 import torch
 
+from .anchors import anchors_table
 from .capture import capture
 from .models import MoEConfig, QwenMoEDecoder
 from .planning.memory_plan import MemoryPlan, plan
@@ -37,10 +47,14 @@ from .runtime.cost_model import CostModel, dtype_class, op_cost
 from .runtime.executor import RunResult, estimate, run
 from .runtime.tensors import stage_inputs, to_host
 from .strategies import Strategy, expert_streaming, strategy_variants
+from .sweeps import SweepResult, default_grid, sweep
 
 __all__ = [
     "LINKS",
     "StrategyResult",
+    "anchors_table",
+    "answer_table",
+    "capacity_sweep",
     "full_size_results",
     "full_size_table",
     "measured_hit_rate",
@@ -359,6 +373,61 @@ def prefetch_sensitivity(
             row[f"overlap {link}"] = round(timeline.overlap_fraction(), 3)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def capacity_sweep(
+    config: Optional[MoEConfig] = None,
+    *,
+    budgets: Sequence[float] = (8, 16, 24, 32, 48, 80),
+    links: Sequence[str] = LINKS,
+    strategies: Optional[Any] = None,
+    executor: Any = None,
+    prefetch_hit_rate: Optional[float] = None,
+    workers: Optional[int] = None,
+) -> SweepResult:
+    """The capacity-planning question for ``config`` (default: the published 35B-A3B,
+    shape-only): every strategy setting of ``sweeps.default_grid`` under every link, and
+    the best per budget (``workbench.sweeps.sweep``; expert-cache hit rates from a
+    synthetic trace, labelled so)."""
+    config = config or MoEConfig.full()
+    rate = measured_hit_rate() if prefetch_hit_rate is None else prefetch_hit_rate
+    return sweep(
+        config,
+        budgets,
+        links,
+        strategies or default_grid(config),
+        executor,
+        prefetch_hit_rate=rate,
+        workers=workers,
+    )
+
+
+def answer_table(result: SweepResult) -> pd.DataFrame:
+    """One row per (budget, link) of a ``capacity_sweep``: the best strategy, its
+    parameters, tokens/s, MiB over the link per token, device GiB used, and where its
+    hit rate comes from ("" when it has none)."""
+    best = result.best
+    params = [c for c in best.columns if c.startswith("param.")]
+
+    def parameters(row: pd.Series) -> str:
+        def text(v: Any) -> str:  # a column with gaps holds floats: 16.0 was 16
+            return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+        return ", ".join(f"{c.removeprefix('param.')}={text(row[c])}" for c in params if pd.notna(row[c]))
+
+    return pd.DataFrame(
+        {
+            "budget_GiB": best["budget_GiB"],
+            "link": best["link"],
+            "best": best["strategy"].where(best["fits"], "(nothing fits)"),
+            "parameters": best.apply(parameters, axis=1).where(best["fits"], ""),
+            "tok/s": best["tok/s"],
+            "MiB/token": best["link_MiB/token"],
+            "device_GiB": best["device_GiB"],
+            "hit_rate": best["expected_hit_rate"].round(3),
+            "hit_rate_from": best["hit_rate_source"].fillna(""),
+        }
+    )
 
 
 def streaming_breakeven(

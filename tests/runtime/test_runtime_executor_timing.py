@@ -13,12 +13,12 @@ N = 1024  # floats per input: 4 KiB
 NBYTES = 4 * N
 
 # Round numbers: 1 GB/s links and device memory (1 byte per ns), 1 µs copy latency,
-# no launch overhead, so a copy of NBYTES lasts 1 + 4.096 µs and an elementwise op on
+# no launch overhead, kernel gap or kernel floor, so a copy of NBYTES lasts 1 + 4.096 µs and an elementwise op on
 # two such tensors (read 2, write 1) lasts 12.288 µs.
 MODEL = CostModel(
     h2d_bandwidth=1e9, d2h_bandwidth=1e9, d2d_bandwidth=1e9,
     h2d_latency=1e-6, d2h_latency=1e-6, d2d_latency=1e-6,
-    device_memory_bandwidth=1e9, launch_overhead=0.0,
+    device_memory_bandwidth=1e9, launch_overhead=0.0, kernel_gap=0.0, min_kernel_time=0.0,
     name="round numbers",
 )  # fmt: skip
 

@@ -23,7 +23,7 @@ from conftest import reference_routing
 E, R, C = 16, 8, 4  # toy weight: 16 rows of (8, 4) float32 = 128 B each
 ROW = R * C * 4
 MODEL = CostModel(
-    h2d_bandwidth=1e9, h2d_latency=1e-6, device_memory_bandwidth=4e9, launch_overhead=0.0, name="round numbers"
+    h2d_bandwidth=1e9, h2d_latency=1e-6, device_memory_bandwidth=4e9, launch_overhead=0.0, kernel_gap=0.0, min_kernel_time=0.0, name="round numbers"
 )
 
 

@@ -3,7 +3,8 @@
 - ``allocators``: ``DeviceAllocator`` (host, simulated cuda, CuPy cuda) and the registry.
 - ``buffers``: ``DeviceBuffer``, one allocation freed exactly once; live-byte counters.
 - ``tensors``: which device a tensor is on; ``to_device``/``clone_to``/``to_host``.
-- ``cost_model``: link, device and host figures; copy and roofline times; ``op_cost``.
+- ``cost_model``: link, device, launch and host figures; copy and roofline times; ``op_cost``.
+- ``calibrate`` (with ``probes``): measure a machine and fit a ``CostModel`` to it.
 - ``timeline``: ``Event``, ``Timeline`` and the ``StreamScheduler`` for modeled time.
 - ``cuda``: whether CUDA can run here, and the CuPy allocator.
 - ``executor``: ``run`` a plan, ``load`` it into a ``Session`` for many calls, ``estimate``
@@ -37,9 +38,14 @@ from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
 from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Session, estimate, load, run, steps_of
 from .run_result import SlotWrites
+from .calibrate import Calibration, CalibrationError, CalibrationPlan, calibrate
 
 __all__ = [
     "BACKENDS",
+    "Calibration",
+    "CalibrationError",
+    "CalibrationPlan",
+    "calibrate",
     "EVENT_KINDS",
     "ExecutorError",
     "InputError",

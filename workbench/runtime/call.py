@@ -249,7 +249,9 @@ class Call:
             elif step.slot_write == "direct" and self.s.run_node is None:  # rule 7
                 variant = out_variant(node.target)
                 assert variant is not None  # steps chose "direct" because it has one
-                result = variant(args, kwargs, self._direct_destination(node, device))
+                outs = self._direct_destinations(node, device)
+                variant(args, kwargs, outs)
+                result = outs[0] if variant.results == 1 else tuple(outs)
                 self._direct += 1
             else:
                 if self.s.run_node is not None:
@@ -269,14 +271,19 @@ class Call:
             self.clock.after(step, lambda: session.op_time(step, node, args, kwargs, result), 0)
         self.env[node.name] = result
 
-    def _direct_destination(self, node: torch.fx.Node, device: Device) -> torch.Tensor:
-        """Where an ``out=`` op writes: the value's slot, or a fresh buffer the caller owns."""
+    def _direct_destinations(self, node: torch.fx.Node, device: Device) -> list[torch.Tensor]:
+        """Where an ``out=`` op writes, one tensor per result: the planned slots (of the
+        value, or of its ``getitem`` users for a multi-output op), or a fresh buffer the
+        caller owns."""
+        if isinstance(value_of(node), (tuple, list)):
+            slots = {u.args[1]: self.s.slot(u.name, value_of(u)) for u in node.users if u.target is operator.getitem}
+            return [slots[i] for i in range(len(slots))]
         like = value_of(node)
         if node.name in self.plan.allocations:
-            return self.s.slot(node.name, like)
+            return [self.s.slot(node.name, like)]
         buffer = DeviceBuffer.on(device, int(like.numel()) * like.element_size(), self.s.registry)
         self.owned.append(buffer)
-        return owned_tensor(buffer, like.dtype, tuple(like.shape))
+        return [owned_tensor(buffer, like.dtype, tuple(like.shape))]
 
     def _slot_copy_bytes(self, node: torch.fx.Node, device: Device, result: Any, args: tuple, kwargs: dict) -> int:
         """Bytes that binding ``result`` will copy into slots or caller-owned buffers (rule 7)."""

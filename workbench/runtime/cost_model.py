@@ -1,11 +1,13 @@
-"""The cost model: how long a copy or an op takes on the simulated machine.
+"""The cost model: how long a copy or an op takes on a modeled machine, and how kernels reach it.
 
 Rules:
 
 1. A copy of N bytes takes ``latency + N / bandwidth`` for its direction (h2d, d2h, d2d);
    from or to pageable host memory the bandwidth is multiplied by ``pageable_factor``.
-2. An op takes ``launch overhead + max(FLOPs / peak FLOP/s, bytes touched / memory
-   bandwidth)`` on its device (the roofline), with the peak for the op's dtype class.
+2. A device kernel runs ``max(min_kernel_time, FLOPs / peak FLOP/s, bytes touched / memory
+   bandwidth)`` (the roofline with a floor), with the peak for the op's dtype class. A
+   host op takes ``host_op_overhead + max(FLOPs / host FLOP/s, bytes / host bandwidth)``:
+   the host thread runs it itself, so its overhead adds.
 3. FLOPs are counted by ``torch.utils.flop_counter.FlopCounterMode``, never by hand;
    bytes touched are the bytes of the tensors an op reads plus those it writes.
 4. Everything is deterministic: same inputs, same numbers, on every machine.
@@ -15,33 +17,93 @@ Rules:
    bandwidth)``. Shape-only estimates do not know which rows the prefetch holds; they
    charge ``(1 - prefetch_hit_rate)`` of the rows to the link. ``prefetch_hit_rate``
    defaults to 0.0, the pessimistic bound: every row crosses, as if nothing was prefetched.
+6. Launch modes (``launch_mode``; the scheduling lives in ``sim_timing``). ``"eager"``:
+   the host issues every device operation itself, a kernel or a copy, one per
+   ``launch_overhead`` of host time, and the device runs each as soon as it has
+   arrived, its stream is free (plus ``kernel_gap`` between kernels) and its inputs are
+   ready: a run of short kernels costs about ``launch_overhead`` each (issue-bound), a
+   run of long ones their own durations while the host runs ahead. ``"graph"``: the
+   device operations between two host steps are one captured graph per device, launched
+   with one ``graph_launch_overhead``; its kernels then run back to back, ``kernel_gap``
+   apart. Copies stay separate events on their own streams in both modes and last the
+   same (rule 1).
+7. With ``graph_launch_overhead <= launch_overhead`` (every preset), graph replay is never
+   slower than eager launches of the same steps: each device operation is released no
+   later, and everything else is the same.
 
-Figures in the presets are published datasheet peaks or typical achieved rates, as each
-comment says; they are leads for modeling, not measurements of this machine.
+What each figure means physically, and where the presets' values come from:
+
+- ``h2d/d2h_bandwidth``, ``h2d/d2h_latency``: the host link per direction with pinned
+  memory — sustained bytes/s of a large copy, and the fixed device-side cost of one copy
+  (DMA set-up, completion; issuing it is a launch, rule 6). ``d2d_*``: the
+  device↔device path. ``pageable_factor``: the share of the pinned bandwidth a copy
+  from/to pageable memory reaches (it is staged through pinned buffers). Link presets: PCIe and NVLink-C2C peak rates with typical
+  achieved shares; latencies are estimates.
+- ``device_flops_<class>``: peak dense FLOP/s of the device's math units for a dtype
+  class; ``device_memory_bandwidth``: peak HBM bytes/s. Datasheet figures, cited per preset.
+- ``launch_overhead``: host time to issue one kernel (or copy) through the runtime and
+  driver — the host's issue rate in eager mode. 3.8 µs: back-to-back stream launches
+  of a short kernel ran at 3.8 µs per kernel in NVIDIA's "Getting Started with CUDA
+  Graphs" (V100, CUDA 10); a host-side figure, taken for every GPU here.
+- ``graph_launch_overhead``: host time to launch one instantiated CUDA graph (one driver
+  call, whatever its size). 2.5 µs, an estimate: of the order of one kernel launch.
+- ``kernel_gap``: device time between the end of one kernel and the start of the next
+  on the same stream when both are already queued (the front end fetching the next
+  launch, its blocks being dispatched). 0.4 µs, an estimate: NVIDIA's same article
+  shows a graph of short kernels at ~0.5 µs per kernel above the kernels' own time.
+- ``min_kernel_time``: the shortest a kernel runs even when it touches a few bytes: one
+  DRAM round trip for its loads, its stores drained, its blocks retired. 1.0 µs, an
+  estimate. ``kernel_gap + min_kernel_time`` is the per-kernel floor of graph replay;
+  it is the figure ExecuTorch's graph-replay decode anchor constrains (see
+  ``workbench.anchors``), and ``workbench.calibrate`` measures both on a real GPU.
+- ``host_flops``, ``host_memory_bandwidth``, ``host_op_overhead``: the CPU that runs host
+  ops: sustained FLOP/s, DRAM bytes/s, and the per-op cost of the framework (estimates).
+
+Figures in the presets are published datasheet peaks, published measurements or stated
+estimates, as each comment says; ``workbench.calibrate(backend="cuda")`` measures every
+one of them on the machine at hand and writes a measured preset under
+``data/measured/``, loadable as ``CostModel.preset("measured:<name>")`` or
+``CostModel.load(path)``.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
+import os
 import warnings
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, NamedTuple
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..devices import CopyKind, Device, DeviceLike
 from ..copy_ops import SELECT_ROWS
-from ..errors import WorkbenchWarning
+from ..devices import CopyKind, Device, DeviceError, DeviceLike
+from ..errors import WorkbenchError, WorkbenchWarning
 
 DTYPE_CLASSES: tuple[str, ...] = ("fp64", "fp32", "bf16", "fp8")
+LAUNCH_MODES: tuple[str, ...] = ("eager", "graph")
+#: Prefix of a measured preset's name: ``CostModel.preset("measured:h200")``.
+MEASURED_PREFIX = "measured:"
+#: Environment variable naming another folder of measured presets (default: ``data/measured``).
+MEASURED_DIR_ENV = "WORKBENCH_MEASURED_DIR"
 
 
 class CostModelWarning(WorkbenchWarning):
     """An op's cost could not be counted exactly (it had no meta kernel)."""
+
+
+class CostModelError(WorkbenchError, ValueError):
+    """A cost model figure, preset, copy kind or file is not valid (the message says what is)."""
+
+
+class CostModelTypeError(WorkbenchError, TypeError):
+    """A cost model figure or argument has the wrong type."""
 
 
 # Link presets: the host↔device link, and the device↔device path of that system.
@@ -61,24 +123,40 @@ _LINKS: dict[str, dict[str, float]] = {
         h2d_bandwidth=450e9, d2h_bandwidth=450e9, d2d_bandwidth=450e9,
         h2d_latency=4e-6, d2h_latency=4e-6, d2d_latency=4e-6, pageable_factor=0.5,
     ),
-}
+}  # fmt: skip
 
-# Device presets. Latencies above and launch overheads here are estimates of the fixed
-# cost of one CUDA API call plus its setup (a few microseconds), not measurements.
+# How kernels reach a GPU (module docstring: what each figure means and where it comes
+# from). Host-side launch costs depend on the CPU, driver and runtime more than on the
+# GPU, so every device preset shares them.
+_LAUNCH: dict[str, float] = dict(
+    launch_overhead=3.8e-6, graph_launch_overhead=2.5e-6, kernel_gap=0.4e-6, min_kernel_time=1.0e-6
+)
+
+# A100 math units (A100 datasheet, dense): fp64 tensor 19.5 TFLOP/s, fp32 19.5, bf16/fp16
+# tensor 312; no fp8 units, so fp8 runs at the bf16 rate.
+_A100_MATH: dict[str, float] = dict(
+    device_flops_fp64=19.5e12, device_flops_fp32=19.5e12, device_flops_bf16=312e12, device_flops_fp8=312e12
+)
+
+# Device presets: datasheet peaks (dense, no sparsity).
 _DEVICES: dict[str, dict[str, float]] = {
+    # NVIDIA A100 40 GB SXM4 (A100 datasheet): HBM2 1,555 GB/s.
+    "a100_40gb": dict(**_A100_MATH, device_memory_bandwidth=1.555e12, **_LAUNCH),
+    # NVIDIA A100 80 GB SXM4 (same datasheet): the same math units; HBM2e 2,039 GB/s.
+    "a100_80gb": dict(**_A100_MATH, device_memory_bandwidth=2.039e12, **_LAUNCH),
     # NVIDIA H200 SXM datasheet peaks (dense): fp64 tensor 67 TFLOP/s, fp32 67,
     # bf16/fp16 989 (989.5), fp8 1979; HBM3e 4.8 TB/s.
     "h200": dict(
         device_flops_fp64=67e12, device_flops_fp32=67e12, device_flops_bf16=989e12,
-        device_flops_fp8=1979e12, device_memory_bandwidth=4.8e12, launch_overhead=5e-6,
+        device_flops_fp8=1979e12, device_memory_bandwidth=4.8e12, **_LAUNCH,
     ),
     # Achieved on one H200: an 8192^3 bf16 matmul through torch at ~790 TFLOP/s and a
     # device copy at ~4.3 TB/s (bytes read + written); fp32/fp64/fp8 scaled by the same 0.8.
     "h200_measured": dict(
         device_flops_fp64=53.6e12, device_flops_fp32=53.6e12, device_flops_bf16=790e12,
-        device_flops_fp8=1583e12, device_memory_bandwidth=4.3e12, launch_overhead=5e-6,
+        device_flops_fp8=1583e12, device_memory_bandwidth=4.3e12, **_LAUNCH,
     ),
-}
+}  # fmt: skip
 
 # Host presets (the CPU that runs host ops).
 _HOSTS: dict[str, dict[str, float]] = {
@@ -90,12 +168,33 @@ _HOSTS: dict[str, dict[str, float]] = {
     "laptop": dict(host_flops=0.5e12, host_memory_bandwidth=60e9, host_op_overhead=2e-6),
 }
 
+# Figures that may be 0 (a fixed cost can vanish); every other number must be > 0.
+_MAY_BE_ZERO = frozenset(
+    {"h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "graph_launch_overhead",
+     "kernel_gap", "min_kernel_time", "host_op_overhead"}
+)  # fmt: skip
+
 
 def _choice(kind: str, name: str, table: dict[str, Any]) -> dict[str, Any]:
     try:
         return table[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown {kind} preset {name!r}; valid: {', '.join(sorted(table))}") from None
+        raise CostModelError(f"unknown {kind} preset {name!r}; valid: {', '.join(sorted(table))}") from None
+
+
+def measured_dir() -> Path:
+    """The folder of measured presets: ``$WORKBENCH_MEASURED_DIR`` if set, else the
+    repository's ``data/measured``."""
+    override = os.environ.get(MEASURED_DIR_ENV, "").strip()
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[2] / "data" / "measured"
+
+
+def measured_preset_names() -> tuple[str, ...]:
+    """Names of the measured presets in ``measured_dir()`` (``h200`` for ``h200.json``)."""
+    folder = measured_dir()
+    return tuple(sorted(p.stem for p in folder.glob("*.json"))) if folder.is_dir() else ()
 
 
 def dtype_class(dtype: torch.dtype) -> str:
@@ -114,7 +213,11 @@ def dtype_class(dtype: torch.dtype) -> str:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Link, device and host figures of a modeled machine, and the times they imply."""
+    """Link, device, launch and host figures of a modeled machine, and the times they imply.
+
+    What each figure means physically and where the preset values come from: see the
+    module docstring.
+    """
 
     # Host↔device link, per direction, and the device↔device path.
     h2d_bandwidth: float = 50e9  # bytes/s
@@ -130,7 +233,12 @@ class CostModel:
     device_flops_bf16: float = 989e12  # FLOP/s, bf16 and fp16
     device_flops_fp8: float = 1979e12  # FLOP/s
     device_memory_bandwidth: float = 4.8e12  # bytes/s
-    launch_overhead: float = 5e-6  # s per device op
+    # Launch (rules 6, 7).
+    launch_mode: str = "eager"  # "eager": one host launch per kernel; "graph": one per captured graph
+    launch_overhead: float = 3.8e-6  # s of host time per kernel launch (eager)
+    graph_launch_overhead: float = 2.5e-6  # s of host time per graph launch (graph)
+    kernel_gap: float = 0.4e-6  # s between back-to-back kernels on one stream
+    min_kernel_time: float = 1.0e-6  # s, the shortest a kernel runs
     # Host.
     host_flops: float = 3e12  # FLOP/s, any dtype
     host_memory_bandwidth: float = 300e9  # bytes/s
@@ -142,28 +250,64 @@ class CostModel:
 
     def __post_init__(self) -> None:
         for f in fields(self):
+            value = getattr(self, f.name)
             if f.name == "name":
+                if not isinstance(value, str):
+                    raise CostModelTypeError(f"CostModel.name must be a string, got {value!r}")
                 continue
+            if f.name == "launch_mode":
+                if value not in LAUNCH_MODES:
+                    raise CostModelError(
+                        f"CostModel.launch_mode must be one of {', '.join(LAUNCH_MODES)} "
+                        f"(per-kernel launches or CUDA-graph replay), got {value!r}"
+                    )
+                continue
+            number = not isinstance(value, bool) and isinstance(value, (int, float))
             if f.name == "prefetch_hit_rate":
-                value = self.prefetch_hit_rate
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                    raise ValueError(
+                if not number or not 0.0 <= value <= 1.0:
+                    raise CostModelError(
                         f"CostModel.prefetch_hit_rate must be a number in [0, 1] (the share of a reuse "
                         f"copy's rows a prefetch holds), got {value!r}"
                     )
                 continue
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"CostModel.{f.name} must be a number, got {value!r}")
-            low_ok = value >= 0 if f.name.endswith(("latency", "overhead")) else value > 0
-            if not low_ok:
-                raise ValueError(f"CostModel.{f.name} must be {'>= 0' if f.name.endswith(('latency', 'overhead')) else '> 0'}, got {value}")
+            if not number:
+                raise CostModelTypeError(f"CostModel.{f.name} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise CostModelError(f"CostModel.{f.name} must be finite, got {value}")
+            if f.name in _MAY_BE_ZERO:
+                if value < 0:
+                    raise CostModelError(f"CostModel.{f.name} must be >= 0, got {value}")
+            elif value <= 0:
+                raise CostModelError(f"CostModel.{f.name} must be > 0, got {value}")
         if self.pageable_factor > 1:
-            raise ValueError(f"CostModel.pageable_factor must be in (0, 1], got {self.pageable_factor}")
+            raise CostModelError(f"CostModel.pageable_factor must be in (0, 1], got {self.pageable_factor}")
 
+    # -- presets and files -----------------------------------------------------------------
     @classmethod
-    def preset(cls, device: str = "h200", link: str = "pcie_gen5", host: str = "x86_server") -> "CostModel":
-        """A model from named presets, e.g. ``CostModel.preset("h200", link="nvlink_c2c", host="grace")``."""
+    def preset(
+        cls, device: str = "h200", link: Optional[str] = None, host: Optional[str] = None
+    ) -> "CostModel":
+        """A model from named presets, e.g. ``CostModel.preset("a100_80gb", link="pcie_gen4")``.
+
+        ``device`` is a datasheet preset or ``"measured:<name>"``, a measured preset from
+        ``measured_dir()`` (written by ``workbench.calibrate``). Datasheet presets default
+        to ``link="pcie_gen5"`` and ``host="x86_server"``; a measured preset keeps its own
+        link and host figures unless ``link`` or ``host`` names a preset to put instead.
+        """
+        if isinstance(device, str) and device.startswith(MEASURED_PREFIX):
+            stem = device[len(MEASURED_PREFIX) :]
+            path = measured_dir() / f"{stem}.json"
+            if not stem or not path.is_file():
+                found = ", ".join(MEASURED_PREFIX + n for n in measured_preset_names()) or "none yet"
+                raise CostModelError(f"no measured preset {device!r} (looked for {path}); measured presets: {found}")
+            model = cls.load(path)
+            if link is not None:
+                model = model.with_link(link)
+            if host is not None:
+                model = replace(model, **_choice("host", host, _HOSTS))
+            return model
+        link = "pcie_gen5" if link is None else link
+        host = "x86_server" if host is None else host
         values = {
             **_choice("device", device, _DEVICES),
             **_choice("link", link, _LINKS),
@@ -173,25 +317,86 @@ class CostModel:
 
     @staticmethod
     def presets() -> dict[str, tuple[str, ...]]:
-        """The preset names: ``{"device": (...), "link": (...), "host": (...)}``."""
-        return {"device": tuple(sorted(_DEVICES)), "link": tuple(sorted(_LINKS)), "host": tuple(sorted(_HOSTS))}
+        """The preset names: ``{"device": (...), "link": (...), "host": (...), "measured": (...)}``."""
+        return {
+            "device": tuple(sorted(_DEVICES)),
+            "link": tuple(sorted(_LINKS)),
+            "host": tuple(sorted(_HOSTS)),
+            "measured": tuple(MEASURED_PREFIX + n for n in measured_preset_names()),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every figure by field name (plain floats and strings: JSON-ready)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "CostModel":
+        """The model with exactly these figures: every field but ``name`` must be present
+        (a file that lacks one would silently take another machine's figure)."""
+        if not isinstance(values, dict):
+            raise CostModelTypeError(f"a cost model is a dict of figures, got {type(values).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        missing = sorted(known - set(values) - {"name"})
+        if unknown or missing:
+            raise CostModelError(
+                "cost model figures do not match: "
+                + (f"unknown {unknown}; " if unknown else "")
+                + (f"missing {missing}; " if missing else "")
+                + f"valid: {', '.join(sorted(known))}"
+            )
+        return cls(**values)
+
+    def to_json(self) -> str:
+        """``to_dict()`` as JSON text."""
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CostModel":
+        """The model a ``to_json()`` text (or a measured preset file's text) describes."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CostModelError(f"cost model JSON does not parse: {exc}") from None
+        if isinstance(data, dict) and "cost_model" in data:  # a measured preset file
+            data = data["cost_model"]
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: Union[str, Path]) -> "CostModel":
+        """The model saved at ``path``: a measured preset (``workbench.calibrate``) or a
+        ``to_json()`` file."""
+        path = Path(path)
+        if not path.is_file():
+            raise CostModelError(f"no cost model file at {path}")
+        return cls.from_json(path.read_text())
 
     def with_link(self, link: str) -> "CostModel":
         """This model with another link preset."""
         name = self.name.split("+")
-        name[1:2] = [link]
+        if len(name) >= 2:
+            name[1:2] = [link]
+        else:
+            name.append(link)
         return replace(self, **_choice("link", link, _LINKS), name="+".join(name))
 
     def with_prefetch_hit_rate(self, rate: float) -> "CostModel":
         """This model expecting a prefetch to hold ``rate`` of a reuse copy's rows (rule 5)."""
         return replace(self, prefetch_hit_rate=rate)
 
+    def with_launch_mode(self, mode: str) -> "CostModel":
+        """This model launching kernels per op (``"eager"``) or by graph replay (``"graph"``)."""
+        return replace(self, launch_mode=mode)
+
     # -- times -----------------------------------------------------------------------------
     def copy_time_us(self, kind: str, nbytes: int, pinned: bool = True) -> float:
         """Microseconds to copy ``nbytes`` in direction ``kind`` (rule 1)."""
-        kind = CopyKind.parse(kind).value
+        try:
+            kind = CopyKind.parse(kind).value
+        except DeviceError as exc:
+            raise CostModelError(str(exc)) from None
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-            raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")
+            raise CostModelError(f"nbytes must be an int >= 0, got {nbytes!r}")
         bandwidth = getattr(self, f"{kind}_bandwidth")
         if not pinned and kind != "d2d":
             bandwidth *= self.pageable_factor
@@ -202,7 +407,7 @@ class CostModel:
         within device memory, in one launch (rule 5)."""
         for name, value in (("link_bytes", link_bytes), ("device_bytes", device_bytes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+                raise CostModelError(f"{name} must be an int >= 0, got {value!r}")
         bandwidth = self.h2d_bandwidth * (1.0 if pinned else self.pageable_factor)
         moving = max(link_bytes / bandwidth, 2 * device_bytes / self.device_memory_bandwidth)
         return (self.h2d_latency + moving) * 1e6
@@ -218,14 +423,17 @@ class CostModel:
         return self.host_memory_bandwidth if Device.parse(device).is_host else self.device_memory_bandwidth
 
     def compute_time_us(self, flops: int, bytes_touched: int, device: DeviceLike, dtype: torch.dtype = torch.float32) -> float:
-        """Microseconds for an op on ``device``: overhead + roofline (rule 2)."""
+        """Microseconds an op runs on ``device`` (rule 2): a device kernel's own duration,
+        without its launch (the scheduler charges launches, rule 6); a host op with its
+        overhead."""
         for name, value in (("flops", flops), ("bytes_touched", bytes_touched)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+                raise CostModelError(f"{name} must be a number >= 0, got {value!r}")
         dev = Device.parse(device)
-        overhead = self.host_op_overhead if dev.is_host else self.launch_overhead
         roofline = max(flops / self.peak_flops(dev, dtype), bytes_touched / self.memory_bandwidth(dev))
-        return (overhead + roofline) * 1e6
+        if dev.is_host:
+            return (self.host_op_overhead + roofline) * 1e6
+        return max(self.min_kernel_time, roofline) * 1e6
 
     def ridge_flops_per_byte(self, dtype: torch.dtype = torch.bfloat16) -> float:
         """Device FLOPs per byte of memory traffic where compute and memory time are equal."""
@@ -255,7 +463,7 @@ def concrete_size(d: Any) -> int:
         return d
     hint = getattr(getattr(d, "node", None), "hint", None)  # a backed SymInt's example value
     if hint is None:
-        raise ValueError(f"size {d} has no concrete value")
+        raise CostModelError(f"size {d} has no concrete value")
     return int(hint)
 
 

@@ -17,10 +17,20 @@ Rules:
 4. Factory ops are costed with ``device="meta"``: costing never allocates memory.
 5. ``SimClock`` places the events through a ``StreamScheduler`` with each step's
    ``deps``; the same steps and costs give the same timeline on every machine.
-6. A step whose result is copied into its planned slot (``Step.slot_write == "copy"``)
+6. Launches (``CostModel`` rule 6). One host thread issues the steps in program order
+   and runs the host steps itself; ``SimClock.host_us`` is where it stands. A host step
+   starts no earlier than that and moves it to the step's end. Eager: every device
+   operation — a kernel or a copy — costs the host ``launch_overhead`` and is released
+   when issued. Graph: the device operations between two host steps form one captured
+   graph per device (a copy belongs to the device whose copy stream runs it); the first
+   of them costs the host ``graph_launch_overhead`` and releases them all. A released
+   kernel starts once its stream has been free for ``kernel_gap`` (after a previous
+   kernel) and its deps have ended; a released copy once its stream is free and its deps
+   have ended.
+7. A step whose result is copied into its planned slot (``Step.slot_write == "copy"``)
    has a second event right after its op, on the same lane, with activity
-   ``slot_copy``: a memory copy that reads and writes its bytes once
-   (``compute_time_us(0, 2 × bytes)``, launch overhead included).
+   ``slot_copy``: a memory copy kernel (or, on the host, a memcpy) that reads and writes
+   its bytes once, launched like any other device operation (rule 6).
 """
 
 from __future__ import annotations
@@ -32,11 +42,12 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten
 
+from ..devices import Device
 from ..errors import ArgumentTypeError
 from ..graph_values import node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
 from .cost_model import CostModel, OpCost, concrete_size, op_cost
-from .steps import Step, event_of, steps_of
+from .steps import Lane, Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
 
 __all__ = ["SimClock", "cached_op_cost", "default_cost_model", "estimate", "expected_link_bytes", "reuse_cost", "step_dtype"]
@@ -130,7 +141,7 @@ def bind_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, in
 
 
 def slot_copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
-    """(µs, bytes, flops) of copying a step's result into its planned slot (rule 6): a
+    """(µs, bytes, flops) of copying a step's result into its planned slot (rule 7): a
     memory copy on the step's device, every byte read and written once."""
     device = event_of(step)[1][0] if step.device is None else step.device
     return model.compute_time_us(0, 2 * int(nbytes), device), int(nbytes), 0
@@ -145,40 +156,70 @@ def op_step_cost(model: CostModel, step: Step, target: Any, args: tuple, kwargs:
 
 
 class SimClock:
-    """Modeled time for one call: events placed by a ``StreamScheduler`` (rule 5)."""
+    """Modeled time for one call: events placed by a ``StreamScheduler`` (rules 5-7)."""
 
     def __init__(self, model: CostModel) -> None:
         self.model = model
         self._scheduler = StreamScheduler()
         self._events: dict[str, Event] = {}
+        self._host_us = 0.0  # where the host thread stands (rule 6)
+        self._graphs: dict[Device, float] = {}  # device → release time of its open captured graph
+        self._kernel_lanes: set[Lane] = set()  # lanes that have run a kernel
 
-    def add(self, step: Step, cost: Callable[[], tuple[float, int, int]]) -> Event:
-        """Schedule ``step`` after its deps; ``cost()`` gives (µs, bytes, flops)."""
-        duration, nbytes, flops = cost()
-        kind, (device, stream) = event_of(step)
+    @property
+    def host_us(self) -> float:
+        """Where the host thread stands: the end of its last launch or host step (rule 6)."""
+        return self._host_us
+
+    def _release_us(self, kind: str, lane: Lane) -> float:
+        """When an operation of ``kind`` on ``lane`` may start as far as the host is
+        concerned; charges its launch (rule 6)."""
+        if kind == "host":
+            return self._host_us
+        device = lane[0]
+        if self.model.launch_mode == "graph":
+            if device not in self._graphs:
+                self._host_us += self.model.graph_launch_overhead * 1e6
+                self._graphs[device] = self._host_us
+            released = self._graphs[device]
+        else:
+            self._host_us += self.model.launch_overhead * 1e6
+            released = self._host_us
+        if kind == "compute":
+            if lane in self._kernel_lanes:
+                released = max(released, self._scheduler.stream_free_us(*lane) + self.model.kernel_gap * 1e6)
+            self._kernel_lanes.add(lane)
+        return released
+
+    def _place(self, step: Step, duration: float, deps: list[Event], nbytes: int, flops: int, activity: str) -> Event:
+        kind, lane = event_of(step)
         event = self._scheduler.schedule(
             kind,
             step.name,
-            device,
-            stream,
+            *lane,
             duration,
-            deps=[self._events[d] for d in step.deps],
+            deps=deps,
             nbytes=nbytes,
             flops=flops,
+            activity=activity,
+            not_before_us=self._release_us(kind, lane),
         )
+        if kind == "host":  # the host thread ran it: later launches come after it
+            self._host_us = event.end_us
+            self._graphs.clear()
         self._events[step.name] = event
         return event
 
+    def add(self, step: Step, cost: CostFn) -> Event:
+        """Schedule ``step`` after its deps and its launch; ``cost()`` gives (µs, bytes, flops)."""
+        duration, nbytes, flops = cost()
+        return self._place(step, duration, [self._events[d] for d in step.deps], nbytes, flops, "op")
+
     def add_slot_copy(self, step: Step, nbytes: int) -> Event:
         """Schedule the copy of ``step``'s result into its slot, right after the op on the
-        same lane; later steps that wait for ``step`` wait for this copy (rule 6)."""
-        kind, (device, stream) = event_of(step)
+        same lane; later steps that wait for ``step`` wait for this copy (rule 7)."""
         duration, moved, _ = slot_copy_cost(self.model, step, nbytes)
-        event = self._scheduler.schedule(
-            kind, step.name, device, stream, duration, deps=[self._events[step.name]], nbytes=moved, activity="slot_copy"
-        )
-        self._events[step.name] = event
-        return event
+        return self._place(step, duration, [self._events[step.name]], moved, 0, "slot_copy")
 
     def timeline(self) -> Timeline:
         return self._scheduler.timeline()
@@ -187,7 +228,7 @@ class SimClock:
 # -- estimate: the same schedule from shapes alone ---------------------------------------------
 
 
-def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None) -> Timeline:
+def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_place_writes: bool = False) -> Timeline:
     """The modeled timeline of one call of ``plan``, from shapes alone.
 
     Runs no op and allocates no memory: FLOPs and bytes come from ``op_cost`` on meta
@@ -195,6 +236,11 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None) -> Timeli
     gives, for a program with static shapes, exactly the timeline ``run(plan, ...,
     backend="sim")`` records — except reuse copies, whose bytes depend on which rows the
     prefetch holds: they are charged ``cost_model.prefetch_hit_rate`` (rule 1).
+
+    ``in_place_writes=True`` models a runtime whose kernels all write their planned
+    memory directly — a compiled program, such as ExecuTorch's — instead of this
+    executor, which copies the results of ops without an ``out=`` variant into their
+    slots (rule 7): no ``slot_copy`` events.
     """
     if not isinstance(plan, MemoryPlan):
         raise ArgumentTypeError(f"estimate expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
@@ -205,7 +251,7 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None) -> Timeli
     for step, node in zip(steps_of(plan).steps, plan.device_graph.graph.nodes):  # one step per node, in order
         if step.event is not None:
             clock.add(step, _static_cost(model, step, node))
-            if step.slot_write == "copy":
+            if step.slot_write == "copy" and not in_place_writes:
                 clock.add_slot_copy(step, step.slot_copy_bytes)
     return clock.timeline()
 

@@ -31,11 +31,11 @@ Rules:
    reuse copy also has ``reuse``: it reads its prefetched buffer on the destination
    device, so it waits for the prefetch like for any other input (rule 3).
 9. A compute or host step whose value is planned writes it into its arena slot: through
-   the op's ``out=`` variant (``slot_write == "direct"``) when it has one, a single
-   result and a static shape; else the op computes into fresh memory and the result is
-   copied into the slot (``slot_write == "copy"``, ``slot_copy_bytes`` bytes: a memory
-   copy the executor shows as its own event). A multi-output op copies every planned
-   element. A device value the caller owns (an output under
+   the op's ``out=`` variant (``slot_write == "direct"``, see ``out_variants``) when it
+   has one and static shapes; a multi-output op when, besides, every result is planned.
+   Else the op computes into fresh memory and its planned results are copied into their
+   slots (``slot_write == "copy"``, ``slot_copy_bytes`` bytes: a memory copy the executor
+   shows as its own event). A device value the caller owns (an output under
    ``skip_d2h_for_method_outputs``) is written the same way into the buffer it is
    returned in.
 """
@@ -92,6 +92,11 @@ class Step:
     def reuse(self) -> bool:
         """A reuse copy: rows its prefetch holds come from the device (rule 8)."""
         return self.copy is not None and self.copy.role is CopyRole.REUSE
+
+
+def _static(val: object) -> bool:
+    """A traced tensor whose shape and strides are plain numbers."""
+    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in (*val.shape, *val.stride()))
 
 
 def event_of(step: Step) -> tuple[str, Lane]:
@@ -277,16 +282,18 @@ class _Analysis:
         """Rule 9."""
         if node.op != "call_function" or kind not in ("compute", "host"):
             return {}
+        variant = out_variant(node.target) if not is_inplace_op(node.target) else None
+        val = value_of(node)
         if node.name in self.allocations:
-            val = value_of(node)
-            static = isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in (*val.shape, *val.stride()))
-            if static and out_variant(node.target) is not None and not is_inplace_op(node.target):
+            if variant is not None and variant.results == 1 and _static(val):
                 return {"slot_write": "direct"}
             return {"slot_write": "copy", "slot_copy_bytes": self.allocations[node.name].nbytes}
-        elements = [u.name for u in node.users if u.target is operator.getitem and u.name in self.allocations]
+        elements = {u.args[1]: u.name for u in node.users if u.target is operator.getitem and u.name in self.allocations}
         if elements:
-            return {"slot_write": "copy", "slot_copy_bytes": sum(self.allocations[e].nbytes for e in elements)}
-        val = value_of(node)
+            every = isinstance(val, (tuple, list)) and set(elements) == set(range(len(val)))
+            if every and variant is not None and variant.results == len(val) and all(_static(v) for v in val):
+                return {"slot_write": "direct"}
+            return {"slot_write": "copy", "slot_copy_bytes": sum(self.allocations[e].nbytes for e in elements.values())}
         caller_owned = (
             kind == "compute"
             and node.name not in self.storage_of
@@ -295,8 +302,7 @@ class _Analysis:
         )
         if not caller_owned:
             return {}
-        static = all(isinstance(d, int) for d in (*val.shape, *val.stride()))
-        if static and out_variant(node.target) is not None:
+        if variant is not None and variant.results == 1 and _static(val):
             return {"slot_write": "direct"}
         return {"slot_write": "copy", "slot_copy_bytes": node_nbytes(node, unbounded="hint")}
 

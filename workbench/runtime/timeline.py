@@ -5,8 +5,8 @@ end in microseconds. A ``Timeline`` summarises a run's events. ``StreamScheduler
 events in modeled time the way CUDA streams order work:
 
 1. Work on one (device, stream) runs in issue order, one item at a time.
-2. An item starts at the later of: its stream being free, and the end of each event it
-   depends on (``deps``).
+2. An item starts at the latest of: its stream being free, the end of each event it
+   depends on (``deps``), and ``not_before_us`` (when its issuer released it).
 3. Streams are otherwise independent, so a copy on a copy stream overlaps compute on the
    compute stream whenever rule 2 allows.
 """
@@ -208,12 +208,14 @@ class StreamScheduler:
         nbytes: int = 0,
         flops: int = 0,
         activity: str = "op",
+        not_before_us: float = 0.0,
     ) -> Event:
-        """Add an item; it starts at max(its lane free, end of every dep) and lasts ``duration_us``."""
+        """Add an item; it starts at max(its lane free, end of every dep, ``not_before_us``)
+        and lasts ``duration_us``."""
         if not duration_us >= 0:
             raise TimelineError(f"duration_us must be >= 0, got {duration_us!r}")
         lane = (Device.parse(device), str(stream))
-        start = self._free.get(lane, self._start_us)
+        start = max(self._free.get(lane, self._start_us), float(not_before_us))
         for dep in deps:
             start = max(start, self._resolve(dep).end_us)
         event = Event(kind, node, lane[0], lane[1], start, start + duration_us, nbytes, flops, next(self._ids), activity)

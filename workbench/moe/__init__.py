@@ -1,0 +1,37 @@
+"""Mixture-of-experts capacity planning: routing traces, expert caches, multi-token decode.
+
+- ``routing``: ``RoutingTrace`` (per token, per layer, the chosen experts), recorded from
+  real runs of the built-in model or generated with a stated skew (always labelled
+  synthetic).
+- ``cache_policies``: replay a trace through an expert cache (LRU, LFU, static-hot)
+  without running the model: hits, misses, evictions and bytes per layer per token.
+- ``experts``: where a model keeps its routed experts.
+- ``strategies``: ``partial_offload`` and ``expert_cache``, graph rewrites like the
+  strategies of ``workbench.strategies`` (``cache_graph`` builds the cache,
+  ``cache_ops`` updates it).
+- ``decode``: ``wb.decode``, N decode steps in one session, caches carried; ``figures``
+  draws its hit-rate heat map.
+"""
+
+from .cache_policies import POLICIES, CacheReplay, CachePolicyError, replay, replay_all, slab_bytes
+from .experts import ExpertDiscoveryError, ExpertLayer, expert_layers, expert_modules
+from .routing import RoutingRecorder, RoutingTrace, TraceError, record_decode, synthetic_trace, synthetic_trace_for
+
+__all__ = [
+    "POLICIES",
+    "CacheReplay",
+    "CachePolicyError",
+    "ExpertDiscoveryError",
+    "ExpertLayer",
+    "RoutingRecorder",
+    "RoutingTrace",
+    "TraceError",
+    "expert_layers",
+    "expert_modules",
+    "record_decode",
+    "replay",
+    "replay_all",
+    "slab_bytes",
+    "synthetic_trace",
+    "synthetic_trace_for",
+]

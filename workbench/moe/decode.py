@@ -1,0 +1,220 @@
+"""Multi-token decode: N steps of a planned decode step in one session, state carried.
+
+``decode(plan, n_tokens)`` loads the plan once and calls it ``n_tokens`` times, feeding
+each step the greedy token of the step before and the caches it returned; the expert
+caches (``expert_cache``) live in the session's resident memory and carry over too.
+
+Rules:
+  1. The plan's program is a decode step ``(tokens (1, 1), position (1,), *caches) ->
+     (logits (1, V), *new caches)`` (the built-in ``QwenMoEDecoder``). Step ``i`` runs at
+     position ``i``; step 0 gets ``first_token`` and zero caches; step ``i + 1`` gets the
+     argmax of step ``i``'s logits and its returned caches, wherever the plan returns
+     them (a device, with the skip-copy flags). So ``n_tokens <= max_seq_len``.
+  2. One session for all steps: arenas and constants are placed once; the load timeline
+     is not part of the decode timeline.
+  3. ``timeline`` is every step's events one after the other: step ``i``'s events are
+     shifted by the end of step ``i - 1`` (steps do not overlap: a step needs the token
+     the last one chose). ``step_bounds_us[i]`` is step ``i``'s ``(start, end)``; an event
+     belongs to the step whose bounds hold its start (``step_of``).
+  4. Hits per layer per step come from the step's reuse copies (cache reads, prefetch
+     completions) of each layer's first expert weight: ``hits`` over ``rows``. Link bytes
+     per step are the h2d + d2h bytes its timeline moved.
+  5. With ``reference`` (the eager model the plan was captured from), every step's
+     logits are compared with the eager model fed the same tokens and caches.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, replace
+from importlib import import_module
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..copy_ops import is_copy_node
+from ..errors import WorkbenchError
+from ..planning.memory_plan import MemoryPlan
+from ..runtime import CostModel, Event, RunResult, Timeline, device_of, load, to_device, to_host
+from .experts import expert_layers
+
+__all__ = ["DecodeError", "DecodeResult", "decode"]
+
+
+class DecodeError(WorkbenchError, ValueError):
+    """A plan or argument that multi-token decode cannot run."""
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeResult:
+    """N decode steps: tokens, one timeline, hits per layer per step (module rules)."""
+
+    tokens: tuple[int, ...]  # the token fed to each step (step 0: first_token)
+    steps: tuple[RunResult, ...]  # each step's own result (its timeline starts at 0)
+    timeline: Timeline  # rule 3: all steps, one after the other
+    step_bounds_us: tuple[tuple[float, float], ...]  # rule 3: (start, end) of each step
+    hits: pd.DataFrame  # rule 4: one row per (step, layer): hits, rows, hit_rate
+    link_bytes: tuple[int, ...]  # rule 4: bytes over the link per step
+    matches_eager: Optional[tuple[bool, ...]]  # rule 5, per step (None without a reference)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    def step_of(self, event: Event) -> int:
+        """The step an event of ``timeline`` belongs to (rule 3)."""
+        starts = [b[0] for b in self.step_bounds_us]
+        return max(0, bisect.bisect_right(starts, event.start_us) - 1)
+
+    def hit_rate_matrix(self) -> np.ndarray:
+        """``(layers, steps)`` hit rates; NaN where a layer read nothing through a cache."""
+        if self.hits.empty:
+            return np.zeros((0, self.n_tokens))
+        table = self.hits.pivot(index="layer", columns="step", values="hit_rate")
+        return table.reindex(columns=range(self.n_tokens)).to_numpy(dtype=float)
+
+    def per_step(self) -> pd.DataFrame:
+        """One row per step: bounds, ms, link bytes, hit rate over all layers."""
+        rows = []
+        for i, ((start, end), moved) in enumerate(zip(self.step_bounds_us, self.link_bytes)):
+            mine = self.hits[self.hits["step"] == i]
+            total = int(mine["rows"].sum())
+            rows.append(
+                {
+                    "step": i,
+                    "token": self.tokens[i],
+                    "start_us": round(start, 3),
+                    "end_us": round(end, 3),
+                    "ms": round((end - start) / 1e3, 4),
+                    "link_KiB": round(moved / 2**10, 2),
+                    "hit_rate": round(int(mine["hits"].sum()) / total, 4) if total else None,
+                    "equals_eager": None if self.matches_eager is None else self.matches_eager[i],
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def figure(self) -> Any:
+        """Hit-rate heat map (layer × step) over link bytes per step (``decode_figure``)."""
+        # matplotlib loads on first use, like the views: decoding alone never imports it
+        return import_module(".figures", __package__).decode_figure(self)
+
+
+def _layer_of_weights(plan: MemoryPlan) -> dict[str, int]:
+    """Placeholder of each layer's first expert weight → its layer (rule 4)."""
+    program = plan.device_graph.program
+    by_fqn = {fqn: name for name, fqn in program.constants.items()}
+    return {by_fqn[layer.weights[0]]: layer.layer for layer in expert_layers(program.constants)}
+
+
+def _hits(plan: MemoryPlan, results: list[RunResult]) -> pd.DataFrame:
+    weight_layer = _layer_of_weights(plan)
+    nodes = {n.name: n for n in plan.device_graph.graph.nodes}
+    rows = []
+    for step, res in enumerate(results):
+        per_layer: dict[int, list[int]] = {}
+        for stat in res.prefetch:
+            source = nodes[stat.node].args[0]  # a reuse copy reads rows of its first argument
+            layer = weight_layer.get(getattr(source, "name", ""))
+            if layer is not None:
+                counts = per_layer.setdefault(layer, [0, 0])
+                counts[0] += stat.hits
+                counts[1] += stat.rows
+        for layer, (hits, total) in sorted(per_layer.items()):
+            rows.append({"step": step, "layer": layer, "hits": hits, "rows": total, "hit_rate": hits / total})
+    return pd.DataFrame(rows, columns=["step", "layer", "hits", "rows", "hit_rate"])
+
+
+def _shifted(timeline: Timeline, offset: float) -> list[Event]:
+    return [replace(e, start_us=e.start_us + offset, end_us=e.end_us + offset) for e in timeline]
+
+
+def decode(
+    plan: MemoryPlan,
+    n_tokens: int,
+    *,
+    first_token: int = 0,
+    backend: str = "sim",
+    cost_model: Optional[CostModel] = None,
+    reference: Optional[torch.nn.Module] = None,
+    atol: float = 1e-4,
+) -> DecodeResult:
+    """Run ``n_tokens`` greedy decode steps of ``plan`` in one session (module rules)."""
+    if not isinstance(plan, MemoryPlan):
+        raise TypeError(f"decode expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
+    dg = plan.device_graph
+    names = dg.program.user_inputs
+    if len(names) < 2:
+        raise DecodeError(f"a decode step takes (tokens, position, *caches); this program takes {list(names)}")
+    specs = {n.name: n.meta.get("val") for n in dg.graph.nodes if n.op == "placeholder"}
+    tokens_val, position_val = specs[names[0]], specs[names[1]]
+    if tuple(tokens_val.shape) != (1, 1) or tuple(position_val.shape) != (1,):
+        raise DecodeError(
+            f"decode runs batch 1, one token per step: tokens must be (1, 1) and position (1,), got "
+            f"{tuple(tokens_val.shape)} and {tuple(position_val.shape)}"
+        )
+    limit = _kv_length(dg, names)
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1 or (limit and n_tokens > limit):
+        bound = f" and at most max_seq_len={limit}" if limit else ""
+        raise DecodeError(f"n_tokens must be a positive integer{bound} (rule 1), got {n_tokens!r}")
+    caches: list[Any] = [torch.zeros(tuple(specs[n].shape), dtype=specs[n].dtype) for n in names[2:]]
+    eager_caches = [c.clone() for c in caches]
+    token = int(first_token)
+    fed, results, matches = [], [], []
+    events: list[Event] = []
+    bounds = []
+    clock = 0.0
+    with load(plan, backend, cost_model) as session:
+        for position in range(n_tokens):
+            fed.append(token)
+            host = [torch.tensor([[token]]), torch.tensor([position]), *caches]
+            res = session.run(*_staged(dg, host, backend))
+            results.append(res)
+            logits, *caches = res.outputs
+            logits = to_host(logits)
+            if reference is not None:
+                with torch.no_grad():
+                    want, *eager_caches = reference(host[0], host[1], *eager_caches)
+                matches.append(bool(torch.allclose(logits.to(want.dtype), want, atol=atol, rtol=atol)))
+            span = max((e.end_us for e in res.timeline), default=0.0)  # from the call's start, launches included
+            events += _shifted(res.timeline, clock)
+            bounds.append((clock, clock + span))
+            clock += span
+            token = int(logits[0].argmax())
+    return DecodeResult(
+        tokens=tuple(fed),
+        steps=tuple(results),
+        timeline=Timeline(events),
+        step_bounds_us=tuple(bounds),
+        hits=_hits(plan, results),
+        link_bytes=tuple(int(sum(r.timeline.bytes_moved()[k] for k in ("h2d", "d2h"))) for r in results),
+        matches_eager=tuple(matches) if reference is not None else None,
+    )
+
+
+def _kv_length(dg: Any, names: tuple[str, ...]) -> Optional[int]:
+    """Slots of the KV caches: a cache the step writes at ``position`` with
+    ``index_copy(cache, dim, position, ...)`` holds ``shape[dim]`` positions."""
+    def origin(node: Any) -> Any:  # through copies of a value to the value itself
+        while isinstance(node, torch.fx.Node) and is_copy_node(node):
+            node = node.args[0]
+        return node
+
+    caches = set(names[2:])
+    for node in dg.graph.nodes:
+        if node.target is torch.ops.aten.index_copy.default:
+            cache, dim, position = origin(node.args[0]), node.args[1], origin(node.args[2])
+            if getattr(cache, "name", None) in caches and getattr(position, "name", None) == names[1]:
+                return int(cache.meta["val"].shape[dim])
+    return None
+
+
+def _staged(dg: Any, values: list[Any], backend: str) -> list[Any]:
+    """Each input where the plan wants it (rule 1): a host tensor for a device input is
+    copied there; a tensor already where it belongs passes as is."""
+    out = []
+    for name, value in zip(dg.program.user_inputs, values):
+        want = dg.input_devices[name]
+        out.append(value if device_of(value, backend) == want else to_device(to_host(value), want, backend))
+    return out

@@ -1,0 +1,251 @@
+"""Budget sweeps: which strategy gives the most tokens/s within each device-memory budget.
+
+``sweep(model_or_program, budgets=..., links=..., strategies=..., executor=None)``
+captures the program once (per worker process), then places, propagates, plans and
+estimates every strategy setting under every link, through any
+``concurrent.futures.Executor``::
+
+    import workbench as wb
+    result = wb.sweep(MoEConfig.full(), budgets=[8, 16, 24, 32, 48, 80])
+    result.points        # every (strategy, parameters, link): device GiB, tok/s, link MiB/token, overlap
+    result.best          # the best strategy per (budget, link)
+    result.pareto_figure()
+
+Rules:
+  1. The model is a ``MoEConfig`` (or a ``QwenMoEDecoder``, which stands for its config):
+     workers receive the config and capture the shape-only program themselves, once per
+     process. A ``Program`` is swept in the caller's process only (``InlineExecutor``).
+  2. ``executor=None`` runs on a pool of local processes (``process_pool``) that the sweep
+     starts and stops; a given executor (a process pool, ``InlineExecutor``, a Dask
+     ``client.get_executor()``) is used as is and left running.
+  3. A strategy whose reuse copies depend on a hit rate is estimated with an expected
+     rate: prefetching strategies with ``prefetch_hit_rate`` (default 0.0, the
+     pessimistic bound of ``CostModel``; ``walkthrough.capacity_sweep`` passes the rate
+     measured on the tiny model); expert caches with the hit rate of their policy and slot count
+     replayed over ``trace`` (default: a synthetic trace shaped like the config, Zipf
+     1.0, reuse 0.3 — labelled synthetic). The row says where the rate comes from.
+  4. The same arguments give the same ``points`` and ``best`` on every executor.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Executor
+from typing import Any, Optional, Sequence
+
+import pandas as pd
+
+from ..capture import Program
+from ..errors import WorkbenchError
+from ..models import MoEConfig, QwenMoEDecoder
+from ..moe.cache_policies import replay, slab_bytes
+from ..moe.routing import RoutingTrace, synthetic_trace_for
+from ..runtime import CostModel
+from .executors import InlineExecutor, process_pool
+from .result import SweepResult, best_per_budget
+from .source import ModelSource, ProgramSource, Source
+from .spec import AXES, SpecError, StrategyGrid, StrategySpec, expand
+from .worker import SweepTask, TaskResult, evaluate
+
+__all__ = [
+    "AXES",
+    "DEFAULT_BUDGETS_GIB",
+    "InlineExecutor",
+    "ModelSource",
+    "ProgramSource",
+    "SpecError",
+    "StrategySpec",
+    "SweepError",
+    "SweepResult",
+    "SweepTask",
+    "best_per_budget",
+    "cache_grid",
+    "default_grid",
+    "evaluate",
+    "expand",
+    "process_pool",
+    "sweep",
+]
+
+#: The budgets the capacity-planning question is asked at (GiB of device memory).
+DEFAULT_BUDGETS_GIB: tuple[float, ...] = (8, 16, 24, 32, 48, 80)
+#: Host↔device links compared by default (CostModel link presets).
+DEFAULT_LINKS: tuple[str, ...] = ("pcie_gen4", "pcie_gen5", "nvlink_c2c")
+
+
+class SweepError(WorkbenchError, ValueError):
+    """A sweep that cannot run as asked."""
+
+
+def cache_grid(config: MoEConfig, policies: Sequence[str] = ("lru", "lfu", "static_hot")) -> dict[str, dict[str, Any]]:
+    """Expert caches of k, E/16, E/8, E/4, E/2 and 3E/4 slots per layer (those in [k, E])."""
+    E, k = config.num_experts, config.num_experts_per_tok
+    slots = sorted({s for s in (k, E // 16, E // 8, E // 4, E // 2, 3 * E // 4) if k <= s <= E})
+    return {"expert_cache": {"slots_per_layer": slots, "policy": list(policies)}}
+
+
+def default_grid(config: MoEConfig) -> dict[str, dict[str, Any]]:
+    """Every strategy: partial offload at about ten host-layer counts from 0 to all, and
+    the expert caches of ``cache_grid``."""
+    layers = config.num_hidden_layers
+    step = max(1, layers // 10)
+    return {
+        "all_on_device": {},
+        "experts_on_host": {},
+        "expert_streaming": {"prefetch": [False, True]},
+        "partial_offload": {"n_host_layers": sorted(set(range(0, layers + 1, step)) | {layers})},
+        **cache_grid(config),
+    }
+
+
+def _source(model: Any) -> Source:
+    if isinstance(model, MoEConfig):
+        return ModelSource(model)
+    if isinstance(model, QwenMoEDecoder):
+        return ModelSource(model.config)
+    if isinstance(model, Program):
+        return ProgramSource(model)
+    raise SweepError(
+        f"sweep takes a MoEConfig, a QwenMoEDecoder or a captured Program, got {type(model).__name__}"
+    )
+
+
+def _budgets(budgets: Sequence[float]) -> tuple[float, ...]:
+    out = tuple(budgets)
+    if not out or any(isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 for b in out):
+        raise SweepError(f"budgets must be positive numbers of GiB, got {list(out)}")
+    return out
+
+
+def _links(links: Sequence[str]) -> tuple[str, ...]:
+    valid = CostModel.presets()["link"]
+    out = tuple([links] if isinstance(links, str) else links)
+    unknown = [link for link in out if link not in valid]
+    if not out or unknown:
+        raise SweepError(f"unknown link preset(s) {unknown or '(none given)'}; valid: {', '.join(valid)}")
+    return out
+
+
+def sweep(
+    model: Any,
+    budgets: Sequence[float] = DEFAULT_BUDGETS_GIB,
+    links: Sequence[str] = DEFAULT_LINKS,
+    strategies: Optional[StrategyGrid] = None,
+    executor: Optional[Executor] = None,
+    *,
+    cost_model: Optional[CostModel] = None,
+    algorithm: str = "greedy",
+    prefetch_hit_rate: Optional[float] = None,
+    trace: Optional[RoutingTrace] = None,
+    workers: Optional[int] = None,
+) -> SweepResult:
+    """Sweep strategies × links and pick the best per budget (module rules).
+
+    Args:
+        model: a ``MoEConfig``, ``QwenMoEDecoder`` or ``Program`` (rule 1).
+        budgets: device-memory budgets in GiB.
+        links: ``CostModel`` link presets.
+        strategies: ``{name: {param: values}}`` or a list of ``StrategySpec``
+            (default ``default_grid(config)``).
+        executor: any ``concurrent.futures.Executor`` (rule 2).
+        cost_model: device and host figures (default ``CostModel.preset("h200")``); its
+            link is replaced by each of ``links``.
+        algorithm: memory-planning algorithm.
+        prefetch_hit_rate: expected prefetch hit rate (rule 3).
+        trace: the routing that expert caches are replayed over (rule 3).
+        workers: processes of the default pool.
+    """
+    start = time.perf_counter()
+    source = _source(model)
+    budgets_t, links_t = _budgets(budgets), _links(links)
+    config = source.config if isinstance(source, ModelSource) else None
+    if strategies is None:
+        if config is None:
+            raise SweepError("give strategies= when sweeping a Program (the default grid needs the config)")
+        strategies = default_grid(config)
+    specs = expand(strategies)
+    built = {spec: spec.build() for spec in specs}  # bad parameters fail here, before any work
+    if isinstance(source, ProgramSource) and executor is not None and not isinstance(executor, InlineExecutor):
+        raise SweepError(
+            "a captured Program stays in this process; sweep the MoEConfig instead (each worker captures "
+            "the shape-only program itself), or pass executor=InlineExecutor()"
+        )
+    model_costs = cost_model if cost_model is not None else CostModel.preset("h200")
+    rates = _expected_hit_rates(specs, built, config, prefetch_hit_rate, trace)
+    tasks = [
+        SweepTask(
+            index=i,
+            source=source,
+            spec=spec,
+            links=links_t,
+            cost_model=model_costs,
+            algorithm=algorithm,
+            expected_hit_rate=rates[spec][0],
+            hit_rate_source=rates[spec][1],
+        )
+        for i, spec in enumerate(specs)
+    ]
+    if executor is None and isinstance(source, ProgramSource):
+        executor = InlineExecutor()
+    if executor is None:
+        with process_pool(min(workers or len(tasks), len(tasks))) as pool:
+            results = _run(pool, tasks)
+    else:
+        results = _run(executor, tasks)
+    points = pd.DataFrame([row for r in results for row in r.rows])
+    return SweepResult(
+        points=points,
+        best=best_per_budget(points, budgets_t, links_t),
+        workers=_workers(results),
+        budgets_GiB=budgets_t,
+        links=links_t,
+        source=source.label,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _expected_hit_rates(
+    specs: list[StrategySpec],
+    built: dict[StrategySpec, Any],
+    config: Optional[MoEConfig],
+    prefetch_hit_rate: Optional[float],
+    trace: Optional[RoutingTrace],
+) -> dict[StrategySpec, tuple[Optional[float], str]]:
+    """Rule 3: ``(rate, where it comes from)`` per spec; ``(None, "")`` when none applies."""
+    out: dict[StrategySpec, tuple[Optional[float], str]] = {s: (None, "") for s in specs}
+    if any(b.prefetch for b in built.values()):
+        rate = _prefetch_rate(prefetch_hit_rate)
+        out.update({s: rate for s in specs if built[s].prefetch})
+    caches = [s for s in specs if s.name == "expert_cache"]
+    if caches:
+        if trace is None:
+            if config is None:
+                raise SweepError("give trace= (a RoutingTrace) to sweep expert caches of a Program")
+            trace = synthetic_trace_for(config, 2048, zipf=1.0, reuse=0.3, seed=0)
+        slab = slab_bytes(config) if config is not None else 0
+        for s in caches:
+            cache = built[s].cache
+            out[s] = (round(replay(trace, cache.policy, cache.slots_per_layer, slab).hit_rate(), 6), trace.label)
+    return out
+
+
+def _prefetch_rate(given: Optional[float]) -> tuple[float, str]:
+    if given is not None:
+        return float(given), "given"
+    return 0.0, "assumed 0: every predicted row crosses (pass prefetch_hit_rate=)"
+
+
+def _run(executor: Executor, tasks: list[SweepTask]) -> list[TaskResult]:
+    futures = [executor.submit(evaluate, task) for task in tasks]
+    results = [f.result() for f in futures]
+    return sorted(results, key=lambda r: r.index)
+
+
+def _workers(results: list[TaskResult]) -> pd.DataFrame:
+    rows: dict[int, dict[str, Any]] = {}
+    for r in results:
+        row = rows.setdefault(r.pid, {"pid": r.pid, "tasks": 0, "busy_s": 0.0, "peak_rss_MiB": 0.0})
+        row["tasks"] += 1
+        row["busy_s"] = round(row["busy_s"] + r.seconds, 3)
+        row["peak_rss_MiB"] = max(row["peak_rss_MiB"], round(r.peak_rss_bytes / 2**20, 1))
+    return pd.DataFrame(list(rows.values()), columns=["pid", "tasks", "busy_s", "peak_rss_MiB"])

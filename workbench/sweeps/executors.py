@@ -1,0 +1,37 @@
+"""Executors a sweep runs its tasks on: any ``concurrent.futures.Executor``.
+
+- ``InlineExecutor``: runs each task when it is submitted, in the caller's thread (the
+  in-process reference; it needs nothing pickled, so it also takes a caller's program).
+- ``process_pool(workers)``: processes on this machine, started with ``spawn`` (a fresh
+  interpreter per worker: no forked torch threads), the sweep's default.
+- A Dask cluster: ``distributed.Client(...).get_executor()`` is a ``concurrent.futures``
+  executor too, so the same sweep runs across machines unchanged.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from typing import Any, Callable, Optional
+
+__all__ = ["InlineExecutor", "process_pool"]
+
+
+class InlineExecutor(Executor):
+    """Runs every submitted call at once, in the calling thread."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # the future carries it, as a pool's would
+            future.set_exception(exc)
+        return future
+
+
+def process_pool(workers: Optional[int] = None) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes (default: the CPU count) started with ``spawn``."""
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    return ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn"))

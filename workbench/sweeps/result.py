@@ -1,0 +1,73 @@
+"""A sweep's result as plain tables: every point, the best per budget, the workers.
+
+Rules:
+  1. ``points``: one row per (strategy spec, link), in the order the specs and links were
+     given (``worker`` rule 3 for the columns).
+  2. ``best``: one row per (budget, link). Among the points of that link whose
+     ``device_bytes`` fit in ``budget_GiB * 2**30``, the one with the most tokens/s (ties:
+     fewer device bytes, then the earlier point). ``fits`` is False, and the strategy
+     columns empty, when no point fits. So a best row never uses more device memory
+     than its budget.
+  3. ``workers``: one row per process that ran tasks: tasks, busy seconds and peak
+     resident memory (MiB) — the figure a cluster's worker memory must cover.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, Sequence
+
+import pandas as pd
+
+__all__ = ["SweepResult", "best_per_budget"]
+
+_BEST_COLUMNS = (
+    "label", "strategy", "line", "device_GiB", "device_bytes", "resident_GiB", "arena_MiB", "host_GiB",
+    "ms/token", "tok/s", "link_MiB/token", "overlap", "expected_hit_rate", "hit_rate_source",
+)  # fmt: skip
+
+
+def best_per_budget(points: pd.DataFrame, budgets_GiB: Sequence[float], links: Sequence[str]) -> pd.DataFrame:
+    """Rule 2."""
+    params = [c for c in points.columns if c.startswith("param.")]
+    rows: list[dict[str, Any]] = []
+    for budget in budgets_GiB:
+        limit = float(budget) * 2**30
+        for link in links:
+            fit = points[(points["link"] == link) & (points["device_bytes"] <= limit)]
+            row: dict[str, Any] = {"budget_GiB": budget, "link": link, "fits": not fit.empty}
+            if not fit.empty:
+                ranked = fit.assign(_order=range(len(fit))).sort_values(
+                    ["tok/s", "device_bytes", "_order"], ascending=[False, True, True], kind="stable"
+                )
+                chosen = ranked.iloc[0]
+                row.update({c: chosen[c] for c in _BEST_COLUMNS + tuple(params)})
+            rows.append(row)
+    columns = ["budget_GiB", "link", "fits", *_BEST_COLUMNS, *params]
+    return pd.DataFrame(rows, columns=columns)
+
+
+@dataclass(frozen=True, eq=False)
+class SweepResult:
+    """Every point, the best per budget, and what the workers used (module rules)."""
+
+    points: pd.DataFrame  # rule 1
+    best: pd.DataFrame  # rule 2
+    workers: pd.DataFrame  # rule 3
+    budgets_GiB: tuple[float, ...]
+    links: tuple[str, ...]
+    source: str  # what was swept, one line
+    seconds: float  # wall time of the whole sweep
+
+    def pareto_figure(self, **kwargs: Any) -> Any:
+        """tok/s against device GiB, one line per strategy setting, one panel per link
+        (``workbench.sweeps.figures.pareto_figure``)."""
+        # matplotlib loads on first use, like the views: planning alone never imports it
+        return import_module(".figures", __package__).pareto_figure(self, **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"SweepResult({self.source}: {len(self.points)} points, {len(self.budgets_GiB)} budgets × "
+            f"{len(self.links)} links, {len(self.workers)} worker(s), {self.seconds:.1f} s)"
+        )

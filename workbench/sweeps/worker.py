@@ -1,0 +1,104 @@
+"""One sweep task, run where an executor puts it: place, propagate, plan, estimate.
+
+Rules:
+  1. A ``SweepTask`` is plain data — a source recipe, a strategy spec, link names, a
+     ``CostModel``, the planning algorithm and the expected hit rate of the strategy's
+     reuse copies — so it pickles to a few hundred bytes for any executor.
+  2. ``evaluate(task)`` applies the strategy to the source's program (captured once per
+     process, ``source`` rule 1), plans it once and estimates it once per link; it
+     returns one row per link, plus the process id, its peak resident memory so far and
+     the seconds it took, so the caller can report memory per worker.
+  3. A row's device figures are for ``strategy.device``: ``device_bytes`` = resident
+     constants + planned arena there, the memory a budget must hold. Link bytes are the
+     h2d + d2h bytes the modeled timeline moved (a reuse copy counts the rows it is
+     expected to miss). ``tok/s = 1e6 / span``: one decode step per token.
+  4. The same task gives the same rows on every machine and in every process (the cost
+     model is deterministic), so sweeps through different executors compare equal.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..devices import CPU, Device
+from ..planning.memory_plan import plan
+from ..runtime import CostModel, estimate
+from .source import Source
+from .spec import StrategySpec
+
+__all__ = ["SweepTask", "TaskResult", "evaluate"]
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    """Rule 1."""
+
+    index: int  # position in the sweep: rows come back in this order
+    source: Source  # where the program comes from
+    spec: StrategySpec
+    links: tuple[str, ...]  # CostModel link presets to estimate under
+    cost_model: CostModel  # device and host figures (its link is replaced per row)
+    algorithm: str  # planning algorithm
+    expected_hit_rate: Optional[float]  # share of reuse-copy rows expected on the device, or None
+    hit_rate_source: str  # where that rate comes from ("" when None)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """Rule 2."""
+
+    index: int
+    rows: tuple[dict[str, Any], ...]  # one per link
+    pid: int  # the process that ran it
+    peak_rss_bytes: int  # that process's peak resident memory when it finished
+    seconds: float  # wall time of the task
+
+
+def _peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # Linux reports KiB
+
+
+def evaluate(task: SweepTask) -> TaskResult:
+    """Rule 2."""
+    start = time.perf_counter()
+    strategy = task.spec.build()
+    program = task.source.program(strategy.prefetch)
+    memory = plan(strategy.apply(program), task.algorithm)
+    device = Device.parse(strategy.device)
+    resident = int(memory.constant_bytes.get(device, 0))
+    arena = int(memory.arena_bytes.get(device, 0))
+    host = int(memory.constant_bytes.get(CPU, 0)) + int(memory.arena_bytes.get(CPU, 0))
+    rows = []
+    for link in task.links:
+        model = task.cost_model.with_link(link)
+        if task.expected_hit_rate is not None:
+            model = model.with_prefetch_hit_rate(task.expected_hit_rate)
+        timeline = estimate(memory, model)
+        moved = timeline.bytes_moved()
+        rows.append(
+            {
+                "strategy": task.spec.name,
+                "line": task.spec.line,
+                "label": task.spec.label,
+                **{f"param.{k}": v for k, v in task.spec.params},
+                "link": link,
+                "device_bytes": resident + arena,
+                "device_GiB": round((resident + arena) / 2**30, 3),
+                "resident_GiB": round(resident / 2**30, 3),
+                "arena_MiB": round(arena / 2**20, 3),
+                "host_GiB": round(host / 2**30, 3),
+                "ms/token": round(timeline.span_us / 1e3, 4),
+                "tok/s": round(1e6 / timeline.span_us, 3) if timeline.span_us else float("inf"),
+                "link_MiB/token": round((moved["h2d"] + moved["d2h"]) / 2**20, 3),
+                "overlap": round(timeline.overlap_fraction(), 4),
+                "expected_hit_rate": task.expected_hit_rate,
+                "hit_rate_source": task.hit_rate_source,
+            }
+        )
+    return TaskResult(task.index, tuple(rows), os.getpid(), _peak_rss_bytes(), time.perf_counter() - start)
