@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine (each creates the virtual environment if missing):
 #   make walkthrough   set up, then run the main job
-#   make test          set up, then run every test (notebooks included)
+#   make test          set up, type-check workbench/, then run every test (notebooks included)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -21,6 +21,7 @@ walkthrough: $(STAMP)
 	$(PY) -m workbench walkthrough --out out/walkthrough
 
 test: $(STAMP)
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 bench: $(STAMP)

@@ -1,6 +1,6 @@
 """Benchmark: copies per call, the workbench vs ExecuTorch's device propagation.
 
-For every cross-check case (``workbench.compare.models.CASES``) and every setting of the
+For every cross-check case (``workbench.compare.COPY_CASES``) and every setting of the
 two skip flags, both systems place the same ops on the same devices; the table prints
 the copies each inserts (h2d / d2h / d2d) and the bytes they move per call, or what
 ExecuTorch said when it refused or crashed. Then, per case, the figures that sum it up.
@@ -21,7 +21,7 @@ import warnings
 import pandas as pd
 
 from workbench.compare import (
-    CASES,
+    COPY_CASES,
     FLAG_LABELS,
     INSTALL_HINT,
     CopyComparison,
@@ -57,7 +57,7 @@ def _short(error: str | None, width: int = 48) -> str:
 
 def _summary(results: list[CopyComparison]) -> list[str]:
     lines = []
-    for case in CASES:
+    for case in COPY_CASES:
         rows = [r for r in results if r.model == case.name]
         ran = [r for r in rows if r.et.ok]
         refused = len(rows) - len(ran)
@@ -84,7 +84,7 @@ def main() -> int:
         return 0
     start = time.perf_counter()
     results: list[CopyComparison] = []
-    for case in CASES:
+    for case in COPY_CASES:
         results.extend(compare_case(case))
     elapsed = time.perf_counter() - start
 
@@ -95,7 +95,7 @@ def main() -> int:
     print("bytes = bytes copied per call; wb_resident = parameter bytes the workbench keeps on")
     print("the device (loaded once, never copied); saved = et copies - wb copies\n")
     rules = {r.model: r.rules_text for r in results}
-    for case in CASES:
+    for case in COPY_CASES:
         print(f"- {case.name}: {case.shows}  [{rules[case.name]}]")
     print()
     print(_display(results).to_string(index=False))

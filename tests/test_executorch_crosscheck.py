@@ -1,7 +1,7 @@
 """Cross-check of the workbench's copy insertion against ExecuTorch's PropagateDevicePass.
 
 Optional: skipped when ``executorch`` is not installed (``pip install executorch==1.5.1``).
-Every case of ``workbench.compare.models.CASES`` is compared under all four settings of
+Every case of ``workbench.compare.COPY_CASES`` is compared under all four settings of
 the skip flags once per session (ExecuTorch's lowering is the slow step); the tests read
 those results.
 """
@@ -16,17 +16,19 @@ import torch
 pytest.importorskip("executorch")
 
 from workbench.compare import (  # noqa: E402 - after the skip, on purpose
-    CASES,
+    COPY_CASES,
     FLAG_SETTINGS,
     ExecuTorchNotInstalled,
     case,
     compare_case,
     compare_copies,
+    compare_settings,
     comparison_table,
     executorch_available,
     executorch_copies,
 )
-from workbench.compare import executorch as et_module  # noqa: E402
+from workbench.compare import lowering  # noqa: E402
+from workbench.executorch import executorch_api  # noqa: E402
 from workbench.place import PlacementError, _matches  # noqa: E402
 
 slow_et = [pytest.mark.executorch, pytest.mark.slow]
@@ -36,13 +38,13 @@ slow_et = [pytest.mark.executorch, pytest.mark.slow]
 def results():
     """{(case name, skip_h2d, skip_d2h): CopyComparison} for every case and setting."""
     out = {}
-    for c in CASES:
+    for c in COPY_CASES:
         for r in compare_case(c, FLAG_SETTINGS):
             out[(c.name, r.skip_h2d, r.skip_d2h)] = r
     return out
 
 
-@pytest.mark.parametrize("name", [c.name for c in CASES])
+@pytest.mark.parametrize("name", [c.name for c in COPY_CASES])
 class TestEveryCase:
     pytestmark = slow_et
 
@@ -91,7 +93,7 @@ class TestDifferences:
         assert r.wb_counts["d2d"] == 1
         assert r.wb_total < r.et_total, r.row()
 
-    @pytest.mark.parametrize("name", ["shared_input", "residual"])
+    @pytest.mark.parametrize("name", ["shared_input", "residual_stack"])
     def test_skip_h2d_refused_by_executorch_works_in_workbench(self, results, name):
         """skip-h2d on an input with two users: ExecuTorch refuses in to_executorch; the
         workbench supplies the input on the device (one h2d fewer than without the
@@ -202,7 +204,7 @@ def test_bad_flag_settings_are_refused():
     """A flag setting that is not a pair of bools is an error naming what was given."""
     model, inputs = _tiny()
     with pytest.raises(ValueError, match="pair of bools"):
-        et_module.compare_settings(model, inputs, {"cuda:0": ["aten.relu"]}, [(1, 0)])
+        compare_settings(model, inputs, {"cuda:0": ["aten.relu"]}, [(1, 0)])
 
 
 def test_comparison_table_refuses_other_rows():
@@ -215,7 +217,7 @@ def test_missing_executorch_says_how_to_install(monkeypatch):
     """Without executorch the functions raise an ImportError that gives the pip command,
     and executorch_available() is False."""
     monkeypatch.setitem(sys.modules, "executorch", None)
-    et_module._et.cache_clear()
+    executorch_api.cache_clear()
     try:
         assert not executorch_available()
         model, inputs = _tiny()
@@ -224,7 +226,7 @@ def test_missing_executorch_says_how_to_install(monkeypatch):
         assert isinstance(info.value, ImportError)
     finally:
         monkeypatch.undo()
-        et_module._et.cache_clear()
+        executorch_api.cache_clear()
 
 
 @pytest.mark.executorch
@@ -253,7 +255,7 @@ def test_workbench_failure_in_partitioner_is_raised_not_blamed_on_executorch(mon
     def broken_place(*args, **kwargs):
         raise RuntimeError("placement bug")
 
-    monkeypatch.setattr(et_module, "place", broken_place)
+    monkeypatch.setattr(lowering, "place", broken_place)
     model, inputs = _tiny()
     with pytest.raises(RuntimeError, match="placement bug"):
         executorch_copies(model, inputs, {"cuda:0": ["aten.relu"]})

@@ -19,15 +19,13 @@ from workbench.compare import (  # noqa: E402 - after the skip, on purpose
     ARENA_CASES,
     ARENA_REASONS,
     ExecuTorchNotInstalled,
-    arena_case,
     arena_table,
     case,
     compare_arena_case,
     compare_arenas,
     executorch_arena_bytes,
 )
-from workbench.compare import executorch as et_module  # noqa: E402
-from workbench.compare import executorch_memory as mem_module  # noqa: E402
+from workbench.executorch import executorch_api  # noqa: E402
 from workbench.place import PlacementError  # noqa: E402
 from workbench.planning import PlanVerificationError  # noqa: E402
 
@@ -40,9 +38,9 @@ FLAGS = [(False, False), (False, True)]
 
 
 @functools.cache
-def result(name: str, placed: bool, skip_h2d: bool = False, skip_d2h: bool = False):
+def result(name: str, skip_h2d: bool = False, skip_d2h: bool = False):
     """The ArenaComparison of one case and flag setting, computed once per session."""
-    return compare_arena_case(arena_case(name, placed), [(skip_h2d, skip_d2h)])[0]
+    return compare_arena_case(case(name), [(skip_h2d, skip_d2h)])[0]
 
 
 @pytest.mark.parametrize("name", CPU_ONLY)
@@ -52,7 +50,7 @@ class TestCpuOnly:
     def test_best_no_larger_than_executorch(self, name):
         """CPU only: the workbench's ``best`` host arena is no larger than ExecuTorch's
         (greedy at the same alignment, inputs and outputs planned on both sides)."""
-        r = result(name, False)
+        r = result(name)
         assert r.et.ok, r.et.error
         assert set(r.et.arena_bytes) == {"cpu"}
         assert r.wb_best["cpu"] <= r.et.arena_bytes["cpu"], r.rows()
@@ -60,7 +58,7 @@ class TestCpuOnly:
     def test_best_reaches_its_lower_bound_and_never_exceeds_greedy(self, name):
         """On these small graphs the workbench's ``best`` is at its lower bound and never
         above its ``greedy`` (a regression in ``best`` or the lower bound fails here)."""
-        r = result(name, False)
+        r = result(name)
         assert r.wb_lower_bound["cpu"] <= r.wb_best["cpu"] <= r.wb_greedy["cpu"]
         assert r.wb_best["cpu"] == r.wb_lower_bound["cpu"], r.rows()
 
@@ -74,7 +72,7 @@ class TestPlaced:
         """Placed with one-op device delegates: on the host and on every device the
         workbench's ``best`` arena is no larger than ExecuTorch's, under the same skip
         flags (graph inputs/outputs planned or owned by the caller alike)."""
-        r = result(name, True, *flags)
+        r = result(name, *flags)
         assert r.et.ok, r.et.error
         assert r.one_op_delegates, r.wb_delegates
         assert any(d != "cpu" for d in r.et.arena_bytes), "the rules must place something on a device"
@@ -85,13 +83,13 @@ class TestPlaced:
     def test_same_delegates_on_both_sides(self, name, flags):
         """Both systems delegated the same ops to the same devices, so the device arenas
         hold the same computation (a partitioner mismatch would fail here)."""
-        r = result(name, True, *flags)
+        r = result(name, *flags)
         assert [d.signature() for d in r.wb_delegates] == [d.signature() for d in r.et.delegates]
 
 
 def _all_results():
-    out = [result(name, False) for name in CPU_ONLY]
-    out += [result(name, True, *flags) for name in ONE_OP_PLACED for flags in FLAGS]
+    out = [result(name) for name in CPU_ONLY]
+    out += [result(name, *flags) for name in ONE_OP_PLACED for flags in FLAGS]
     return out
 
 
@@ -128,7 +126,7 @@ def test_reading_of_executorch_plan_is_consistent():
 def test_verifier_catches_a_misread_offset():
     """The consistency check above can fail: moving one ExecuTorch tensor onto another
     live one in the same buffer makes ``verify`` raise."""
-    et = result("mlp", False).et
+    et = result("mlp_cpu").et
     tensors = list(et.tensors)
     a = max(tensors, key=lambda t: t.size)
     b = next(t for t in tensors if t is not a and t.mem_id == a.mem_id and t.start <= a.end and a.start <= t.end)
@@ -153,7 +151,7 @@ class TestAccounting:
     def test_weight_transposes_are_what_executorch_adds_on_the_host(self):
         """mlp on the host: the only tensors ExecuTorch plans and the workbench does not
         are the three transposed weights (permute_copy of a parameter), 32×32 float32 each."""
-        r = result("mlp", False)
+        r = result("mlp_cpu")
         extra = [t for t in r.one_sided if t.side == "executorch"]
         assert [(t.op, t.reason, t.nbytes) for t in extra] == [("permute_copy", "view_copy", 32 * 32 * 4)] * 3
         assert not [t for t in r.one_sided if t.side == "workbench"]
@@ -161,20 +159,20 @@ class TestAccounting:
     def test_layer_norm_statistics_are_unread_outputs(self):
         """residual: native_layer_norm's mean and rstd (4×1 float32, 16 bytes aligned) are
         planned by ExecuTorch though nothing reads them: two per norm, two norms."""
-        r = result("residual", False)
+        r = result("residual_cpu")
         unread = [t for t in r.one_sided if t.reason == "unread_output"]
         assert len(unread) == 4 and all(t.op == "native_layer_norm" and t.nbytes == 16 for t in unread)
 
     def test_value_read_by_two_delegates_is_copied_twice_by_executorch(self):
         """shared_value: the host value read by two device delegates is one extra h2d copy
         in ExecuTorch's device arena (one per delegate argument)."""
-        r = result("shared_value", True)
+        r = result("shared_value")
         extra = [t for t in r.one_sided if t.reason == "per_argument_copy"]
         assert len(extra) == 1 and extra[0].device == "cuda:0" and extra[0].side == "executorch"
 
     def test_cross_device_value_goes_through_the_host_in_executorch(self):
         """two_devices: ExecuTorch's d2h + h2d pair against the workbench's one d2d."""
-        r = result("two_devices", True)
+        r = result("two_devices")
         sides = sorted((t.side, t.op) for t in r.one_sided if t.reason == "through_host")
         assert sides == [("executorch", "d2h_copy"), ("executorch", "h2d_copy"), ("workbench", "d2d_copy")]
 
@@ -206,7 +204,7 @@ def test_executorch_crash_is_a_result():
 @pytest.mark.slow
 def test_table_has_a_row_per_device():
     """arena_table: one row per (comparison, device), with both sides' bytes."""
-    rows = [result("two_devices", True), result("mlp", False)]
+    rows = [result("two_devices"), result("mlp_cpu")]
     table = arena_table(rows)
     assert list(table["device"]) == ["cpu", "cuda:0", "cuda:1", "cpu"]
     assert list(table["wb_best"]) == [rows[0].wb_best[d] for d in ("cpu", "cuda:0", "cuda:1")] + [rows[1].wb_best["cpu"]]
@@ -237,29 +235,27 @@ def test_bad_flags_are_refused():
 
 
 def test_unknown_case_lists_the_valid_ones():
-    """arena_case with an unknown name says which cases exist."""
-    with pytest.raises(KeyError, match="valid cases are mlp"):
-        arena_case("nope", placed=True)
+    """case() with an unknown name says which cases exist."""
+    with pytest.raises(KeyError, match="valid names are mlp"):
+        case("nope")
 
 
 def test_table_and_case_runner_refuse_other_types():
-    """arena_table takes ArenaComparison results; compare_arena_case takes an ArenaCase."""
+    """arena_table takes ArenaComparison results; compare_arena_case takes a Case."""
     with pytest.raises(TypeError, match="compare_arenas"):
         arena_table([{"case": "x"}])
-    with pytest.raises(TypeError, match="ArenaCase"):
+    with pytest.raises(TypeError, match="Case"):
         compare_arena_case("mlp")
 
 
 def test_missing_executorch_says_how_to_install(monkeypatch):
     """Without executorch, executorch_arena_bytes raises an ImportError with the pip command."""
     monkeypatch.setitem(sys.modules, "executorch", None)
-    et_module._et.cache_clear()
-    mem_module._et_memory.cache_clear()
+    executorch_api.cache_clear()
     try:
         model, inputs = _tiny()
         with pytest.raises(ExecuTorchNotInstalled, match=r"pip install executorch==1\.5\.1"):
             executorch_arena_bytes(model, inputs, {"cuda:0": ["aten.relu"]})
     finally:
         monkeypatch.undo()
-        et_module._et.cache_clear()
-        mem_module._et_memory.cache_clear()
+        executorch_api.cache_clear()

@@ -32,12 +32,17 @@ from .sweeps import SweepResult, sweep
 #: Names served by ``workbench.views``, imported when first asked for.
 _VIEW_NAMES = ("BufferView", "GraphView", "PlacementExplorer", "TimelineView", "explore", "to_chrome_trace", "to_dot")
 
+#: ExecuTorch entry points and their modules, imported when first asked for (``executorch`` is optional).
+_EXECUTORCH_NAMES = {"from_executorch": ".executorch", "compare_with_executorch": ".compare"}
+
 
 def __getattr__(name: str) -> Any:
     if name == "views":
         return import_module(".views", __name__)
     if name in _VIEW_NAMES:
         return getattr(import_module(".views", __name__), name)
+    if name in _EXECUTORCH_NAMES:
+        return getattr(import_module(_EXECUTORCH_NAMES[name], __name__), name)
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
 
 
@@ -79,9 +84,11 @@ __all__ = [
     "WorkbenchWarning",
     "calibrate",
     "capture",
+    "compare_with_executorch",
     "copy_ops",
     "estimate",
     "explore",
+    "from_executorch",
     "load",
     "load_plan",
     "place",

@@ -1,41 +1,62 @@
-"""Real browser: JupyterLab on localhost, headless Chromium driven by Playwright, the
-views demo notebook (tiny MoE: GraphView, BufferView, TimelineView) run cell by cell.
+"""Real browser: JupyterLab on localhost, headless Chromium driven by Playwright, the views
+demo notebooks run cell by cell, and the views used the way a person uses them.
+
+- ``views_demo.ipynb`` (tiny MoE under ``expert_streaming``): three linked views in one
+  cell. The test clicks a gather copy in the graph and sees its buffer and its events
+  highlighted (no kernel round trip needed), checks the kernel saw the same selection,
+  zooms, searches, expands a layer in place, filters the timeline, and measures the
+  click-to-highlight latency in the browser.
+- ``views_full_size.ipynb`` (the 35B config, shape-only, collapsed): renders, and a click
+  on a streamed expert gather highlights its buffer and events too.
 
 Skips when Chromium or Playwright is missing, unless WORKBENCH_REQUIRE_BROWSER=1 (then
-it fails). The screenshot goes to $WORKBENCH_SCREENSHOT, or into pytest's tmp dir; a
-picture of each view is saved beside it (``<name>-wb-graph-view.png`` …).
+it fails). Screenshots go to $WORKBENCH_SCREENSHOT (a .png path; one picture per view is
+saved beside it, ``<name>-graph.png`` …), or into pytest's tmp dir; the measured
+latencies are printed and written beside them as ``<name>-timing.json``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+
+from chromium import CHROMIUM_ARGS, find_chromium
 
 pytestmark = pytest.mark.browser
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-NOTEBOOK = HERE / "views_demo.ipynb"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-VIEW_CLASSES = ("wb-graph-view", "wb-buffer-view", "wb-timeline-view")
+DEMO = HERE / "views_demo.ipynb"
+FULL = HERE / "views_full_size.ipynb"
+VIEWS = {"graph": ".wbv-graph", "buffers": ".wbv-buffers", "timeline": ".wbv-timeline"}
+
+# dispatch a click and wait for the frame that shows its effect; the time is the
+# browser's own (no kernel involved: the linked views share the selection in the page)
+_CLICK_AND_PAINT = """
+async (sel) => {
+  const el = document.querySelector(sel);
+  if (!el) return -1;
+  el.scrollIntoView({ block: "center" });
+  await new Promise((r) => requestAnimationFrame(r));
+  const t0 = performance.now();
+  el.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  return performance.now() - t0;
+}
+"""
 
 
 def _require_or_skip(reason: str) -> None:
@@ -44,11 +65,34 @@ def _require_or_skip(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _chromium() -> str:
-    path = os.environ.get("WORKBENCH_CHROMIUM") or shutil.which("chromium") or (CHROMIUM if os.path.exists(CHROMIUM) else None)
-    if path is None:
+@contextlib.contextmanager
+def _lab_page(url: str, notebook: Path, shot: Path) -> Iterator:
+    """A Chromium page on ``notebook`` in JupyterLab; a failure leaves a screenshot."""
+    chromium = find_chromium()
+    if chromium is None:
         _require_or_skip("Chromium is not installed (apt-get install chromium)")
-    return path
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _require_or_skip("Playwright is not installed (pip install playwright==1.64.1)")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1400})
+        try:
+            _open(page, url, notebook.name)
+            yield page
+            _no_errors(page)
+        except Exception:
+            page.screenshot(path=str(shot.with_name(f"{shot.stem}-failure.png")), full_page=True)
+            raise
+        finally:
+            browser.close()
+
+
+def _view_shots(page, shot: Path) -> None:
+    page.evaluate("() => window.scrollTo(0, 0)")
+    for name, css in VIEWS.items():
+        page.locator(css).first.screenshot(path=str(shot.with_name(f"{shot.stem}-{name}.png")))
 
 
 def _free_port() -> int:
@@ -74,10 +118,11 @@ def _wait_for_server(url: str, proc: subprocess.Popen, timeout_s: float) -> None
 
 @pytest.fixture
 def jupyter_lab(tmp_path):
-    """A JupyterLab server on a free localhost port, serving a copy of the demo notebook."""
+    """A JupyterLab server on a free localhost port, serving copies of the demo notebooks."""
     root = tmp_path / "lab"
     root.mkdir()
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+    for nb in (DEMO, FULL):
+        shutil.copy(nb, root / nb.name)
     port = _free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
@@ -116,71 +161,147 @@ def jupyter_lab(tmp_path):
         log.close()
 
 
-def _run_all_cells(page) -> None:
-    """Run → Run All Cells from the menu bar; Shift+Enter on each cell if the menu fails."""
-    try:
-        page.locator(".lm-MenuBar-item", has_text="Run").first.click(timeout=5000)
-        page.locator(".lm-Menu-item", has_text="Run All Cells").first.click(timeout=5000)
-    except Exception:  # a changed menu layout: fall back to running cell by cell
-        page.keyboard.press("Escape")
-        cells = page.locator(".jp-Notebook .jp-Cell")
-        cells.first.click()
-        for _ in range(cells.count()):
-            page.keyboard.press("Shift+Enter")
+def _open(page, url: str, name: str) -> None:
+    page.goto(url + f"lab/tree/{name}", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook", timeout=45_000)
+    try:  # "Select Kernel" dialog of a notebook that never ran here
+        page.locator(".jp-Dialog .jp-mod-accept").click(timeout=10_000)
+    except Exception:
+        pass
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=15_000)
+    page.wait_for_function(
+        "() => document.querySelector('.jp-Notebook') && !document.querySelector('.jp-Dialog')", timeout=15_000
+    )
 
 
-def test_views_render_in_jupyterlab(jupyter_lab, tmp_path):
-    """The three views of the tiny MoE render as live widgets in a real browser: their
-    containers, dropdowns and figure images are in the DOM, the images decoded, and
-    choosing a node in GraphView's dropdown round-trips through the kernel to the spec
-    panel."""
-    chromium = _chromium()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _require_or_skip("Playwright is not installed (pip install playwright==1.64.1)")
-    shot = Path(os.environ.get("WORKBENCH_SCREENSHOT") or tmp_path / "views_demo.png")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1900})
-            page.goto(jupyter_lab + f"lab/tree/{NOTEBOOK.name}", wait_until="domcontentloaded")
-            page.wait_for_selector(".jp-Notebook", timeout=45_000)
-            try:  # "Select Kernel" dialog of a notebook that never ran here
-                page.locator(".jp-Dialog .jp-mod-accept").click(timeout=10_000)
-            except Exception:
-                pass
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=15_000)
-            page.wait_for_function(
-                "() => document.querySelector('.jp-Notebook') && !document.querySelector('.jp-Dialog')",
-                timeout=15_000,
-            )
-            _run_all_cells(page)
-            for css in VIEW_CLASSES:
-                page.wait_for_selector(f".{css}", timeout=60_000)
-            # every view's figure is a decoded PNG and it has its dropdowns
-            for css in VIEW_CLASSES:
-                page.wait_for_function(
-                    f"() => {{ const i = document.querySelector('.{css} img'); return i && i.complete && i.naturalWidth > 100; }}",
-                    timeout=30_000,
-                )
-                assert page.locator(f".{css} .widget-dropdown").count() >= 2, css
-            assert page.locator(".jupyter-widgets.wb-view").count() >= 3
-            # a live round trip: select a node, the kernel answers with its spec
-            select = page.locator(".wb-graph-view .widget-dropdown select").first
-            select.select_option("linear_3")
-            page.wait_for_function(
-                "() => { const s = document.querySelector('.wb-graph-view .wb-graph-view-spec');"
-                " return s && s.textContent.includes('linear_3') && s.textContent.includes('inside layers.'); }",
-                timeout=30_000,
-            )
-            page.locator(".wb-graph-view").first.scroll_into_view_if_needed()
-            shot.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(shot))
-            for css in VIEW_CLASSES:  # one picture per view next to the page shot
-                page.locator(f".{css}").first.screenshot(path=str(shot.with_name(f"{shot.stem}-{css}.png")))
-            errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
-            assert not any("Traceback" in e or "Error" in e for e in errors), errors
-        finally:
-            browser.close()
+def _run_cells(page, count: int) -> None:
+    """Run the first ``count`` cells, one Shift+Enter each."""
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    page.keyboard.press("Escape")
+    for _ in range(count):
+        page.keyboard.press("Shift+Enter")
+
+
+def _run_cell(page, index: int) -> None:
+    """Run cell ``index`` again (command mode, select it, Shift+Enter)."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".jp-InputArea-prompt").click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("Shift+Enter")
+
+
+def _shot_paths(tmp_path: Path, stem: str) -> Path:
+    base = os.environ.get("WORKBENCH_SCREENSHOT")
+    shot = Path(base) if base else tmp_path / "views.png"
+    shot = shot.with_name(f"{shot.stem}-{stem}.png")
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    return shot
+
+
+def _no_errors(page) -> None:
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+    assert not any("Traceback" in e or "Error" in e for e in errors), errors
+
+
+def _wait_for_views(page) -> None:
+    for css in VIEWS.values():
+        page.wait_for_selector(f"{css} .wbv-svg", timeout=120_000)
+    page.wait_for_selector(".wbv-graph .wbv-node", timeout=30_000)
+    page.wait_for_selector(".wbv-buffers .wbv-rect", timeout=30_000)
+    page.wait_for_selector(".wbv-timeline .wbv-bar", timeout=30_000)
+
+
+def test_views_link_zoom_search_expand_in_jupyterlab(jupyter_lab, tmp_path):
+    """The tiny MoE's three linked views in a real browser: a click on a gather copy
+    highlights its buffer and its events (measured, no kernel round trip), the kernel
+    sees the same selection, the graph zooms, search selects a layer, a layer expands in
+    place, and the timeline's kind filter hides compute."""
+    shot = _shot_paths(tmp_path, "tiny")
+    timings: dict[str, object] = {}
+    with _lab_page(jupyter_lab, DEMO, shot) as page:
+        _run_cells(page, 4)
+        _wait_for_views(page)
+        assert page.locator(".jupyter-widgets.wb-view").count() >= 3
+        gather = '.wbv-graph .wbv-node[data-id="index_select_gather"]'
+        page.wait_for_selector(gather, timeout=10_000)
+        # a click: the buffer rectangle and the timeline events of that value light up
+        clicks = [page.evaluate(_CLICK_AND_PAINT, sel) for sel in (gather, '.wbv-graph .wbv-node[data-id="layers.1"]', gather)]
+        assert min(clicks) >= 0, clicks
+        timings["click_to_linked_paint_ms"] = clicks
+        page.wait_for_selector('.wbv-buffers .wbv-rect.wbv-sel[data-id="index_select_gather"]', timeout=5_000)
+        page.wait_for_selector(".wbv-timeline .wbv-bar.wbv-sel, .wbv-timeline .wbv-bar.wbv-linked", timeout=5_000)
+        page.wait_for_function(
+            "() => { const t = document.querySelector('.wbv-graph .wbv-side').textContent;"
+            " return t.includes('index_select_gather') && t.includes('copy reason') && t.includes('streamed host weight'); }",
+            timeout=10_000,
+        )
+        # the kernel got the selection the browser made
+        _run_cell(page, 3)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.jp-OutputArea-output')].some("
+            "e => e.textContent.includes('focus=index_select_gather buffer=index_select_gather event='))",
+            timeout=30_000,
+        )
+        # zoom: the wheel scales the drawing, and the visible rectangle reaches the kernel
+        before = page.locator(".wbv-graph").get_attribute("data-zoom")
+        stage = page.locator(".wbv-graph .wbv-stage")
+        stage.hover()
+        t0 = time.perf_counter()
+        page.mouse.wheel(0, -400)
+        page.wait_for_function(f"() => document.querySelector('.wbv-graph').dataset.zoom !== '{before}'", timeout=5_000)
+        timings["wheel_to_zoom_s"] = round(time.perf_counter() - t0, 4)
+        # search: type a layer's name, Enter selects it and shows its spec
+        search = page.locator(".wbv-graph .wbv-search")
+        search.fill("layers.2")
+        search.press("Enter")
+        page.wait_for_selector('.wbv-graph .wbv-node.wbv-sel[data-id="layers.2"]', timeout=5_000)
+        page.wait_for_function(
+            "() => document.querySelector('.wbv-graph .wbv-side').textContent.includes('layers.2 (collapsed layer)')",
+            timeout=10_000,
+        )
+        # expand layers.2 in place (a kernel relayout): its members appear inside a box
+        page.locator(".wbv-graph .wbv-tools .wbv-button", has_text="expand").click()
+        page.wait_for_selector(".wbv-graph .wbv-box-layer", timeout=30_000)
+        assert page.locator('.wbv-graph .wbv-node[data-id="layers.2"]').count() == 0
+        # the kind filter hides every compute bar
+        compute = page.locator(".wbv-timeline .wbv-filter input[data-kind='compute']")
+        shown = page.locator(".wbv-timeline .wbv-bar").count()
+        compute.uncheck()
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.wbv-timeline .wbv-bar').length < {shown}", timeout=5_000
+        )
+        assert page.locator(".wbv-timeline .wbv-bar").count() == 8  # the eight expert gathers
+        _run_cell(page, 3)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.jp-OutputArea-output')].some("
+            "e => e.textContent.includes(\"expanded=['layers.2'] hidden=['compute'] zoomed=True\"))",
+            timeout=30_000,
+        )
+        compute.check()
+        # the first click again, for the pictures
+        page.evaluate(_CLICK_AND_PAINT, '.wbv-graph .wbv-node[data-id="index_select_2_gather"]')
+        _view_shots(page, shot)
+        page.screenshot(path=str(shot), full_page=True)
+        timings["browser_timing"] = page.evaluate("() => window.wbViewsTiming || []")
+    ms = [c for c in timings["click_to_linked_paint_ms"] if isinstance(c, (int, float))]
+    print(f"\nclick → linked highlight painted: median {statistics.median(ms):.1f} ms ({', '.join(f'{c:.1f}' for c in ms)})")
+    shot.with_name(f"{shot.stem}-timing.json").write_text(json.dumps(timings, indent=1))
     assert shot.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_full_size_views_render_collapsed_in_jupyterlab(jupyter_lab, tmp_path):
+    """The 35B config, shape-only: 40 collapsed layers with their expert gathers drawn
+    outside; a click on a gather highlights its 32 MiB buffer and its copy event."""
+    shot = _shot_paths(tmp_path, "full")
+    with _lab_page(jupyter_lab, FULL, shot) as page:
+        _run_cells(page, 3)
+        _wait_for_views(page)
+        assert page.locator('.wbv-graph .wbv-node-layer[data-id^="layers."]').count() == 40
+        gather = '.wbv-graph .wbv-node[data-id="index_select_gather"]'
+        ms = page.evaluate(_CLICK_AND_PAINT, gather)
+        assert ms >= 0
+        page.wait_for_selector('.wbv-buffers .wbv-rect.wbv-sel[data-id="index_select_gather"]', timeout=5_000)
+        page.wait_for_selector(".wbv-timeline .wbv-bar.wbv-sel", timeout=5_000)
+        print(f"\nfull size: click → linked highlight painted in {ms:.1f} ms")
+        _view_shots(page, shot)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 import workbench as wb
-from workbench.views import BufferView, ViewInputError, buffer_panels
+from workbench.views import BufferView, ViewInputError, buffer_panels, byte_ticks, live_steps, resident_weights
 
-from views_helpers import planned, residual_plan, residual_two_devices
+from views_helpers import click, planned, residual_plan, residual_two_devices
 
 
 def test_rectangles_equal_the_plans_offsets_sizes_and_lifetimes():
@@ -62,22 +62,25 @@ def test_algorithm_dropdown_replans_once_and_caches():
 
 
 def test_selecting_a_tensor_or_an_alias_highlights_its_storage():
-    """Selecting a storage shows its offset and lifetime; selecting a value that shares a
-    storage selects that storage."""
+    """Clicking a storage shows its offset and lifetime; selecting a value that shares a
+    storage selects that storage; a weight selects its resident segment and says why it
+    has no arena slot; a name the plan does not know is an error."""
     plan = residual_plan()
     view = BufferView(plan)
     name, a = next((n, a) for n, a in plan.allocations.items() if a.device == "cuda:0")
-    view.tensor_dropdown.value = name
+    click(view, name)
     assert view.selected == name
-    assert f"{a.offset} (0x{a.offset:x})" in view.spec.value and f"steps {a.start}..{a.end}" in view.spec.value
+    assert f"{a.offset} (0x{a.offset:x})" in view.spec_html() and f"steps {a.start}..{a.end}" in view.spec_html()
     attention = planned("attention", (("cuda:0", ("aten.linear", "aten.matmul")),))
     view = BufferView(attention)
     alias, owner = next((v, o) for v, o in attention.storage_of.items() if v != o)
     view.select(alias)
-    assert view.selected == owner and view.tensor_dropdown.value == owner
+    assert view.selected == owner and view.focus == alias
     assert view.rect_of(owner).y0 == attention.allocations[owner].offset
-    with pytest.raises(KeyError, match="has no planned memory: constant"):
-        view.select("p_qkv_weight")
+    view.select("p_qkv_weight")
+    assert view.selected == "p_qkv_weight" and "constant" in view.spec_html()
+    with pytest.raises(KeyError, match="has no planned memory"):
+        view.select("no_such_tensor")
 
 
 def test_buffer_view_needs_a_plan_and_known_algorithms():
@@ -88,14 +91,83 @@ def test_buffer_view_needs_a_plan_and_known_algorithms():
         BufferView(residual_plan(), algorithms=["fastest"])
 
 
-def test_buffer_figure_has_one_axes_per_panel(tmp_path):
-    """The static figure draws one axes per arena, each with its arena and lower-bound lines."""
+def test_buffer_figure_has_one_axes_per_arena_and_a_resident_bar(tmp_path):
+    """The static figure draws one axes per non-empty arena, each with its arena and
+    lower-bound lines, and one axes of resident weights with a bar per device."""
     plan = residual_plan()
     view = BufferView(plan)
     fig = view.figure()
-    axes = fig.get_axes()
-    assert len(axes) == len(buffer_panels(plan))
-    for ax, panel in zip(axes, buffer_panels(plan)):
+    by_gid = {ax.get_gid(): ax for ax in fig.get_axes()}
+    panels = [p for p in buffer_panels(plan) if not p.empty]
+    assert set(by_gid) == {f"arena:{p.device}:{p.arena}" for p in panels} | {"resident"}
+    for panel in panels:
+        ax = by_gid[f"arena:{panel.device}:{panel.arena}"]
         ys = sorted(line.get_ydata()[0] for line in ax.get_lines())
         assert ys == sorted([panel.arena_bytes, panel.lower_bound])
+    resident = by_gid["resident"]
+    assert [t.get_text() for t in resident.get_yticklabels()] == sorted({str(d) for held in plan.device_graph.residency.values() for d in held})
     assert view.save(tmp_path / "b.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_panels_are_sized_by_arena_bytes_and_empty_arenas_are_one_line():
+    """A panel's drawn height grows with its arena's bytes (a floor keeps small arenas
+    readable); an arena with no tensor has no panel body, just its title line."""
+    plan = residual_plan()
+    scene = BufferView(plan).canvas.scene
+    drawn = [p for p in scene["panels"] if not p["empty"]]
+    assert len(drawn) >= 2
+    for a, b in zip(drawn, drawn[1:]):
+        if a["arena_bytes"] < b["arena_bytes"]:
+            assert a["h"] <= b["h"]
+    biggest = max(drawn, key=lambda p: p["arena_bytes"])
+    assert biggest["h"] == max(p["h"] for p in drawn)
+    from workbench.views import BufferPanel
+
+    empty = BufferPanel("cpu", 0, 0, 0, 0, 5, ())
+    assert empty.empty and "empty" in empty.title
+
+
+def test_the_x_range_is_the_live_steps():
+    """The step axis starts at the first step a planned tensor is live, not at 0 (the
+    steps before only bind weights and inputs), and ends after the last."""
+    plan = residual_plan()
+    x = BufferView(plan).canvas.scene["x"]
+    assert x == {"lo": min(a.start for a in plan.allocations.values()), "hi": max(a.end for a in plan.allocations.values()) + 1}
+    assert live_steps(buffer_panels(plan)) == (x["lo"], x["hi"])
+
+
+def test_byte_ticks_are_round_and_in_one_unit():
+    """Ticks are multiples of 1, 2, 2.5 or 5 × 10^k of one unit, start at 0, reach the
+    top, and never mix units (no "1000 B" next to "1.5 KiB")."""
+    for top in (1, 7, 1000, 1500, 5000, 49.4 * 1024, 48.1 * 2**20, 3 * 2**30):
+        ticks = byte_ticks(top)
+        values, labels = zip(*ticks)
+        assert values[0] == 0 and values[-1] >= top and list(values) == sorted(values)
+        units = {label.split()[-1] for label in labels[1:]}
+        assert len(units) == 1, labels
+        steps = {round(float(label.split()[0]) / float(labels[1].split()[0]), 6) for label in labels[1:]}
+        assert steps == set(range(1, len(labels))), labels
+    assert [label for _v, label in byte_ticks(1500)] == ["0", "500 B", "1000 B", "1500 B"]
+
+
+def test_resident_weights_per_device_add_up_to_the_constant_bytes():
+    """The resident bar of each device lists the weights held there; their bytes add up
+    to the plan's constant bytes for that device."""
+    plan = residual_plan()
+    bars = resident_weights(plan.device_graph)
+    assert {b.device for b in bars} == {d for d, n in plan.constant_bytes.items() if n}
+    for b in bars:
+        assert b.total == plan.constant_bytes[b.device]
+
+
+def test_a_step_window_is_kept_and_checked():
+    """``set_window`` is the zoom the front end sets; an empty window shows every live step."""
+    view = BufferView(residual_plan())
+    view.set_window(3, 9)
+    assert view.canvas.window == [3.0, 9.0]
+    ax = next(a for a in view.figure().get_axes() if a.get_gid().startswith("arena:"))
+    assert ax.get_xlim() == (3.0, 9.0)
+    view.set_window()
+    assert view.canvas.window == []
+    with pytest.raises(ValueError, match="first < last"):
+        view.set_window(5, 5)

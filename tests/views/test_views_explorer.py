@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import workbench as wb
-from workbench.views import PlacementExplorer, default_groups, explore, rules_for
+from workbench.views import PlacementExplorer, default_groups, explore, module_groups, op_groups, rules_for
 
 from views_helpers import captured
 
@@ -48,11 +48,11 @@ def test_moving_a_group_to_a_second_device_creates_d2d_copies():
     assert {(str(c.src), str(c.dst)) for c in two.graph.copies if c.kind == "d2d"} == {("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")}
 
 
-def test_default_groups_are_the_claimable_op_packets():
-    """One group per op packet of the graph, most frequent first (ties by name); the
+def test_op_groups_are_the_claimable_op_packets():
+    """One op group per op packet of the graph, most frequent first (ties by name); the
     rules they make leave host groups out."""
     _, _, prog = captured("residual")
-    groups = default_groups(prog)
+    groups = op_groups(prog).patterns
     assert list(groups) == ["aten.linear", "aten.add", "aten.gelu", "aten.layer_norm"]
     assert all(groups[g] == (g,) for g in groups)
     assert rules_for(groups, {"aten.gelu": "cuda:1", "aten.add": "cpu"}) == {"cuda:1": ["aten.gelu"]}
@@ -60,11 +60,25 @@ def test_default_groups_are_the_claimable_op_packets():
         rules_for(groups, {"aten.nothing": "cuda:0"})
 
 
+def test_default_groups_come_from_the_module_hierarchy():
+    """The default groups are module groups: for the residual example the norms (found
+    by their class), the ups.* and downs.* linears (by module path), and the root ops;
+    every claimable op is in exactly one group."""
+    _, _, prog = captured("residual")
+    groups = module_groups(prog)
+    assert list(groups.patterns) == list(default_groups(prog)) == ["norms", "downs.*", "ups.*", "other ops"]
+    claimable = [n.name for n in prog.graph.nodes if n.op == "call_function" and not str(n.target).endswith("getitem")]
+    members = [m for ms in groups.members.values() for m in ms]
+    assert sorted(members) == sorted(claimable)
+    linears = {n.name for n in prog.graph.nodes if "linear" in str(n.target)}
+    assert set(groups.members["ups.*"]) | set(groups.members["downs.*"]) == linears
+
+
 def test_explorer_controls_change_the_copy_count_as_explore_says():
     """Each control change recomputes the state; the copy counts equal explore's for the
     same settings."""
     model, inputs, prog = captured("residual")
-    ex = PlacementExplorer(prog, inputs, initial={"aten.linear": "cuda:0"})
+    ex = PlacementExplorer(prog, inputs, initial={"aten.linear": "cuda:0"}, grouping="op")
     assert ex.state.copy_counts == explore(prog, {"cuda:0": ["aten.linear"]}).copy_counts
     ex.set_group("aten.gelu", "cuda:1")
     assert ex.state.copy_counts["d2d"] == 4
@@ -94,7 +108,7 @@ def test_explorer_views_follow_the_state():
     """The views are built for the current state: the buffer view shows its plan; after a
     change the graph view shows the new graph."""
     model, inputs, prog = captured("residual")
-    ex = PlacementExplorer(prog, inputs, initial={"aten.linear": "cuda:0"})
+    ex = PlacementExplorer(prog, inputs, initial={"aten.linear": "cuda:0"}, grouping="op")
     assert ex.view("graph").graph is ex.state.graph
     assert ex.view("buffers").plan is ex.state.plan
     assert ex.view("timeline").data.summary.events == len(ex.state.run.timeline)

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 
 import pydot
 import pytest
 
-from workbench.views import copies_table, plan_table, specs_table, timeline_table, to_chrome_trace, to_dot
+from workbench.views import (
+    copies_table,
+    full_text,
+    link_throughput_figure,
+    plan_table,
+    specs_table,
+    timeline_table,
+    to_chrome_trace,
+    to_dot,
+)
 
 from views_helpers import residual_fused, residual_plan, residual_run
 
@@ -54,11 +64,17 @@ def test_chrome_trace_validates_against_the_format():
     assert process[1] == "cpu"
 
 
-def test_chrome_trace_is_written_as_json(tmp_path):
+def test_chrome_trace_is_written_as_json_and_the_path_returned(tmp_path):
+    """With a path the trace is written as JSON and the path comes back (a notebook cell
+    ending with the call shows the path); without one the trace's repr is one line."""
     tl, trace = _trace()
     path = tmp_path / "trace.json"
-    assert to_chrome_trace(tl, path) == trace
+    assert to_chrome_trace(tl, path) == path
     assert json.loads(path.read_text()) == trace
+    from IPython.lib.pretty import pretty
+
+    shown = pretty(trace)
+    assert "\n" not in shown and f"{len(tl.events)} events" in shown and len(shown) < 200
 
 
 def _dot_nodes(graph) -> list[str]:
@@ -102,3 +118,37 @@ def test_dataframe_helpers_match_the_core_tables():
     tl = residual_run()[1].timeline
     table = timeline_table(tl)
     assert len(table) == len(tl.events) and {"lane", "gb_per_s"} <= set(table.columns)
+
+
+def test_dot_is_written_and_its_path_returned(tmp_path):
+    """``to_dot(…, path=…)`` writes the same text it returns without a path."""
+    _, _, dg = residual_fused()
+    path = to_dot(dg, path=tmp_path / "g.dot")
+    assert path == tmp_path / "g.dot" and path.read_text() == to_dot(dg)
+
+
+def test_full_text_shows_every_reason_whole():
+    """``full_text`` renders every cell in full (pandas would cut a long reason at
+    display.max_colwidth) and escapes it."""
+    _, _, dg = residual_fused()
+    table = copies_table(dg)
+    html = full_text(table).to_html()
+    longest = max(table["reason"], key=len)
+    assert len(longest) > 60 and longest in html_lib.unescape(html)
+    assert "pre-wrap" in html
+
+
+def test_tokens_per_second_by_link_chart():
+    """One bar per (row, link) with its value written beside it; a table without
+    ``tok/s`` columns is a clear error."""
+    import pandas as pd
+
+    table = pd.DataFrame({"strategy": ["a", "b"], "skip_copies": [True, True], "tok/s pcie_gen4": [10.5, 20.25], "tok/s nvlink_c2c": [50.0, 60.0]})
+    ax = link_throughput_figure(table).get_axes()[0]
+    widths = sorted(round(p.get_width(), 2) for p in ax.patches)
+    assert widths == [10.5, 20.25, 50.0, 60.0]
+    texts = {t.get_text() for t in ax.texts}
+    assert {"10.5", "20.2", "50.0", "60.0"} <= texts or {"10.5", "20.3", "50.0", "60.0"} <= texts
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["pcie_gen4", "nvlink_c2c"]
+    with pytest.raises(ValueError, match="no 'tok/s <link>' columns"):
+        link_throughput_figure(table[["strategy"]])

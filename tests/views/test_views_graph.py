@@ -9,7 +9,7 @@ import workbench as wb
 from workbench.views import GraphView, ViewInputError, graph_layout, node_spec
 from workbench.views._style import format_bytes
 
-from views_helpers import placed_graph, residual_fused, residual_plan, residual_two_devices, tiny_moe
+from views_helpers import click, placed_graph, residual_fused, residual_plan, residual_two_devices, tiny_moe
 
 
 def _graph_edges(dg):
@@ -29,21 +29,21 @@ def test_layout_has_one_node_per_graph_node_and_every_edge():
     assert layout.graph_nodes == len(dg.graph.nodes)
 
 
-def test_layout_rows_are_longest_paths_from_the_sources():
-    """Every op sits one row below its deepest input (longest path), so every edge into
-    an op points downward; constants sit directly above their first user."""
+def test_layout_ranks_point_every_edge_down_and_weights_sit_above_their_first_user():
+    """Graphviz ranks the graph top to bottom: every edge of the (acyclic) graph goes from
+    a higher rank to a lower one, rank order is y order, and a weight sits exactly one
+    rank above its first user (dot pulls a source node down to its users)."""
     _, _, dg = residual_two_devices()
     layout = graph_layout(dg)
+    assert layout.engine == "dot"
     row = {n.id: n.layer for n in layout.nodes}
+    y = {n.id: n.y for n in layout.nodes}
     for node in dg.graph.nodes:
-        inputs = node.all_input_nodes
+        for a in node.all_input_nodes:
+            assert row[a.name] < row[node.name] and y[a.name] < y[node.name]
         if node.name in dg.residency:
             assert row[node.name] == min(row[u.name] for u in node.users) - 1
-        elif inputs:
-            assert row[node.name] == 1 + max(row[a.name] for a in inputs)
-        else:
-            assert row[node.name] == 0
-    assert all(n.y == n.layer for n in layout.nodes)
+    assert sorted({n.layer for n in layout.nodes}) == list(range(layout.depth))
 
 
 def test_layout_positions_are_distinct():
@@ -79,7 +79,8 @@ def test_nodes_are_coloured_by_their_device():
 
 
 def test_delegate_boxes_hold_their_members():
-    """Uncollapsed, each delegate is a box around exactly its member nodes."""
+    """Uncollapsed, each delegate is a box around exactly its member nodes: every member
+    lies inside it, whole."""
     _, _, dg = residual_fused()
     layout = graph_layout(dg)
     boxes = {b.name: b for b in layout.boxes}
@@ -88,7 +89,10 @@ def test_delegate_boxes_hold_their_members():
     for d in dg.placement.delegates:
         box = boxes[d.name]
         assert set(box.members) == set(d.nodes)
-        assert box.y0 == min(where[m].y for m in d.nodes) and box.y1 == max(where[m].y for m in d.nodes)
+        for m in d.nodes:
+            n = where[m]
+            assert box.x0 <= n.x - n.w / 2 and n.x + n.w / 2 <= box.x1
+            assert box.y0 <= n.y - n.h / 2 and n.y + n.h / 2 <= box.y1
 
 
 def test_collapse_delegates_draws_each_delegate_as_one_node():
@@ -207,19 +211,19 @@ def test_spec_of_an_unknown_node_lists_real_names():
 
 
 def test_selecting_a_node_updates_the_spec_panel_and_highlight():
-    """Choosing a node in the dropdown shows its spec (offset, device, reason) and marks
-    it selected; clearing the dropdown clears the panel."""
+    """Clicking a node shows its spec (offset, device, reason) and marks it selected;
+    clearing the selection clears the panel."""
     plan = residual_plan()
     view = GraphView(plan)
     copy = next(c for c in plan.device_graph.copies if c.kind == "d2d")
-    view.node_dropdown.value = copy.name
+    click(view, copy.name)
     assert view.selected == copy.name
-    html = view.spec.value
+    html = view.spec_html()
     owner = plan.storage_of[copy.name]
     assert copy.name in html and "d2d" in html and str(plan.allocations[owner].offset) in html
     assert "read" in html  # the reason sentence
     view.select(None)
-    assert view.node_dropdown.value == "" and view.selected is None and "select a node" in view.spec.value
+    assert view.focus is None and view.selected is None and "select a node" in view.spec_html()
 
 
 def test_selection_inside_a_collapsed_group_names_the_group():
@@ -228,7 +232,7 @@ def test_selection_inside_a_collapsed_group_names_the_group():
     view = GraphView(dg, collapse="delegates")
     delegate = next(d for d in dg.placement.delegates if len(d.nodes) > 1)
     view.select(delegate.nodes[1])
-    assert f"inside {delegate.name}" in view.spec.value
+    assert f"inside {delegate.name}" in view.spec_html()
 
 
 def test_collapse_and_device_controls_relayout():
@@ -252,7 +256,7 @@ def test_static_figure_png_and_display_bundle(tmp_path, monkeypatch):
     assert isinstance(view.figure(), Figure)
     path = view.save(tmp_path / "graph.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert view.image.value[:8] == b"\x89PNG\r\n\x1a\n"
+    assert view.png()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match=r"\.png, \.svg or \.pdf"):
         view.save(tmp_path / "graph.txt")
     shown = []
@@ -269,22 +273,23 @@ def test_static_figure_png_and_display_bundle(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_tiny_moe_layout_collapses_to_its_layers():
     """The tiny MoE (hundreds of nodes) stays drawable: uncollapsed it has one node per
-    graph node; collapsed by layers it shows its four decoder layers as groups that
-    together hold most of the graph, and every graph node maps to a drawn node."""
+    graph node; collapsed by layers it shows its four decoder layers (and the final norm,
+    a top-level module of several ops) as groups that together hold most of the graph,
+    and every graph node maps to a drawn node."""
     _, _, prog = tiny_moe()
     dg = wb.propagate(wb.place(prog, {"cuda:0": ["aten.linear", "aten.bmm"]}))
     full = graph_layout(dg)
     assert len(full.nodes) == len(dg.graph.nodes) > 300
     layout = graph_layout(dg, collapse="layers")
     groups = [n for n in layout.nodes if n.kind == "layer"]
-    assert sorted(n.id for n in groups) == ["layers.0", "layers.1", "layers.2", "layers.3"]
+    assert sorted(n.id for n in groups) == ["layers.0", "layers.1", "layers.2", "layers.3", "norm"]
     assert sum(len(n.members) for n in groups) > 0.8 * len(dg.graph.nodes)
     assert len(layout.nodes) < 60
     assert set(layout.node_of) == {n.name for n in dg.graph.nodes}
     assert sum(n.copies for n in layout.nodes) == len(dg.copies)
     view = GraphView(dg, collapse="layers")
     view.select("linear_3")
-    assert "inside layers." in view.spec.value
+    assert "inside layers." in view.spec_html()
 
 
 def test_gather_copies_touch_host_and_device():

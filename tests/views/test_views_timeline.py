@@ -8,7 +8,7 @@ import pytest
 from workbench.runtime import Event, StreamScheduler, Timeline
 from workbench.views import TimelineView, ViewInputError, timeline_data
 
-from views_helpers import residual_run
+from views_helpers import click, residual_run
 
 
 def _timeline():
@@ -78,7 +78,7 @@ def test_compare_draws_a_second_run_on_the_same_time_axis():
     axes = view.figure().get_axes()
     assert len(axes) == 2 and axes[0].get_xlim() == axes[1].get_xlim()
     assert axes[0].get_xlim()[1] >= tl.span_us
-    assert "short" in view.summary.value
+    assert [(r["label"], r["summary"]) for r in view.canvas.scene["runs"]] == [("residual", view.data.summary.line), ("short", view.comparisons["short"].summary.line)]
     view.compare_dropdown.value = ""  # the "(none)" entry
     assert len(view.figure().get_axes()) == 1
     with pytest.raises(KeyError, match="valid ones are 'short'"):
@@ -95,10 +95,10 @@ def test_selecting_an_event_shows_bytes_duration_and_bandwidth():
     tl = _timeline()
     view = TimelineView(tl)
     i = next(i for i, e in enumerate(tl.events) if e.kind == "d2d")
-    view.event_dropdown.value = i
+    click(view, i, tl.events[i].node)
     e = tl.events[i]
-    assert view.selected == i
-    assert f"{e.gb_per_s:.2f} GB/s" in view.spec.value and e.node in view.spec.value
+    assert view.selected == i and view.focus == e.node
+    assert f"{e.gb_per_s:.2f} GB/s" in view.spec_html() and e.node in view.spec_html()
     with pytest.raises(IndexError, match="out of range"):
         view.select(len(tl.events))
 
@@ -108,3 +108,71 @@ def test_timeline_view_rejects_what_is_not_a_run():
         TimelineView([1, 2, 3])
     with pytest.raises(ViewInputError, match=r"compare\['b'\]"):
         TimelineView(_timeline(), compare={"b": "nope"})
+
+
+def _steps_timeline():
+    """Two decode steps of a copy then a compute each."""
+    return Timeline([
+        Event("h2d", "w_gather", "cuda:0", "copy", 0.0, 4.0, nbytes=4096),
+        Event("compute", "mm", "cuda:0", "compute", 4.0, 9.0),
+        Event("h2d", "w_gather", "cuda:0", "copy", 9.0, 13.0, nbytes=4096),
+        Event("compute", "mm", "cuda:0", "compute", 13.0, 18.0),
+    ])
+
+
+def test_step_boundaries_come_from_the_run():
+    """Step starts are given (``steps=``), or read from the timeline's
+    ``step_starts_us``, or from the events' ``step``; a single-step run has none, and
+    decreasing step times are an error."""
+    from dataclasses import dataclass
+
+    tl = _steps_timeline()
+    assert timeline_data(tl).step_starts_us == ()
+    assert timeline_data(tl, steps=[0.0, 9.0]).step_starts_us == (0.0, 9.0)
+    tl.step_starts_us = (0.0, 9.0)
+    assert timeline_data(tl).step_starts_us == (0.0, 9.0)
+
+    @dataclass(frozen=True)
+    class StepEvent(Event):
+        step: int = 0
+
+    stepped = Timeline([StepEvent(e.kind, e.node, e.device, e.stream, e.start_us, e.end_us, e.nbytes, step=i // 2) for i, e in enumerate(_steps_timeline())])
+    assert timeline_data(stepped).step_starts_us == (0.0, 9.0)
+    view = TimelineView(stepped)
+    assert [s["label"] for s in view.canvas.scene["steps"]] == ["step 0", "step 1"]
+    with pytest.raises(ValueError, match="must not decrease"):
+        timeline_data(tl, steps=[9.0, 0.0])
+
+
+def test_back_to_back_events_stay_separate_bars():
+    """Two copies of one kind back to back are two bars (one per event), each drawn
+    with a border; the window and the kind filter pick what is drawn."""
+    tl = _steps_timeline()
+    view = TimelineView(tl)
+    bars = view.canvas.scene["runs"][0]["bars"]
+    assert len(bars) == 4 and [b[1] for b in bars] == [0.0, 4.0, 9.0, 13.0]
+    view.set_window(8.0, 14.0)
+    assert [b.start_us for b in view.visible()] == [4.0, 9.0, 13.0]
+    view.hide_kinds(["compute"])
+    assert [b.kind for b in view.visible()] == ["h2d"]
+    assert view.canvas.hidden_kinds == ["compute"] and view.canvas.window == [8.0, 14.0]
+    ax = view.figure().get_axes()[0]
+    assert ax.get_xlim() == (8.0, 14.0)
+    with pytest.raises(ValueError, match="unknown event kind"):
+        view.hide_kinds(["gpu"])
+    with pytest.raises(ValueError, match="start < end"):
+        view.set_window(5, 1)
+
+
+def test_selecting_an_event_selects_its_node_and_outlines_its_other_events():
+    """Clicking one of a node's events focuses the node: its other events are outlined
+    (``linked_bars``) and the spec says how many; ``select_node`` picks its first."""
+    view = TimelineView(_steps_timeline())
+    click(view, 2, "w_gather")
+    assert view.focus == "w_gather" and view.selected == 2 and view.linked_bars() == [0, 2]
+    assert "1 more event" in view.spec_html()
+    view.select_node("mm")
+    assert view.selected == 1
+    assert view.search("gat") == ["w_gather"]
+    with pytest.raises(KeyError, match="no event of node"):
+        view.select_node("nope")

@@ -53,6 +53,18 @@ def residual_run():
     return plan, wb.run(plan, *inputs, backend="sim")
 
 
+def click(view, key, focus="same"):
+    """What a click in the browser does to the kernel's state: the clicked view sends its
+    selected item ``key`` and the linked value ``focus`` (default: ``key``) in one
+    message, and every view linked to it by jslink sends the same focus."""
+    name = key if focus == "same" else focus
+    with view.canvas.hold_trait_notifications():
+        view.canvas.selected = key
+        view.canvas.focus = name
+    for other in view.linked:
+        other.canvas.focus = name
+
+
 @functools.lru_cache(maxsize=None)
 def tiny_moe():
     """(model, inputs, Program) of the tiny MoE decoder (capture takes ~10 s: slow tests only)."""
@@ -61,3 +73,15 @@ def tiny_moe():
     model = QwenMoEDecoder(MoEConfig.tiny())
     inputs = model.example_inputs()
     return model, inputs, wb.capture(model, inputs)
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_streaming():
+    """(plan, RunResult) of the tiny MoE under expert_streaming, run once on ``sim``."""
+    from workbench.runtime import stage_inputs
+    from workbench.strategies import expert_streaming
+
+    _model, inputs, prog = tiny_moe()
+    dg = expert_streaming().apply(prog)
+    plan = wb.plan(dg)
+    return plan, wb.run(plan, *stage_inputs(dg, inputs, "sim"), backend="sim")

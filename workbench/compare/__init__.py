@@ -1,64 +1,88 @@
-"""Cross-checks of the workbench against reference systems.
+"""Cross-checks of the workbench against ExecuTorch's device support.
 
-``executorch`` compares the copies the workbench inserts with those of ExecuTorch's
-device propagation, on the small models of ``models``; ``executorch_memory`` compares
-the per-device arena bytes of the two memory planners. The ``executorch`` package is
-optional: this package imports without it, and its functions say how to install it.
+- ``cases``: the one registry of cases (a model, its inputs, a placement) by unique name;
+  ``models``: the small models some cases use;
+- ``settings``: flag settings, placement rules and inputs as the cross-checks take them;
+- ``lowering``: ExecuTorch's device pipeline under workbench placement rules;
+- ``copies``: the copies each system inserts; ``arenas``: the memory each plans;
+- ``side_by_side``: ``compare_with_executorch``, one model in both systems, every
+  difference with its reason; ``two_columns``: its view.
+
+The ``executorch`` package is optional: this package imports without it, and its
+functions say how to install it.
 """
 
-from .executorch import (
-    FLAG_LABELS,
-    FLAG_SETTINGS,
+from ..executorch.dependency import (
     INSTALL_HINT,
-    CopyComparison,
-    DelegateOps,
-    ETCopy,
-    ExecuTorchCopies,
     ExecuTorchNotInstalled,
-    compare_case,
-    compare_copies,
-    compare_settings,
-    comparison_table,
+    ExecuTorchWithoutDeviceSupport,
     executorch_available,
-    executorch_copies,
-    executorch_copies_for,
-    rule_partitioner,
 )
-from .executorch_memory import (
-    ARENA_CASES,
+from .arenas import (
     ARENA_REASONS,
-    ArenaCase,
     ArenaComparison,
     ETTensor,
     ExecuTorchArenas,
     OneSided,
-    arena_case,
     arena_table,
     compare_arena_case,
     compare_arenas,
     executorch_arena_bytes,
 )
-from .models import CASES, Case, case, case_names
+from .cases import (
+    ARENA_CASES,
+    CASES,
+    COPY_CASES,
+    Case,
+    UnknownCaseError,
+    case,
+    case_names,
+)
+from .copies import (
+    CopyComparison,
+    ETCopy,
+    ExecuTorchCopies,
+    compare_case,
+    compare_copies,
+    compare_settings,
+    comparison_table,
+    executorch_copies,
+    executorch_copies_for,
+)
+from .lowering import DelegateOps, rule_partitioner
+from .settings import (
+    FLAG_LABELS,
+    FLAG_SETTINGS,
+    CrossCheckInputError,
+    CrossCheckTypeError,
+)
+from .side_by_side import SideBySide, compare_with_executorch
+from .two_columns import side_by_side_view
 
 __all__ = [
     "ARENA_CASES",
     "ARENA_REASONS",
-    "ArenaCase",
     "ArenaComparison",
     "CASES",
+    "COPY_CASES",
     "FLAG_LABELS",
     "FLAG_SETTINGS",
     "INSTALL_HINT",
     "Case",
     "CopyComparison",
+    "CrossCheckInputError",
+    "CrossCheckTypeError",
     "DelegateOps",
     "ETCopy",
     "ETTensor",
     "ExecuTorchArenas",
     "ExecuTorchCopies",
     "ExecuTorchNotInstalled",
+    "ExecuTorchWithoutDeviceSupport",
     "OneSided",
-    "arena_case",
+    "SideBySide",
+    "SideBySide",
+    "UnknownCaseError",
     "arena_table",
     "case",
     "case_names",
@@ -67,10 +91,12 @@ __all__ = [
     "compare_case",
     "compare_copies",
     "compare_settings",
+    "compare_with_executorch",
     "comparison_table",
     "executorch_arena_bytes",
     "executorch_available",
     "executorch_copies",
     "executorch_copies_for",
     "rule_partitioner",
+    "side_by_side_view",
 ]

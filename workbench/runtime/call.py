@@ -158,7 +158,8 @@ class Call:
                     self.owned.clear()  # the returned tensors own these buffers now
                     return result, timeline
             except Exception as exc:  # rule 5: keep the type, say where it happened
-                exc.add_note(
+                _add_note(
+                    exc,
                     f"workbench: while running node {node.name!r} ({op_name(node)}) on "
                     f"{entry.step.device or 'the host'}, step {entry.step.index} of the planned graph"
                 )
@@ -418,6 +419,12 @@ class Call:
                         self.owned.append(owner)
             done.append(value)
         return pytree.tree_unflatten(done, self.plan.device_graph.program.exported.call_spec.out_spec)
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """PEP 678 notes (Python 3.11+); older interpreters show the exception as it is."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
 
 
 def _aliases_an_argument(result: torch.Tensor, args: Any) -> bool:

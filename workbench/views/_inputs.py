@@ -11,14 +11,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..planning.memory_plan import MemoryPlan
-from ..propagate import DeviceGraph
-from ..runtime.timeline import Timeline
 from ..errors import WorkbenchError
+from ._upstream import DeviceGraph, MemoryPlan, Timeline, graph_of
 
 
 class ViewInputError(WorkbenchError, TypeError):
     """A view was given something it cannot show."""
+
+
+class ViewOptionError(WorkbenchError, ValueError):
+    """A view option (collapse mode, device filter, group, window, kind …) is not valid."""
+
+
+class UnknownNameError(WorkbenchError, KeyError):
+    """A node, tensor, group or run name that the view does not have."""
+
+    def __str__(self) -> str:  # KeyError would show the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class ViewIndexError(WorkbenchError, IndexError):
+    """An event index out of range."""
 
 
 def as_graph_and_plan(obj: Any, what: str = "this view") -> tuple[DeviceGraph, Any]:
@@ -26,7 +39,7 @@ def as_graph_and_plan(obj: Any, what: str = "this view") -> tuple[DeviceGraph, A
     if isinstance(obj, DeviceGraph):
         return obj, None
     if isinstance(obj, MemoryPlan):
-        return obj.device_graph, obj
+        return graph_of(obj), obj
     raise ViewInputError(
         f"{what} shows a DeviceGraph (from workbench.propagate) or a MemoryPlan (from "
         f"workbench.plan); got {type(obj).__name__}"

@@ -1,8 +1,9 @@
-"""Graph layout as plain data: what GraphView draws, computed without matplotlib.
+"""Graph layout as plain data: what GraphView draws, computed without a front end.
 
-``graph_layout(dg, collapse=None, devices=None)`` returns a ``GraphLayout``: one
-``LayoutNode`` per drawn node (a graph node, or a collapsed delegate / layer), the edges
-between them and the delegate boxes, with top-to-bottom coordinates.
+``graph_layout(dg, collapse=None, devices=None, expand=())`` returns a ``GraphLayout``:
+one ``LayoutNode`` per drawn node (a graph node, or a collapsed delegate / layer) with
+its position and size in points, the edges between them with their routes, and the
+boxes drawn around delegates and expanded groups.
 
 Rules:
 1. Without ``collapse`` there is one layout node per node of ``dg.graph`` (placeholders
@@ -13,23 +14,38 @@ Rules:
 3. ``collapse="delegates"`` draws each delegate as one node (its members that are in the
    graph); ``collapse="layers"`` draws each repeated layer as one node. A node's layer is
    the first module path in its ``nn_module_stack`` that ends in an index (``layers.3``);
-   a node that belongs to no module (a copy, a constant, an op traced at the root) joins
-   a layer when all its users are in that layer, so a copy that only feeds ``layers.3``
-   is drawn inside it; user inputs and the output always stay visible.
-4. Layers of the layout (rows, ``y``; y grows downward) are longest paths from the
-   sources, taken over the edges that go forward in graph order (contracting groups can
-   make a back edge; it is still drawn). Constant placeholders sit one row above their
-   first user so that weights do not crowd the top row.
-5. Within a row, nodes are ordered by the mean ``x`` of their predecessors (ties: graph
-   order) and spaced one unit apart, centred on 0.
-6. Edges are deduplicated and never join a node to itself.
+   the ops of another top-level module (the final norm …) form one group when there are
+   at least three of them. A node that belongs to no module (a constant, an op traced at
+   the root) joins a layer when all its users are in that layer; the root ops left over
+   (three or more: the rotary tables every attention layer reads …) form the group
+   ``(root)``. What crosses a layer's border stays outside it: a copy is drawn inside a
+   layer only when the value it copies is computed in that layer and all its consumers
+   are there (a copy between two of the layer's ops, counted on the layer's copy
+   badges); any other copy is drawn on its own, and so is a constant read through a
+   copy (a streamed weight), so the weights and copies that feed a layer from another
+   device are visible. User inputs and the output always stay visible.
+4. ``expand=(group, …)`` draws the members of those collapsed groups one by one inside a
+   box labelled with the group, the rest of the graph staying collapsed; naming a group
+   that is not drawn is an error that lists the groups.
+5. Positions come from Graphviz ``dot`` (ranks top to bottom, each node sized for what it
+   shows, delegates and expanded groups as clusters). ``layer`` is a node's rank: the
+   index of its y among the distinct y of the drawn nodes. Without ``dot`` (not
+   installed, failed, or above ``DOT_MAX_NODES`` drawn nodes) the layout falls back to
+   rows by longest path from the sources, ordered by the mean x of their predecessors,
+   and says so (``engine == "rows"``, ``LayoutWarning`` when dot is missing or fails).
+6. Edges are deduplicated and never join a node to itself; each carries the graph nodes
+   at its two ends whose graph edges it stands for, so a selection highlights only the
+   drawn edges that carry the selected node's own inputs and users.
 7. ``node_of`` maps every kept graph node to the layout node that draws it, so a
-   selection of any graph node can be highlighted in any collapse mode.
+   selection of any graph node can be found in any collapse mode.
+8. Copy facts (kind, ends, bytes) are read from the DeviceGraph's copy records, never
+   from the copy ops' arguments.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
@@ -37,15 +53,50 @@ from typing import Iterable, Mapping, Optional, Sequence
 import pandas as pd
 import torch.fx
 
-from ..graph_values import node_nbytes
 from ..devices import Device
-from ..propagate import DeviceGraph
+from ..errors import WorkbenchWarning
+from ._graphviz import GraphvizUnavailable, dot_positions
+from ._inputs import ViewOptionError
 from ._style import copy_label, format_bytes
+from ._upstream import CopyRecord, DeviceGraph, node_nbytes
 
 COLLAPSE_MODES = (None, "delegates", "layers")
 NODE_KINDS = ("input", "constant", "op", "copy", "output", "delegate", "layer")
+GROUP_KINDS = ("delegate", "layer")
+#: Above this many drawn nodes the layout uses rows instead of dot (dot needs minutes).
+DOT_MAX_NODES = 1500
 
 _INDEXED_PATH = re.compile(r"(^|\.)\d+$")
+
+# drawn sizes (points): what the front end and the static figure draw, so dot packs them
+FONT_PT = 10.0
+CHAR_PT = 6.1  # average advance of a 10 pt sans-serif character
+BADGE_GAP_PT = 4.0
+_LINE_PT = 13.0
+_PAD_PT = 10.0
+_BOX_PAD_PT = 5.0
+_MIN_MODULE_GROUP = 3  # ops of a top-level module that is not a layer, to make it a box
+#: The group of the ops traced at the root that no layer claims.
+ROOT_GROUP = "(root)"
+_ROW_PT = 58.0  # row spacing of the fallback layout
+_COLUMN_PT = 170.0
+
+
+class LayoutWarning(WorkbenchWarning):
+    """The graph was laid out without Graphviz (rows instead)."""
+
+
+@dataclass(frozen=True)
+class CopyBadge:
+    """Copies of one kind inside a collapsed group."""
+
+    kind: str  # "h2d" | "d2h" | "d2d"
+    count: int
+    nbytes: int  # bytes moved per call by these copies
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind} {self.count}× {format_bytes(self.nbytes)}"
 
 
 @dataclass(frozen=True)
@@ -53,30 +104,37 @@ class LayoutNode:
     """One drawn node."""
 
     id: str  # graph node name, delegate name or layer path
-    label: str  # text drawn next to it ("h2d 4.0 KiB" for a copy)
+    label: str  # first line drawn ("h2d 4.0 KiB" for a copy)
     kind: str  # one of NODE_KINDS
     colour_key: str  # "device:cuda:0" | "copy:h2d" | "constant"
     device: Optional[str]  # its device (the most common one for a group; None for output)
     devices: tuple[str, ...]  # every device among its members
-    layer: int  # row, 0 at the top
-    x: float
-    y: float  # == layer; grows downward
+    layer: int  # rank, 0 at the top
+    x: float  # centre, points from the left
+    y: float  # centre, points from the top
     members: tuple[str, ...]  # graph nodes it stands for
     nbytes: int  # value bytes; bytes moved for a copy; copy bytes inside a group
     copy_kind: Optional[str]  # "h2d" | "d2h" | "d2d" for a copy node
     copies: int  # copies among its members
     device_counts: tuple[tuple[str, int], ...] = ()  # (device, ops and inputs on it), groups only
+    lines: tuple[str, ...] = ()  # every text line drawn, first = label
+    w: float = 0.0  # drawn width, points
+    h: float = 0.0  # drawn height, points
+    badges: tuple[CopyBadge, ...] = ()  # copies inside a group, per kind
 
 
 @dataclass(frozen=True)
 class LayoutEdge:
     src: str  # layout node ids
     dst: str
+    points: tuple[tuple[float, float], ...] = ()  # route (rule 5), empty: straight
+    src_members: tuple[str, ...] = ()  # graph nodes at the tail whose edges it carries
+    dst_members: tuple[str, ...] = ()  # and at the head
 
 
 @dataclass(frozen=True)
 class GroupBox:
-    """A delegate drawn as a box around its member nodes (uncollapsed delegates only)."""
+    """A box around member nodes: a delegate (uncollapsed) or an expanded group."""
 
     name: str
     device: str
@@ -85,17 +143,23 @@ class GroupBox:
     x1: float
     y0: float
     y1: float
+    kind: str = "delegate"  # "delegate" | "layer"
+    label: str = ""
 
 
 @dataclass(frozen=True)
 class GraphLayout:
-    nodes: tuple[LayoutNode, ...]  # row by row, left to right
+    nodes: tuple[LayoutNode, ...]  # rank by rank, left to right
     edges: tuple[LayoutEdge, ...]
     boxes: tuple[GroupBox, ...]
     node_of: Mapping[str, str]  # graph node name → layout node id (rule 7)
     collapse: Optional[str]
     devices: Optional[tuple[str, ...]]  # the device filter, None for all
     graph_nodes: int  # graph nodes kept by the filter
+    expanded: tuple[str, ...] = ()  # groups drawn member by member (rule 4)
+    engine: str = "dot"  # "dot" | "rows" (rule 5)
+    extent: tuple[float, float] = (0.0, 0.0)  # (width, height) of the drawing, points
+    note: str = ""  # why the fallback engine was used
 
     @property
     def depth(self) -> int:
@@ -105,6 +169,11 @@ class GraphLayout:
     def width(self) -> int:
         rows = Counter(n.layer for n in self.nodes)
         return max(rows.values(), default=0)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Ids of the collapsed groups drawn (what ``expand`` may name)."""
+        return tuple(n.id for n in self.nodes if n.kind in GROUP_KINDS)
 
     def node(self, node_id: str) -> LayoutNode:
         for n in self.nodes:
@@ -141,45 +210,64 @@ def graph_layout(
     dg: DeviceGraph,
     collapse: Optional[str] = None,
     devices: Optional[Iterable[str]] = None,
+    expand: Iterable[str] = (),
 ) -> GraphLayout:
     """Lay ``dg`` out top to bottom (see the module rules)."""
     if collapse not in COLLAPSE_MODES:
-        raise ValueError(
+        raise ViewOptionError(
             f"unknown collapse mode {collapse!r}; valid modes are None, 'delegates' and 'layers'"
         )
     wanted = _parse_devices(dg, devices)
-    nodes = [n for n in dg.graph.nodes if _keep(dg, n, wanted)]
+    records = dg.copy_table
+    nodes = [n for n in dg.graph.nodes if _keep(dg, n, wanted, records)]
     kept = {n.name for n in nodes}
     constants = set(dg.residency)
     if collapse == "delegates":
         group_of = _delegate_groups(dg, nodes)
     elif collapse == "layers":
-        group_of = _layer_groups(nodes, kept, constants, dg.copy_table)
+        group_of = _layer_groups(nodes, kept, constants, records)
     else:
         group_of = {}
+    expanded = _check_expand(expand, set(group_of.values()))
+    open_group = {n: g for n, g in group_of.items() if g in expanded}
+    group_of = {n: g for n, g in group_of.items() if g not in expanded}
     groups = set(group_of.values())
     node_of = {n.name: group_of.get(n.name, n.name) for n in nodes}
     members: dict[str, list[torch.fx.Node]] = defaultdict(list)
     for n in nodes:
         members[node_of[n.name]].append(n)
-    members = _in_graph_order(members, nodes, constants, dg.copy_table)
-    edges = _edges(nodes, kept, node_of)
-    layers = _rows(list(members), edges, members, constants)
-    xs = _columns(list(members), edges, layers)
-    layout_nodes = [
-        _layout_node(dg, lid, ms, collapse if lid in groups else None, layers[lid], xs[lid])
+    members = _in_graph_order(members, nodes, constants)
+    edges, ends = _edges(nodes, kept, node_of)
+    drawn = {
+        lid: _node_content(dg, lid, ms, collapse if lid in groups else None, records)
         for lid, ms in members.items()
-    ]
-    layout_nodes.sort(key=lambda n: (n.layer, n.x))
-    boxes = _boxes(dg, layout_nodes) if collapse is None else ()
+    }
+    # expanded groups are dot clusters (kept together, nothing else inside); a delegate
+    # is boxed around its members afterwards (its members are connected by data, and
+    # clusters cost dot more time than the whole rest of the layout)
+    clusters = _expanded_clusters(dg, open_group, expanded) if collapse is not None else {}
+    placed = _place(drawn, edges, clusters, members, constants)
+    layout_nodes = sorted(
+        (_positioned(c, placed.centres[lid], placed.rank[lid]) for lid, c in drawn.items()),
+        key=lambda n: (n.layer, n.x),
+    )
+    where = {n.id: n for n in layout_nodes}
+    boxes = _boxes(clusters, placed, where) if collapse is not None else _delegate_boxes(dg, where)
     return GraphLayout(
         nodes=tuple(layout_nodes),
-        edges=tuple(LayoutEdge(a, b) for a, b in edges),
+        edges=tuple(
+            LayoutEdge(a, b, placed.routes.get((a, b), ()), tuple(ends[(a, b)][0]), tuple(ends[(a, b)][1]))
+            for a, b in edges
+        ),
         boxes=boxes,
         node_of=node_of,
         collapse=collapse,
         devices=tuple(sorted(wanted, key=Device.parse)) if wanted is not None else None,
         graph_nodes=len(nodes),
+        expanded=tuple(expanded),
+        engine=placed.engine,
+        extent=placed.extent,
+        note=placed.note,
     )
 
 
@@ -196,14 +284,16 @@ def _parse_devices(dg: DeviceGraph, devices: Optional[Iterable[str]]) -> Optiona
     for d in devices:
         dev = str(Device.parse(d))
         if dev not in present:
-            raise ValueError(f"device filter {d!r}: this graph has no value on {dev}; its devices are {', '.join(present)}")
+            raise ViewOptionError(
+                f"device filter {d!r}: this graph has no value on {dev}; its devices are {', '.join(present)}"
+            )
         parsed.add(dev)
     return parsed
 
 
-def node_devices(dg: DeviceGraph, node: torch.fx.Node) -> set[str]:
+def node_devices(dg: DeviceGraph, node: torch.fx.Node, records: Optional[Mapping[str, CopyRecord]] = None) -> set[str]:
     """Every device a node touches: copies both ends, constants every resident device."""
-    record = dg.copy_table.get(node.name)
+    record = (records if records is not None else dg.copy_table).get(node.name)
     if record is not None:
         return {str(record.src), str(record.dst)}
     if node.name in dg.residency:
@@ -212,15 +302,15 @@ def node_devices(dg: DeviceGraph, node: torch.fx.Node) -> set[str]:
     return {str(device)} if device is not None else set()
 
 
-def _keep(dg: DeviceGraph, node: torch.fx.Node, wanted: Optional[set[str]]) -> bool:
+def _keep(dg: DeviceGraph, node: torch.fx.Node, wanted: Optional[set[str]], records: Mapping[str, CopyRecord]) -> bool:
     if wanted is None:
         return True
     if node.op == "output":
-        return any(_keep(dg, a, wanted) for a in node.all_input_nodes)
-    return bool(node_devices(dg, node) & wanted)
+        return any(_keep(dg, a, wanted, records) for a in node.all_input_nodes)
+    return bool(node_devices(dg, node, records) & wanted)
 
 
-# --- collapsing (rule 3) -----------------------------------------------------------
+# --- collapsing (rules 3 and 4) ----------------------------------------------------
 
 
 def _delegate_groups(dg: DeviceGraph, nodes: Sequence[torch.fx.Node]) -> dict[str, str]:
@@ -238,80 +328,374 @@ def layer_path(node: torch.fx.Node) -> Optional[str]:
     return None
 
 
-def _unowned(node: torch.fx.Node, constants: set[str], copies: Mapping[str, object]) -> bool:
+def _top_module(node: torch.fx.Node) -> Optional[str]:
+    """The outermost module path of ``node``'s stack (None for ops traced at the root)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    for value in stack.values():
+        if isinstance(value, tuple) and value and value[0]:
+            return str(value[0])
+    return None
+
+
+def _unowned(node: torch.fx.Node, constants: set[str], records: Mapping[str, CopyRecord]) -> bool:
     """True for nodes that belong to no module of their own: copies, constants, and
     ops traced at the root module. User inputs and the output stay visible."""
     if node.op == "placeholder":
         return node.name in constants
     if node.op != "call_function":
         return False
-    if node.name in copies:
+    if node.name in records:
         return True
     stack = node.meta.get("nn_module_stack") or {}
     return not any(isinstance(v, tuple) and v and v[0] for v in stack.values())
 
 
 def _layer_groups(
-    nodes: Sequence[torch.fx.Node], kept: set[str], constants: set[str], copies: Mapping[str, object]
+    nodes: Sequence[torch.fx.Node], kept: set[str], constants: set[str], records: Mapping[str, CopyRecord]
 ) -> dict[str, str]:
     group: dict[str, str] = {}
+    others: dict[str, list[str]] = defaultdict(list)
     for n in nodes:
+        if n.name in records:
+            continue
         path = layer_path(n)
         if path is not None:
             group[n.name] = path
+        elif n.op == "call_function" and (top := _top_module(n)) is not None:
+            others[top].append(n.name)
+    for path, names in others.items():  # the final norm, the LM head …: one box each
+        if len(names) >= _MIN_MODULE_GROUP:
+            group.update(dict.fromkeys(names, path))
     # users come after their inputs, so one reverse sweep settles chains of unowned nodes
     for n in reversed(nodes):
-        if n.name in group or not _unowned(n, constants, copies):
+        if n.name in group or not _unowned(n, constants, records):
             continue
         users = [u for u in n.users if u.name in kept]
+        if n.name in constants and any(u.name in records for u in users):
+            continue  # read through a copy: lives elsewhere, drawn outside (rule 3)
         owners = {group.get(u.name) for u in users}
-        if users and len(owners) == 1 and None not in owners:
-            group[n.name] = owners.pop()
+        owner = owners.pop() if len(owners) == 1 else None
+        if users and owner is not None:
+            group[n.name] = owner
+    # a copy stays inside only when the value it copies is computed in the same group
+    for name, record in records.items():
+        if name in group and group.get(record.value) != group[name]:
+            del group[name]
+    # ops traced at the root that feed several groups (rotary tables …): one box
+    loose = [
+        n.name
+        for n in nodes
+        if n.op == "call_function" and n.name not in group and n.name not in records and _top_module(n) is None
+    ]
+    if len(loose) >= _MIN_MODULE_GROUP:
+        group.update(dict.fromkeys(loose, ROOT_GROUP))
     return group
 
 
-# --- layout (rules 4-6) ------------------------------------------------------------
+def _check_expand(expand: Iterable[str], groups: set[str]) -> tuple[str, ...]:
+    if isinstance(expand, str):
+        expand = [expand]
+    chosen = tuple(dict.fromkeys(str(g) for g in expand))
+    unknown = [g for g in chosen if g not in groups]
+    if unknown:
+        valid = ", ".join(sorted(groups, key=natural_key)) or "none (collapse the graph first)"
+        raise ViewOptionError(f"cannot expand {', '.join(map(repr, unknown))}: not a collapsed group here; groups are {valid}")
+    return chosen
+
+
+def natural_key(text: str) -> tuple:
+    """``layers.10`` after ``layers.9``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+# --- edges (rule 6) ----------------------------------------------------------------
 
 
 def _in_graph_order(
-    members: Mapping[str, list[torch.fx.Node]],
-    nodes: Sequence[torch.fx.Node],
-    constants: set[str],
-    copies: Mapping[str, object],
+    members: Mapping[str, list[torch.fx.Node]], nodes: Sequence[torch.fx.Node], constants: set[str]
 ) -> dict[str, list[torch.fx.Node]]:
     """Layout nodes ordered by their first *anchor* member: a group that absorbed
-    constants (placeholders, first in the graph) or root-level helpers sorts by its own
-    first op, not by them, so the order stays close to a topological one."""
+    constants (placeholders, first in the graph) sorts by its own first op, not by them,
+    so the order stays close to a topological one."""
     index = {n.name: i for i, n in enumerate(nodes)}
 
     def anchor(item: tuple[str, list[torch.fx.Node]]) -> int:
         ms = item[1]
-        own = [index[m.name] for m in ms if not _unowned(m, constants, copies)]
+        own = [index[m.name] for m in ms if not (m.op == "placeholder" and m.name in constants)]
         return min(own) if own else min(index[m.name] for m in ms)
 
     return dict(sorted(members.items(), key=anchor))
 
 
-def _edges(nodes: Sequence[torch.fx.Node], kept: set[str], node_of: Mapping[str, str]) -> list[tuple[str, str]]:
-    seen: dict[tuple[str, str], None] = {}
+def _edges(
+    nodes: Sequence[torch.fx.Node], kept: set[str], node_of: Mapping[str, str]
+) -> tuple[list[tuple[str, str]], dict[tuple[str, str], tuple[list[str], list[str]]]]:
+    ends: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
     for n in nodes:
         for a in n.all_input_nodes:
             if a.name not in kept:
                 continue
             edge = (node_of[a.name], node_of[n.name])
-            if edge[0] != edge[1]:
-                seen[edge] = None
-    return list(seen)
+            if edge[0] == edge[1]:
+                continue
+            tails, heads = ends.setdefault(edge, ([], []))
+            if a.name not in tails:
+                tails.append(a.name)
+            if n.name not in heads:
+                heads.append(n.name)
+    return list(ends), ends
+
+
+# --- node contents and sizes -------------------------------------------------------
+
+
+def text_width(text: str, char_pt: float = CHAR_PT) -> float:
+    """Points a line of text takes at the views' font size (an estimate that errs wide)."""
+    return len(text) * char_pt
+
+
+def _size(lines: Sequence[str], badges: Sequence[CopyBadge], kind: str) -> tuple[float, float]:
+    title_pt = CHAR_PT * (1.12 if kind in GROUP_KINDS else 1.0)
+    widths = [text_width(lines[0], title_pt)] + [text_width(t) for t in lines[1:]]
+    if badges:
+        widths.append(sum(text_width(b.text, CHAR_PT * 0.9) + 10 + BADGE_GAP_PT for b in badges))
+    w = max(widths, default=0.0) + 2 * _PAD_PT
+    h = _LINE_PT * len(lines) + 10
+    if kind in GROUP_KINDS:
+        h += 8 + (18 if badges else 0)  # device bar, badge row
+        w = max(w, 120.0)
+    if kind == "constant":
+        w += 12  # an ellipse needs room at its ends
+    return round(max(w, 44.0), 1), round(h, 1)
+
+
+@dataclass(frozen=True)
+class _Content:
+    """A layout node before it has a position."""
+
+    id: str
+    label: str
+    kind: str
+    colour_key: str
+    device: Optional[str]
+    devices: tuple[str, ...]
+    members: tuple[str, ...]
+    nbytes: int
+    copy_kind: Optional[str]
+    copies: int
+    device_counts: tuple[tuple[str, int], ...]
+    lines: tuple[str, ...]
+    badges: tuple[CopyBadge, ...]
+    w: float
+    h: float
+
+
+def _content(
+    lid: str, label: str, kind: str, key: str, device: Optional[str], devices: tuple[str, ...], members: tuple[str, ...],
+    nbytes: int, copy_kind: Optional[str] = None, copies: int = 0, counts: tuple[tuple[str, int], ...] = (),
+    lines: Sequence[str] = (), badges: tuple[CopyBadge, ...] = (),
+) -> _Content:
+    drawn = tuple(lines) or (label,)
+    w, h = _size(drawn, badges, kind)
+    return _Content(lid, label, kind, key, device, devices, members, nbytes, copy_kind, copies, counts, drawn, badges, w, h)
+
+
+def _node_content(
+    dg: DeviceGraph, lid: str, members: list[torch.fx.Node], group_kind: Optional[str], records: Mapping[str, CopyRecord]
+) -> _Content:
+    names = tuple(m.name for m in members)
+    copies = [records[m.name] for m in members if m.name in records]
+    copy_bytes = sum(c.nbytes for c in copies)
+    devs: Counter = Counter()
+    for m in members:
+        if m.op == "call_function" or (m.op == "placeholder" and m.name not in dg.residency):
+            device = dg.node_device.get(m.name)
+            if device is not None:
+                devs[str(device)] += 1
+    devices = tuple(sorted(devs, key=Device.parse))
+    common = max(devs, key=lambda d: (devs[d], -devices.index(d))) if devs else None
+    if group_kind is not None:
+        kind = "delegate" if group_kind == "delegates" else "layer"
+        what = f"{len(members)} ops" if kind == "delegate" else f"{len(members)} nodes"
+        label = f"{lid} · {common} · {what}" if kind == "delegate" else f"{lid} · {what}"
+        if copies:
+            label += f" · {len(copies)} {'copy' if len(copies) == 1 else 'copies'} {format_bytes(copy_bytes)}"
+        key = f"device:{common}" if common else "constant"
+        counts = tuple((d, devs[d]) for d in devices)
+        share = ", ".join(f"{n} on {d}" for d, n in counts)
+        badges = _badges(copies)
+        return _content(
+            lid, label, kind, key, common, devices, names, copy_bytes, None, len(copies), counts,
+            (lid, f"{what}: ops {share}" if share else what), badges,
+        )
+    node = members[0]
+    record = records.get(node.name)
+    if record is not None:
+        kind = str(record.kind)
+        label = copy_label(kind, record.nbytes)
+        role = str(record.role)
+        return _content(
+            lid, label, "copy", f"copy:{kind}", common, devices, names, record.nbytes, kind, 1,
+            lines=(label, node.name if role == "plain" else f"{role} · {node.name}"),
+        )
+    if node.op == "output":
+        return _content(lid, "output", "output", "constant", None, (), names, 0)
+    if node.op == "placeholder" and node.name in dg.residency:
+        held = tuple(sorted((str(d) for d in dg.residency[node.name]), key=Device.parse))
+        first = next((d for d in held if d != "cpu"), held[0] if held else None)
+        return _content(lid, node.name, "constant", "constant", first, held, names, node_nbytes(node, unbounded="hint"))
+    kind = "input" if node.op == "placeholder" else "op"
+    key = f"device:{common}" if common else "constant"
+    return _content(lid, node.name, kind, key, common, devices, names, node_nbytes(node, unbounded="hint"))
+
+
+def _badges(copies: Sequence[CopyRecord]) -> tuple[CopyBadge, ...]:
+    count: Counter = Counter()
+    moved: Counter = Counter()
+    for c in copies:
+        count[str(c.kind)] += 1
+        moved[str(c.kind)] += c.nbytes
+    return tuple(CopyBadge(k, count[k], moved[k]) for k in ("h2d", "d2h", "d2d") if count[k])
+
+
+# --- clusters ----------------------------------------------------------------------
+
+
+#: A cluster: (kind, label, member ids, device or None for "most common among members").
+Cluster = tuple[str, str, tuple[str, ...], Optional[str]]
+
+
+def _delegate_boxes(dg: DeviceGraph, where: Mapping[str, LayoutNode]) -> tuple[GroupBox, ...]:
+    """Uncollapsed: one box per delegate around its drawn members."""
+    boxes = []
+    for d in dg.placement.delegates:
+        inside = [where[m] for m in d.nodes if m in where]
+        if not inside:
+            continue
+        boxes.append(
+            GroupBox(
+                d.name,
+                str(d.device),
+                tuple(n.id for n in inside),
+                round(min(n.x - n.w / 2 for n in inside) - _BOX_PAD_PT, 1),
+                round(max(n.x + n.w / 2 for n in inside) + _BOX_PAD_PT, 1),
+                round(min(n.y - n.h / 2 for n in inside) - _BOX_PAD_PT - _LINE_PT, 1),
+                round(max(n.y + n.h / 2 for n in inside) + _BOX_PAD_PT, 1),
+                "delegate",
+                d.name,  # the device is the box's colour; a longer label would not fit one op
+            )
+        )
+    return tuple(boxes)
+
+
+def _expanded_clusters(dg: DeviceGraph, open_group: Mapping[str, str], expanded: Sequence[str]) -> dict[str, Cluster]:
+    delegates = {d.name: str(d.device) for d in dg.placement.delegates}
+    out: dict[str, Cluster] = {}
+    for g in expanded:
+        inside = tuple(n for n, owner in open_group.items() if owner == g)
+        kind = "delegate" if g in delegates else "layer"
+        out[g] = (kind, f"{g} (expanded)", inside, delegates.get(g))
+    return out
+
+
+# --- positions (rule 5) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Placed:
+    centres: Mapping[str, tuple[float, float]]
+    rank: Mapping[str, int]
+    routes: Mapping[tuple[str, str], tuple[tuple[float, float], ...]]
+    clusters: Mapping[str, tuple[float, float, float, float]]
+    extent: tuple[float, float]
+    engine: str
+    note: str
+
+
+def _place(
+    drawn: Mapping[str, _Content],
+    edges: list[tuple[str, str]],
+    clusters: Mapping[str, Cluster],
+    members: Mapping[str, list[torch.fx.Node]],
+    constants: set[str],
+) -> _Placed:
+    note = ""
+    if len(drawn) <= DOT_MAX_NODES:
+        try:
+            got = dot_positions(
+                {lid: (c.w, c.h) for lid, c in drawn.items()},
+                edges,
+                {name: (label, ms) for name, (_kind, label, ms, _device) in clusters.items()},
+                _beside(drawn, edges, clusters),
+            )
+        except GraphvizUnavailable as exc:
+            note = f"laid out in rows: {exc}"
+            warnings.warn(LayoutWarning(note), stacklevel=3)
+        else:
+            ys = sorted({y for _x, y in got.centres.values()})
+            rank_of_y = {y: i for i, y in enumerate(ys)}
+            rank = {lid: rank_of_y[got.centres[lid][1]] for lid in drawn}
+            return _Placed(got.centres, rank, got.edges, got.clusters, (got.width, got.height), "dot", "")
+    else:
+        note = f"laid out in rows: {len(drawn)} drawn nodes is more than dot lays out quickly ({DOT_MAX_NODES}); collapse the graph"
+    return _rows_layout(drawn, edges, clusters, members, constants, note)
+
+
+def _beside(
+    drawn: Mapping[str, _Content], edges: Sequence[tuple[str, str]], clusters: Mapping[str, Cluster]
+) -> list[tuple[str, str]]:
+    """A node that reads from and feeds the same collapsed group (a gather whose index the
+    group's router computes) is drawn beside the group rather than a rank below it."""
+    pairs = set(edges)
+    in_cluster = {m for _k, _l, ms, _d in clusters.values() for m in ms}
+    return [
+        (a, b)
+        for a, b in edges
+        if (b, a) in pairs and drawn[b].kind in GROUP_KINDS and drawn[a].kind not in GROUP_KINDS
+        and a not in in_cluster and b not in in_cluster
+    ]
+
+
+def _rows_layout(
+    drawn: Mapping[str, _Content],
+    edges: list[tuple[str, str]],
+    clusters: Mapping[str, Cluster],
+    members: Mapping[str, list[torch.fx.Node]],
+    constants: set[str],
+    note: str,
+) -> _Placed:
+    order = list(drawn)
+    layers = _rows(order, edges, members, constants)
+    xs = _columns(order, edges, layers)
+    x_min = min(xs.values(), default=0.0)
+    width = max((c.w for c in drawn.values()), default=0.0)
+    centres = {lid: (round((xs[lid] - x_min) * _COLUMN_PT + width / 2 + 10, 1), round(layers[lid] * _ROW_PT + 40, 1)) for lid in order}
+    boxes = {}
+    for name, (_kind, _label, ms, _device) in clusters.items():
+        inside = [centres[m] for m in ms]
+        boxes[name] = (
+            min(x for x, _ in inside) - _COLUMN_PT / 2 + 10,
+            min(y for _, y in inside) - _ROW_PT / 2,
+            max(x for x, _ in inside) + _COLUMN_PT / 2 - 10,
+            max(y for _, y in inside) + _ROW_PT / 2,
+        )
+    extent = (
+        round(max((x for x, _ in centres.values()), default=0.0) + width / 2 + 20, 1),
+        round(max((y for _, y in centres.values()), default=0.0) + _ROW_PT, 1),
+    )
+    return _Placed(centres, layers, {}, boxes, extent, "rows", note)
 
 
 def _rows(
     order: list[str], edges: list[tuple[str, str]], members: Mapping[str, list], constants: set[str]
 ) -> dict[str, int]:
+    """Longest paths from the sources over forward edges; constants one row above their
+    first user."""
     position = {lid: i for i, lid in enumerate(order)}
     preds: dict[str, list[str]] = defaultdict(list)
     succs: dict[str, list[str]] = defaultdict(list)
     for a, b in edges:
-        if position[a] < position[b]:  # forward edges only (rule 4)
+        if position[a] < position[b]:
             preds[b].append(a)
             succs[a].append(b)
     layer: dict[str, int] = {}
@@ -325,6 +709,7 @@ def _rows(
 
 
 def _columns(order: list[str], edges: list[tuple[str, str]], layers: Mapping[str, int]) -> dict[str, float]:
+    """Within a row, nodes ordered by the mean x of their predecessors, one unit apart."""
     preds: dict[str, list[str]] = defaultdict(list)
     for a, b in edges:
         if layers[a] < layers[b]:
@@ -348,73 +733,20 @@ def _columns(order: list[str], edges: list[tuple[str, str]], layers: Mapping[str
     return xs
 
 
-# --- node contents -----------------------------------------------------------------
+def _positioned(c: _Content, centre: tuple[float, float], rank: int) -> LayoutNode:
+    return LayoutNode(
+        id=c.id, label=c.label, kind=c.kind, colour_key=c.colour_key, device=c.device, devices=c.devices,
+        layer=rank, x=centre[0], y=centre[1], members=c.members, nbytes=c.nbytes, copy_kind=c.copy_kind,
+        copies=c.copies, device_counts=c.device_counts, lines=c.lines, w=c.w, h=c.h, badges=c.badges,
+    )
 
 
-def _layout_node(
-    dg: DeviceGraph, lid: str, members: list[torch.fx.Node], group_kind: Optional[str], layer: int, x: float
-) -> LayoutNode:
-    names = tuple(m.name for m in members)
-    copies = [m for m in members if m.name in dg.copy_table]
-    copy_bytes = sum(node_nbytes(m) for m in copies)
-    devs = Counter()
-    for m in members:
-        if m.op == "call_function" or (m.op == "placeholder" and m.name not in dg.residency):
-            device = dg.node_device.get(m.name)
-            if device is not None:
-                devs[str(device)] += 1
-    devices = tuple(sorted(devs, key=Device.parse))
-    common = max(devs, key=lambda d: (devs[d], -devices.index(d))) if devs else None
-    if group_kind is not None:
-        kind = "delegate" if group_kind == "delegates" else "layer"
-        what = f"{len(members)} ops" if kind == "delegate" else f"{len(members)} nodes"
-        label = f"{lid} · {common} · {what}" if kind == "delegate" else f"{lid} · {what}"
-        if copies:
-            label += f" · {len(copies)} {'copy' if len(copies) == 1 else 'copies'} {format_bytes(copy_bytes)}"
-        key = f"device:{common}" if common else "constant"
-        counts = tuple((d, devs[d]) for d in devices)
-        return LayoutNode(
-            lid, label, kind, key, common, devices, layer, x, float(layer), names, copy_bytes, None, len(copies), counts
-        )
-    node = members[0]
-    record = dg.copy_table.get(node.name)
-    if record is not None:
-        kind_ = str(record.kind)
-        nbytes = node_nbytes(node)
-        return LayoutNode(
-            lid, copy_label(kind_, nbytes), "copy", f"copy:{kind_}", common, devices, layer, x, float(layer),
-            names, nbytes, kind_, 1,
-        )
-    if node.op == "output":
-        return LayoutNode(lid, "output", "output", "constant", None, (), layer, x, float(layer), names, 0, None, 0)
-    if node.op == "placeholder" and node.name in dg.residency:
-        held = tuple(sorted((str(d) for d in dg.residency[node.name]), key=Device.parse))
-        first = next((d for d in held if d != "cpu"), held[0] if held else None)
-        return LayoutNode(
-            lid, node.name, "constant", "constant", first, held, layer, x, float(layer), names, node_nbytes(node), None, 0
-        )
-    kind = "input" if node.op == "placeholder" else "op"
-    label = node.name
-    key = f"device:{common}" if common else "constant"
-    return LayoutNode(lid, label, kind, key, common, devices, layer, x, float(layer), names, node_nbytes(node), None, 0)
-
-
-def _boxes(dg: DeviceGraph, nodes: Sequence[LayoutNode]) -> tuple[GroupBox, ...]:
-    where = {n.id: n for n in nodes}
+def _boxes(clusters: Mapping[str, Cluster], placed: _Placed, where: Mapping[str, LayoutNode]) -> tuple[GroupBox, ...]:
     boxes = []
-    for d in dg.placement.delegates:
-        inside = [where[m] for m in d.nodes if m in where]
-        if not inside:
-            continue
-        boxes.append(
-            GroupBox(
-                d.name,
-                str(d.device),
-                tuple(n.id for n in inside),
-                min(n.x for n in inside),
-                max(n.x for n in inside),
-                min(n.y for n in inside),
-                max(n.y for n in inside),
-            )
-        )
+    for name, (kind, label, inside, device) in clusters.items():
+        x0, y0, x1, y1 = placed.clusters[name]
+        if device is None:
+            devs = Counter(d for d in (where[m].device for m in inside) if d is not None)
+            device = devs.most_common(1)[0][0] if devs else "cpu"
+        boxes.append(GroupBox(name, device, inside, x0, x1, y0, y1, kind, label))
     return tuple(boxes)

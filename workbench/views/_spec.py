@@ -7,23 +7,23 @@ Rules:
    in-place result reports the storage it shares); a tensor the plan does not place says
    why (``unplanned``). Without a plan, the lifetime is [defining step, last use] in graph
    order and the memory fields are None.
-3. A copy node carries its kind, source, destination, consumers and the reason recorded
-   when it was inserted.
+3. A copy node carries what its copy record says: kind, source, destination, consumers,
+   the reason recorded when it was inserted, its role (plain, gather, prefetch, reuse)
+   and, for row copies, the node holding the row ids.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import pandas as pd
 import torch
 import torch.fx
 
-from ..graph_values import node_nbytes, op_name, value_of
-from ..propagate import CopyRecord, DeviceGraph
-from ..propagate import node_role
+from ._inputs import UnknownNameError
 from ._style import format_bytes
+from ._upstream import CopyRecord, DeviceGraph, node_nbytes, node_role, op_name, value_of
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ class NodeSpec:
     copy_dst: Optional[str] = None
     copy_consumers: tuple[str, ...] = ()
     copy_reason: Optional[str] = None
+    copy_role: Optional[str] = None  # plain | gather | prefetch | reuse
+    copy_index: Optional[str] = None  # the node holding the row ids of a gather, prefetch or reuse
 
     def rows(self) -> list[tuple[str, str]]:
         """(field, text) pairs for display, empty fields left out."""
@@ -83,9 +85,15 @@ def node_spec(dg: DeviceGraph, name: str, plan: Any = None) -> NodeSpec:
     return _spec(dg, node, plan, record)
 
 
+def node_specs(dg: DeviceGraph, names: Iterable[str], plan: Any = None) -> dict[str, NodeSpec]:
+    """The specs of many nodes at once (one pass over the graph), by name."""
+    wanted = set(names)
+    return {n.name: _spec(dg, n, plan, dg.copy_table.get(n.name)) for n in dg.graph.nodes if n.name in wanted}
+
+
 def specs_dataframe(dg: DeviceGraph, plan: Any = None) -> pd.DataFrame:
     """One row per node of ``dg.graph``, in graph order; columns are the ``NodeSpec`` fields."""
-    records = {c.name: c for c in dg.copies}
+    records = dg.copy_table
     columns = [f.name for f in fields(NodeSpec)]
     specs = (_spec(dg, n, plan, records.get(n.name)) for n in dg.graph.nodes)
     return pd.DataFrame([{c: getattr(s, c) for c in columns} for s in specs], columns=columns)
@@ -97,7 +105,7 @@ def find_node(dg: DeviceGraph, name: str) -> torch.fx.Node:
         if node.name == name:
             return node
     some = ", ".join(n.name for n in list(dg.graph.nodes)[:8])
-    raise KeyError(f"no node named {name!r} in this graph; nodes are named like {some}, …")
+    raise UnknownNameError(f"no node named {name!r} in this graph; nodes are named like {some}, …")
 
 
 def _role(dg: DeviceGraph, node: torch.fx.Node) -> str:
@@ -116,7 +124,7 @@ def _spec(dg: DeviceGraph, node: torch.fx.Node, plan: Any, record: Optional[Copy
         role=_role(dg, node),
         shape=tuple(int(d) if isinstance(d, int) else d for d in val.shape) if is_tensor else None,
         dtype=str(val.dtype).removeprefix("torch.") if is_tensor else None,
-        nbytes=node_nbytes(node) if node.op != "output" else 0,
+        nbytes=node_nbytes(node, unbounded="hint") if node.op != "output" else 0,
         device=str(device) if device is not None else None,
         delegate=dg.placement.node_delegate.get(node.name),
         inputs=tuple(a.name for a in node.all_input_nodes),
@@ -133,6 +141,8 @@ def _spec(dg: DeviceGraph, node: torch.fx.Node, plan: Any, record: Optional[Copy
         copy_dst=str(record.dst) if record else None,
         copy_consumers=record.consumers if record else (),
         copy_reason=record.reason if record else None,
+        copy_role=str(record.role) if record else None,
+        copy_index=record.index if record else None,
     )
 
 

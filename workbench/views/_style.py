@@ -6,7 +6,8 @@ Rules:
 2. Copies are coloured by kind (h2d red, d2h orange, d2d brown), never by device: a copy
    is what a researcher looks for first.
 3. Buffer kinds (input, output, activation, copy) use light tints so the selected
-   rectangle, drawn in black, stands out.
+   rectangle, drawn in black, stands out; graph nodes are filled with a tint of their
+   device's colour and outlined in the colour itself.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..devices import Device
-from ..units import format_bytes, format_us  # noqa: F401  (re-exported for the views)
+from ._upstream import format_bytes, format_us  # noqa: F401  (re-exported for the views)
 
 CPU_COLOUR = "#4E79A7"
 _CUDA_COLOURS = ("#59A14F", "#EDC948", "#B07AA1", "#76B7B2", "#FF9DA7", "#BAB0AC", "#86BCB6", "#D37295")
@@ -66,6 +67,14 @@ def timeline_colour(kind: str, device: str) -> str:
     if kind in COPY_COLOURS:
         return COPY_COLOURS[kind]
     return device_colour(device)
+
+
+def tint(colour: str, strength: float) -> str:
+    """``colour`` mixed with white: ``strength`` 1 is the colour, 0 is white. Fills are
+    tints so the dark text on them stays readable and outlines carry the full colour."""
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    mix = [round(255 - (255 - c) * strength) for c in (r, g, b)]
+    return "#" + "".join(f"{c:02X}" for c in mix)
 
 
 def copy_label(kind: str, nbytes: int) -> str:

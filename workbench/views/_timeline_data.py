@@ -7,16 +7,22 @@ Rules:
 3. A bar's GB/s is bytes / duration (bytes per ns); 0 for a zero-length event.
 4. The summary's copy time is the summed duration of h2d, d2h and d2d events, its compute
    time that of compute and host events; the overlap fraction is the timeline's own.
+5. Step boundaries of a multi-step run (the hook for any producer of such runs): the
+   ``steps`` argument (start time of each step, µs), else the timeline's
+   ``step_starts_us`` attribute, else the events' ``step`` attribute (a step starts with
+   its earliest event); a single-step run has none.
+6. ``visible_bars`` keeps the bars that overlap a time window and whose kind is not
+   hidden: what a zoomed, filtered view draws.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from ..runtime.timeline import COMPUTE_EVENT_KINDS, COPY_EVENT_KINDS, Timeline
-from ._inputs import as_timeline
+from ._inputs import ViewOptionError, as_timeline
 from ._style import copies_text, format_bytes, format_us
+from ._upstream import COMPUTE_EVENT_KINDS, COPY_EVENT_KINDS, EVENT_KINDS, Timeline
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,7 @@ class TimelineBar:
     flops: int
     gb_per_s: float
     id: int
+    activity: str = "op"  # "op", or "slot_copy": the copy of an op's result into its planned slot
 
     @property
     def duration_us(self) -> float:
@@ -73,17 +80,18 @@ class TimelineData:
     summary: TimelineSummary
     start_us: float  # first start (0.0 when empty)
     end_us: float  # last end
+    step_starts_us: tuple[float, ...] = ()  # rule 5: start of step i at index i
 
 
-def timeline_data(run_or_timeline: Any) -> TimelineData:
-    """Rules 1-4 for a ``Timeline`` or a run result with ``.timeline``."""
+def timeline_data(run_or_timeline: Any, steps: Optional[Sequence[float]] = None) -> TimelineData:
+    """Rules 1-5 for a ``Timeline`` or a run result with ``.timeline``."""
     timeline: Timeline = as_timeline(run_or_timeline, "TimelineView")
-    lanes = tuple(timeline.streams())
+    lanes = tuple((str(d), str(s)) for d, s in timeline.streams())  # strings: the data leaves here
     lane_of = {lane: i for i, lane in enumerate(lanes)}
     bars = tuple(
         TimelineBar(
-            lane=lane_of[(e.device, e.stream)],
-            device=e.device,
+            lane=lane_of[(str(e.device), str(e.stream))],
+            device=str(e.device),
             stream=e.stream,
             kind=e.kind,
             node=e.node,
@@ -93,6 +101,7 @@ def timeline_data(run_or_timeline: Any) -> TimelineData:
             flops=e.flops,
             gb_per_s=e.gb_per_s,
             id=e.id,
+            activity=str(getattr(e, "activity", "op")),
         )
         for e in timeline.events
     )
@@ -109,4 +118,34 @@ def timeline_data(run_or_timeline: Any) -> TimelineData:
     )
     start = min((b.start_us for b in bars), default=0.0)
     end = max((b.end_us for b in bars), default=0.0)
-    return TimelineData(lanes, bars, summary, start, end)
+    return TimelineData(lanes, bars, summary, start, end, step_starts(timeline, steps))
+
+
+def step_starts(timeline: Timeline, steps: Optional[Sequence[float]] = None) -> tuple[float, ...]:
+    """Rule 5."""
+    if steps is None:
+        steps = getattr(timeline, "step_starts_us", None)
+    if steps is not None:
+        out = tuple(float(t) for t in steps)
+        if any(b < a for a, b in zip(out, out[1:])):
+            raise ViewOptionError(f"step start times must not decrease, got {list(out)}")
+        return out
+    first: dict[int, float] = {}
+    for e in timeline.events:
+        step = getattr(e, "step", None)
+        if step is None:
+            return ()
+        first[int(step)] = min(first.get(int(step), e.start_us), e.start_us)
+    return tuple(first[k] for k in sorted(first)) if len(first) > 1 else ()
+
+
+def visible_bars(
+    data: TimelineData, window: Optional[Sequence[float]] = None, hidden: Iterable[str] = ()
+) -> list[TimelineBar]:
+    """Rule 6: ``window`` is ``(start_us, end_us)`` or None for the whole run."""
+    hide = set(hidden)
+    unknown = hide - set(EVENT_KINDS)
+    if unknown:
+        raise ViewOptionError(f"unknown event kind(s) {', '.join(sorted(unknown))}; kinds are {', '.join(EVENT_KINDS)}")
+    lo, hi = (data.start_us, data.end_us) if window is None or len(window) != 2 else (float(window[0]), float(window[1]))
+    return [b for b in data.bars if b.kind not in hide and b.end_us >= lo and b.start_us <= hi]

@@ -1,7 +1,7 @@
 """Exports: Chrome trace JSON (Perfetto), Graphviz DOT text, pandas DataFrames.
 
 Rules:
-1. ``to_chrome_trace`` writes the Trace Event Format: one complete event (``"ph": "X"``)
+1. ``to_chrome_trace`` builds the Trace Event Format: one complete event (``"ph": "X"``)
    per timeline event with ``ts`` and ``dur`` in microseconds, ``pid`` per device and
    ``tid`` per stream (both numbered from 1 in ``Timeline.streams()`` order, so the host
    comes first), ``cat`` = the event kind, ``args`` with bytes and GB/s; X events sorted
@@ -10,18 +10,21 @@ Rules:
 2. ``to_dot`` writes one DOT node per graph node (ids quoted, so any node name is safe),
    one cluster per delegate, copies drawn as red/orange/brown diamonds labelled with kind
    and bytes, and one edge per (input, user) pair.
-3. The DataFrame helpers return the core's own tables where it has them.
+3. Given a ``path``, an exporter writes the file and returns the ``Path`` (a cell that
+   ends with the call shows the path, not the whole trace); without one it returns the
+   data, whose notebook repr is one line.
+4. The DataFrame helpers return the core's own tables where it has them; ``full_text``
+   shows a table with every cell in full (long copy reasons, error messages), wrapped.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Union, overload
 
 import pandas as pd
 
-from ..graph_values import node_nbytes
 from ._inputs import as_graph_and_plan, as_plan, as_timeline
 from ._spec import specs_dataframe
 from ._style import CONSTANT_COLOUR, COPY_COLOURS, copy_label, device_colour
@@ -32,13 +35,35 @@ DISPLAY_TIME_UNIT = "ns"  # µs-scale events read better in ns than in Chrome's 
 # --- Chrome trace (rule 1) ---------------------------------------------------------
 
 
-def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path, None] = None) -> dict:
-    """The run's timeline as a Chrome trace dict; also written as JSON when ``path`` is given."""
+class ChromeTrace(dict):
+    """A Chrome trace (a plain dict) whose notebook repr is one line, not every event."""
+
+    def summary(self) -> str:
+        events = self.get("traceEvents", [])
+        complete = sum(1 for e in events if e.get("ph") == "X")
+        lanes = sum(1 for e in events if e.get("name") == "thread_name")
+        return f"Chrome trace: {complete} events on {lanes} lanes (save with to_chrome_trace(run, path); open in Perfetto)"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.summary())
+
+
+@overload
+def to_chrome_trace(run_or_timeline: Any, path: None = None) -> ChromeTrace: ...
+
+
+@overload
+def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path]) -> Path: ...
+
+
+def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path, None] = None) -> Union[ChromeTrace, Path]:
+    """The run's timeline as a Chrome trace (rule 1); with ``path``, written as JSON and
+    the path returned (rule 3)."""
     timeline = as_timeline(run_or_timeline, "to_chrome_trace")
     lanes = timeline.streams()
     devices = list(dict.fromkeys(d for d, _ in lanes))
     pid = {d: i + 1 for i, d in enumerate(devices)}
-    tid: dict[tuple[str, str], int] = {}
+    tid: dict[tuple[Any, str], int] = {}
     for d in devices:
         for j, lane in enumerate(lane for lane in lanes if lane[0] == d):
             tid[lane] = j + 1
@@ -68,11 +93,12 @@ def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path, None] = None) -
                 "args": args,
             }
         )
-    trace = {"traceEvents": meta + complete, "displayTimeUnit": DISPLAY_TIME_UNIT}
-    if path is not None:
-        path = Path(path)
-        path.write_text(json.dumps(trace, indent=1))
-    return trace
+    trace = ChromeTrace(traceEvents=meta + complete, displayTimeUnit=DISPLAY_TIME_UNIT)
+    if path is None:
+        return trace
+    out = Path(path)
+    out.write_text(json.dumps(trace, indent=1))
+    return out
 
 
 # --- DOT (rule 2) ------------------------------------------------------------------
@@ -87,15 +113,34 @@ def _q(text: object) -> str:
     return f'"{_escape(text)}"'
 
 
-def to_dot(dg_or_plan: Any, name: str = "workbench") -> str:
-    """The propagated graph as Graphviz DOT text (rule 2)."""
+@overload
+def to_dot(dg_or_plan: Any, name: str = "workbench", path: None = None) -> str: ...
+
+
+@overload
+def to_dot(dg_or_plan: Any, name: str = "workbench", *, path: Union[str, Path]) -> Path: ...
+
+
+def to_dot(dg_or_plan: Any, name: str = "workbench", path: Union[str, Path, None] = None) -> Union[str, Path]:
+    """The propagated graph as Graphviz DOT text (rule 2); with ``path``, written there
+    and the path returned (rule 3)."""
     dg, _plan = as_graph_and_plan(dg_or_plan, "to_dot")
+    text = _dot(dg, name)
+    if path is None:
+        return text
+    out = Path(path)
+    out.write_text(text)
+    return out
+
+
+def _dot(dg: Any, name: str) -> str:
     delegate_of = dg.placement.node_delegate
     lines = [f"digraph {_q(name)} {{", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];']
     clusters: dict[str, list[str]] = {}
     loose: list[str] = []
+    records = dg.copy_table
     for node in dg.graph.nodes:
-        stmt = f"{_q(node.name)} [{_dot_attrs(dg, node)}];"
+        stmt = f"{_q(node.name)} [{_dot_attrs(dg, node, records.get(node.name))}];"
         (clusters.setdefault(delegate_of[node.name], []) if node.name in delegate_of else loose).append(stmt)
     lines += [f"  {s}" for s in loose]
     devices = {d.name: str(d.device) for d in dg.placement.delegates}
@@ -117,12 +162,11 @@ def _label(*lines: str) -> str:
     return '"' + "\\n".join(map(_escape, lines)) + '"'
 
 
-def _dot_attrs(dg: Any, node: Any) -> str:
-    record = dg.copy_table.get(node.name)
+def _dot_attrs(dg: Any, node: Any, record: Any) -> str:
     if record is not None:
         kind = str(record.kind)
         colour = COPY_COLOURS[kind]
-        attrs = {"label": (copy_label(kind, node_nbytes(node)), node.name), "shape": "diamond", "style": "filled,bold", "fillcolor": colour, "color": colour}
+        attrs = {"label": (copy_label(kind, record.nbytes), node.name), "shape": "diamond", "style": "filled,bold", "fillcolor": colour, "color": colour}
     elif node.op == "placeholder":
         constant = node.name in dg.residency
         fill = CONSTANT_COLOUR if constant else device_colour(dg.node_device[node.name])
@@ -163,3 +207,11 @@ def timeline_table(run_or_timeline: Any) -> pd.DataFrame:
     table.insert(0, "lane", [lane_of[(e.device, e.stream)] for e in timeline.events])
     table["gb_per_s"] = [e.gb_per_s for e in timeline.events]
     return table
+
+
+def full_text(table: pd.DataFrame) -> Any:
+    """Rule 4: ``table`` styled to show every cell in full, long text wrapped (pandas
+    otherwise cuts cells at ``display.max_colwidth``); display it in a notebook."""
+    styled = table.style.set_properties(**{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"})
+    # a fixed id instead of a random one keeps a stored notebook's output the same run to run
+    return styled.format(escape="html").set_uuid("wb-full-text")

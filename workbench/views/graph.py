@@ -1,16 +1,17 @@
-"""GraphView: the propagated graph, top to bottom, coloured by device, copies highlighted.
+"""GraphView: the propagated graph, laid out by Graphviz, with zoom, hover, search, click
+to select, and collapsed groups that expand in place.
 
 Rules:
-1. What is drawn comes from ``graph_layout`` (plain data); this module only renders it.
-2. Nodes are coloured by device, copies by copy kind and labelled ``h2d 4.0 KiB``;
-   delegates are dashed boxes (or single nodes when collapsed); a legend lists the
-   devices, copy kinds and node kinds present.
-3. Any graph node can be selected; the layout node that draws it (itself, or its
-   collapsed group) is ringed and its edges drawn dark; the spec panel shows the node's
-   ``NodeSpec`` (op, shape, dtype, device, delegate, lifetime, arena, offset, copy reason).
-4. Large graphs stay legible: above ``LABEL_ALL_MAX`` drawn nodes only copies, groups,
-   inputs and the selection are labelled, and the figure's row height shrinks so the
-   picture stays under ``MAX_HEIGHT_IN``.
+1. What is drawn comes from ``graph_layout`` → ``graph_scene`` (plain data); the front
+   end and ``draw_graph_scene`` (the static figure) only render it.
+2. Any graph node can be selected (``select`` or a click); a selection inside a collapsed
+   group outlines the group dashed and highlights only the edges that carry the node's
+   own inputs and users; the side panel shows the node's ``NodeSpec``.
+3. ``collapse`` and ``devices`` re-lay the graph out; ``expand(group)`` draws one
+   collapsed group's members in place (a double-click on the group does the same).
+4. The static figure draws the whole scene at a scale that keeps it under
+   ``MAX_WIDTH_IN`` × ``MAX_HEIGHT_IN``; text too small to read at that scale is left
+   out (the live widget zooms instead).
 """
 
 from __future__ import annotations
@@ -19,181 +20,53 @@ from typing import Any, Iterable, Optional
 
 import ipywidgets as widgets
 import numpy as np
-from matplotlib.collections import LineCollection, PolyCollection
-from matplotlib.colors import to_rgba
+from matplotlib.collections import PatchCollection, PathCollection, PolyCollection
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-from matplotlib.transforms import ScaledTranslation
+from matplotlib.patches import Ellipse, FancyBboxPatch, Patch, Rectangle
+from matplotlib.path import Path as MplPath
 
-from ..devices import Device
-from ._inputs import as_graph_and_plan
-from ._layout import GraphLayout, LayoutNode, graph_layout
+from ._graph_scene import drawn_id, format_copies, graph_scene, group_rows, group_title, own_edges
+from ._inputs import UnknownNameError, as_graph_and_plan
+from ._layout import COLLAPSE_MODES, GraphLayout, graph_layout, natural_key
 from ._spec import NodeSpec, find_node, node_spec
-from ._style import COPY_COLOURS, EDGE_COLOUR, HIGHLIGHT, colour_for_key, copies_text, device_colour
-from ._widget import NO_CHOICE, FigureView, as_choice, new_figure, rows_html
+from ._widget import NO_CHOICE, FigureView, as_choice, detail, new_figure
 
-LABEL_ALL_MAX = 120
-_GROUP_HALF_WIDTH = {"layer": 0.25, "delegate": 0.17}
+MAX_WIDTH_IN = 14.0
 MAX_HEIGHT_IN = 40.0
-
-_MARKERS = {"input": "v", "constant": "o", "op": "s", "copy": "D", "output": "^", "delegate": "s", "layer": "s"}
-_SIZES = {"input": 70, "constant": 22, "op": 55, "copy": 75, "output": 80, "delegate": 260, "layer": 520}
-
-
-def draw_graph(layout: GraphLayout, selected: Optional[str] = None, title: str = "") -> Figure:
-    """Render a layout (rules 2-4). ``selected`` is a graph node name or None."""
-    many = len(layout.nodes) > LABEL_ALL_MAX
-    depth = max(layout.depth, 1)
-    row_in = min(0.45, (MAX_HEIGHT_IN - 1.5) / depth)
-    width_in = min(12.0, max(7.0, 3.0 + 1.0 * layout.width))
-    handles = _legend_handles(layout)
-    ncol = max(1, min(len(handles), int(width_in / 1.0)))
-    legend_in = 0.08 + 0.2 * -(-len(handles) // ncol)
-    head_in = legend_in + (0.35 if title else 0.1)
-    height_in = head_in + 0.3 + row_in * depth
-    # fixed margins instead of a layout engine: the axes carry no ticks, and a layout
-    # engine would lay every label out twice (a third of the time on large graphs)
-    fig = new_figure(width_in, height_in, constrained=False)
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.15 / height_in, top=1.0 - head_in / height_in)
-    ax = fig.add_subplot()
-    ax.set_axis_off()
-    if handles:
-        fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, fontsize=7, frameon=False)
-    if title:
-        fig.text(0.01, 1.0 - (legend_in + 0.05) / height_in, title, fontsize=9, ha="left", va="top")
-    if not layout.nodes:
-        ax.text(0.5, 0.5, "no nodes on the selected devices", ha="center", va="center", transform=ax.transAxes)
-        return fig
-    where = {n.id: n for n in layout.nodes}
-    target = layout.node_of.get(selected) if selected is not None else None
-
-    if layout.boxes:
-        colours = [device_colour(b.device) for b in layout.boxes]
-        ax.add_collection(
-            PolyCollection(
-                [_rect(b.x0 - 0.35, b.y0 - 0.35, b.x1 + 0.35, b.y1 + 0.35) for b in layout.boxes],
-                facecolors=[to_rgba(c, 0.12) for c in colours], edgecolors=colours, linestyles="--", linewidths=0.8, zorder=0,
-            )
-        )
-    segments, dark = [], []
-    for i, e in enumerate(layout.edges):
-        seg = _edge_path(where[e.src], where[e.dst], i)
-        (dark if target in (e.src, e.dst) else segments).append(seg)
-    ax.add_collection(LineCollection(segments, colors=EDGE_COLOUR, linewidths=0.6, alpha=0.7, zorder=1))
-    if dark:
-        ax.add_collection(LineCollection(dark, colors=HIGHLIGHT, linewidths=1.4, zorder=2))
-
-    groups = [n for n in layout.nodes if n.kind in ("delegate", "layer")]
-    if groups:
-        _draw_groups(ax, groups)
-    by_kind: dict[str, list[LayoutNode]] = {}
-    for n in layout.nodes:
-        if n.kind not in ("delegate", "layer"):
-            by_kind.setdefault(n.kind, []).append(n)
-    for kind, nodes in by_kind.items():
-        ax.scatter(
-            [n.x for n in nodes], [n.y for n in nodes], s=_SIZES[kind], marker=_MARKERS[kind],
-            c=[colour_for_key(n.colour_key) for n in nodes],
-            edgecolors="#333333" if kind == "copy" else "none", linewidths=0.6, zorder=3,
-        )
-    if target is not None:
-        t = where[target]
-        ax.scatter([t.x], [t.y], s=_SIZES[t.kind] * 3.5, marker="o", facecolors="none", edgecolors=HIGHLIGHT, linewidths=2.0, zorder=4)
-
-    fontsize = 7 if not many else 6
-    xs = [n.x for n in layout.nodes]
-    # labels longer than the gap to the next column would run into their neighbours
-    unit_pt = 72.0 * width_in / (max(xs) - min(xs) + 3.0)
-    max_chars = max(8, int(unit_pt / (0.62 * fontsize)))
-    beside = ax.transData + ScaledTranslation(7 / 72, 0, fig.dpi_scale_trans)
-    after_box = ax.transData + ScaledTranslation(4 / 72, 0, fig.dpi_scale_trans)
-    for n in layout.nodes:
-        if many and n.kind not in ("copy", "delegate", "layer", "input", "output") and n.id != target:
-            continue
-        half = _GROUP_HALF_WIDTH.get(n.kind)
-        label = n.label if half is not None or len(n.label) <= max_chars else n.label[: max_chars - 1] + "…"
-        ax.text(
-            n.x + (half or 0.0), n.y, label, transform=after_box if half is not None else beside, va="center",
-            fontsize=fontsize, color=COPY_COLOURS[n.copy_kind] if n.copy_kind else "#222222",
-            fontweight="bold" if n.id == target else "normal", zorder=5, clip_on=False,
-        )
-    ax.set_xlim(min(xs) - 0.8, max(xs) + 2.2)
-    ax.set_ylim(layout.depth - 0.4, -0.8)  # top to bottom
-    return fig
-
-
-def _rect(x0: float, y0: float, x1: float, y1: float) -> list[tuple[float, float]]:
-    return [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
-
-
-def _edge_path(a: LayoutNode, b: LayoutNode, i: int) -> list[tuple[float, float]]:
-    """A straight segment between adjacent rows; an edge that skips rows bows sideways
-    (a quadratic curve) so it does not run hidden along the nodes in between."""
-    span = abs(b.y - a.y)
-    if span <= 1.0:
-        return [(a.x, a.y), (b.x, b.y)]
-    bow = min(0.25 * span, 1.5) * (1 if i % 2 else -1)
-    cx, cy = (a.x + b.x) / 2 + bow, (a.y + b.y) / 2
-    pts = []
-    for k in range(13):
-        t = k / 12
-        pts.append(((1 - t) ** 2 * a.x + 2 * (1 - t) * t * cx + t * t * b.x, (1 - t) ** 2 * a.y + 2 * (1 - t) * t * cy + t * t * b.y))
-    return pts
-
-
-def _draw_groups(ax: Any, groups: list[LayoutNode]) -> None:
-    """Collapsed groups: boxes split by the share of their members on each device."""
-    shares, colours, outlines = [], [], []
-    for n in groups:
-        half, half_h = _GROUP_HALF_WIDTH[n.kind], (0.31 if n.kind == "layer" else 0.23)
-        counts = n.device_counts or ((n.device or "cpu", 1),)
-        total = sum(c for _, c in counts)
-        x = n.x - half
-        for device, count in counts:
-            w = 2 * half * count / total
-            shares.append(_rect(x, n.y - half_h, x + w, n.y + half_h))
-            colours.append(device_colour(device))
-            x += w
-        outlines.append(_rect(n.x - half, n.y - half_h, n.x + half, n.y + half_h))
-    # (N, 4, 2) arrays take PolyCollection's fast path (no per-polygon shape checks)
-    ax.add_collection(PolyCollection(np.asarray(shares), facecolors=colours, edgecolors="none", zorder=3))
-    ax.add_collection(PolyCollection(np.asarray(outlines), facecolors="none", edgecolors="#333333", linewidths=0.8, zorder=3))
-
-
-def _legend_handles(layout: GraphLayout) -> list:
-    devices = sorted({d for n in layout.nodes for d in n.devices}, key=Device.parse)
-    kinds = sorted({n.copy_kind for n in layout.nodes if n.copy_kind})
-    handles = [Patch(color=device_colour(d), label=d) for d in devices]
-    handles += [Line2D([], [], marker="D", linestyle="", color=COPY_COLOURS[k], label=k) for k in kinds]
-    present = {n.kind for n in layout.nodes}
-    for kind, text in (("input", "input"), ("constant", "weight"), ("output", "output")):
-        if kind in present:
-            colour = "#888888"
-            handles.append(Line2D([], [], marker=_MARKERS[kind], linestyle="", color=colour, label=text))
-    if layout.boxes:
-        handles.append(Patch(facecolor="none", edgecolor="#555555", linestyle="--", label="delegate"))
-    return handles
+_MIN_FONT_PT = 4.5
+#: kept for callers that sized their own decisions on it (the explorer): above this many
+#: graph nodes a view should start collapsed
+LABEL_ALL_MAX = 120
 
 
 class GraphView(FigureView):
-    """The propagated graph as a widget (see the module rules).
+    """The propagated graph as an interactive widget (see the module rules).
 
-    ``GraphView(dg_or_plan, collapse=None | "delegates" | "layers", devices=None)``;
-    ``.select(name)`` or the node dropdown picks a node; ``.figure()`` / ``.save(path)``
+    ``GraphView(dg_or_plan, collapse=None | "delegates" | "layers", devices=None,
+    expand=())``; ``.select(name)`` picks a node, ``.expand(group)`` opens a collapsed
+    group in place, ``.search(text)`` lists matching names; ``.figure()`` / ``.save(path)``
     give the static picture.
     """
 
+    kind = "graph"
     css_class = "wb-graph-view"
+    empty_text = "select a node to see its spec"
 
-    def __init__(self, dg_or_plan: Any, collapse: Optional[str] = None, devices: Optional[Iterable[str]] = None) -> None:
+    def __init__(
+        self,
+        dg_or_plan: Any,
+        collapse: Optional[str] = None,
+        devices: Optional[Iterable[str]] = None,
+        expand: Iterable[str] = (),
+    ) -> None:
         super().__init__()
         self.graph, self.plan = as_graph_and_plan(dg_or_plan, "GraphView")
-        self.layout = graph_layout(self.graph, collapse, devices)  # checks the mode and the devices
-        names = [n.name for n in self.graph.graph.nodes]
-        self.node_dropdown = widgets.Dropdown(options=[("(no node)", NO_CHOICE)] + [(n, n) for n in names], description="node")
+        self.layout: GraphLayout = graph_layout(self.graph, collapse, devices, expand)  # checks the options
+        self._names = {n.name for n in self.graph.graph.nodes}
         self.collapse_dropdown = widgets.Dropdown(
-            options=[("none", NO_CHOICE), ("delegates", "delegates"), ("layers", "layers")], value=as_choice(collapse), description="collapse"
+            options=[("none", NO_CHOICE), ("delegates", "delegates"), ("layers", "layers")],
+            value=as_choice(collapse),
+            description="collapse",
         )
         present = [str(d) for d in self.graph.devices]
         shown = self.layout.devices
@@ -202,53 +75,279 @@ class GraphView(FigureView):
             value=shown[0] if shown and len(shown) == 1 else NO_CHOICE,
             description="devices",
         )
-        self._bind(self.node_dropdown, self.select)
         self._bind(self.collapse_dropdown, lambda mode: self.set_options(collapse=mode))
         self._bind(self.device_dropdown, lambda device: self.set_options(devices=device and [device]))
-        self._show(self.node_dropdown, self.collapse_dropdown, self.device_dropdown)
+        self.canvas.expanded = list(self.layout.expanded)
+        self.canvas.observe(self._on_expanded, names="expanded")
+        self._show(self.collapse_dropdown, self.device_dropdown)
 
+    # -- selection ----------------------------------------------------------------------
     def select(self, name: Optional[str]) -> None:
-        """Select graph node ``name`` (None clears); unknown names are a KeyError."""
-        if name is not None:
-            find_node(self.graph, name)  # raises KeyError listing valid names
-        self._selected = name
-        self._redraw_with(self.node_dropdown, name)
+        """Select graph node (or drawn group) ``name``; None clears. Unknown names are an
+        ``UnknownNameError`` (a KeyError) that lists real ones."""
+        if name is not None and name not in self._drawn_groups():
+            find_node(self.graph, name)  # raises, listing valid names
+        self.set_focus(name)
+        if self.canvas.selected != name:  # a focus already set keeps its item
+            self.canvas.selected = name
 
+    def search(self, text: str, limit: int = 20) -> list[str]:
+        """Graph nodes and drawn groups whose name contains ``text`` (case-insensitive),
+        names that start with it first — what the search box lists."""
+        groups = sorted(self._drawn_groups(), key=natural_key)
+        return search_names(groups + [n.name for n in self.graph.graph.nodes], text, limit)
+
+    def spec_of(self, name: str) -> NodeSpec:
+        return node_spec(self.graph, name, self.plan)
+
+    # -- options --------------------------------------------------------------------------
     def set_options(self, collapse: Any = "unchanged", devices: Any = "unchanged") -> None:
-        """Change the collapse mode and/or the device filter (falsy: every device), then redraw."""
+        """Change the collapse mode and/or the device filter (falsy: every device), then
+        redraw. Groups expanded under the old mode are closed."""
         if collapse == "unchanged":
             collapse = self.layout.collapse
         if devices == "unchanged":
             devices = self.layout.devices
         elif not devices:
             devices = None
-        self.layout = graph_layout(self.graph, collapse, devices)
+        if collapse not in COLLAPSE_MODES:
+            graph_layout(self.graph, collapse)  # raises the option error
+        keep = [g for g in self.layout.expanded if collapse == self.layout.collapse]
+        self.layout = graph_layout(self.graph, collapse, devices, self._still_groups(collapse, devices, keep))
+        self._sync_expanded()
         self.refresh()
 
-    def spec_of(self, name: str) -> NodeSpec:
-        return node_spec(self.graph, name, self.plan)
+    def expand(self, group: str) -> None:
+        """Draw the members of collapsed group ``group`` in place (the rest stays collapsed)."""
+        if group not in self.layout.groups:
+            valid = ", ".join(self.layout.groups) or "none (collapse the graph first)"
+            raise UnknownNameError(f"no collapsed group {group!r} is drawn; groups are {valid}")
+        self._relayout(list(self.layout.expanded) + [group])
+
+    def collapse_group(self, group: str) -> None:
+        """Draw expanded group ``group`` as one node again."""
+        if group not in self.layout.expanded:
+            valid = ", ".join(self.layout.expanded) or "none"
+            raise UnknownNameError(f"{group!r} is not expanded; expanded groups are {valid}")
+        self._relayout([g for g in self.layout.expanded if g != group])
+
+    def _relayout(self, expanded: list[str]) -> None:
+        self.layout = graph_layout(self.graph, self.layout.collapse, self.layout.devices, expanded)
+        self._sync_expanded()
+        self.refresh()
+
+    def _on_expanded(self, change: dict) -> None:
+        """The front end asked for another set of expanded groups (a double-click)."""
+        wanted = [g for g in change["new"] if g in self.layout.groups or g in self.layout.expanded]
+        if tuple(wanted) != self.layout.expanded:
+            self._relayout(wanted)
+        elif list(change["new"]) != wanted:
+            self._sync_expanded()
+
+    def _sync_expanded(self) -> None:
+        if list(self.canvas.expanded) != list(self.layout.expanded):
+            self.canvas.expanded = list(self.layout.expanded)
+
+    def _still_groups(self, collapse: Optional[str], devices: Any, groups: list[str]) -> list[str]:
+        if not groups:
+            return []
+        present = set(graph_layout(self.graph, collapse, devices).groups)
+        return [g for g in groups if g in present]
+
+    def _drawn_groups(self) -> set[str]:
+        return set(self.layout.groups) | set(self.layout.expanded)
+
+    # -- FigureView hooks -------------------------------------------------------------------
+    def _scene(self) -> dict:
+        return graph_scene(self.layout, self.graph, self.plan, self._title())
 
     def _draw(self) -> Figure:
-        return draw_graph(self.layout, self._selected, self._title())
+        return draw_graph_scene(self._scene(), self.canvas.focus)
 
-    def _title(self) -> str:
-        dg = self.graph
-        copies = copies_text(dg.copy_counts(), dg.copy_bytes())
-        mode = f", collapsed by {self.layout.collapse}" if self.layout.collapse else ""
-        filt = f", devices {', '.join(self.layout.devices)}" if self.layout.devices else ""
-        return (
-            f"{self.layout.graph_nodes} graph nodes as {len(self.layout.nodes)} drawn{mode}{filt} · "
-            f"{len(dg.placement.delegates)} delegates · {copies}"
-        )
+    def _key_for_focus(self, focus: Optional[str]) -> Any:
+        if focus is None:
+            return None
+        return focus if focus in self._names or focus in self._drawn_groups() else None
 
-    def _spec_html(self) -> str:
-        if self._selected is None:
-            return "<i>select a node to see its spec</i>"
-        spec = self.spec_of(self._selected)
+    def _detail(self, key: Any) -> dict:
+        if key in self._drawn_groups() and key not in self._names:
+            if key in self.layout.groups:
+                node = self.layout.node(key)
+                return detail(key, group_title(node), group_rows(node))
+            return detail(key, f"{key} (expanded group)", [("drawn", "member by member in its box; collapse to draw it as one node")])
+        spec = self.spec_of(key)
         rows = spec.rows()
-        shown = self.layout.node_of.get(self._selected)
+        shown = self.layout.node_of.get(key)
         if shown is None:
             rows.append(("shown", "hidden by the device filter"))
-        elif shown != self._selected:
+        elif shown != key:
             rows.append(("shown", f"inside {shown}"))
-        return rows_html(f"{spec.name} ({spec.role})", rows)
+        return detail(key, f"{spec.name} ({spec.role})", rows)
+
+    def _title(self) -> str:
+        layout = self.layout
+        mode = f", collapsed by {layout.collapse}" if layout.collapse else ""
+        opened = f" ({', '.join(layout.expanded)} expanded)" if layout.expanded else ""
+        filt = f", devices {', '.join(layout.devices)}" if layout.devices else ""
+        return (
+            f"{layout.graph_nodes} graph nodes as {len(layout.nodes)} drawn{mode}{opened}{filt} · "
+            f"{_count(len(self.graph.placement.delegates), 'delegate')} · {format_copies(layout)}"
+        )
+
+    def _summary_html(self) -> str:
+        note = f" · <span style='color:#B00020'>{self.layout.note}</span>" if self.layout.note else ""
+        return f"<span class='wb-summary'>{self._title()}{note}</span>"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def search_names(names: Iterable[str], text: str, limit: int = 20) -> list[str]:
+    """Names containing ``text`` (case-insensitive), those starting with it first, each
+    once, in their given order — the views' search boxes do the same in the browser."""
+    q = text.strip().lower()
+    if not q:
+        return []
+    seen: dict[str, None] = {}
+    starts = [n for n in names if n.lower().startswith(q) and not (n in seen or seen.setdefault(n))]
+    contains = [n for n in names if q in n.lower() and not (n in seen or seen.setdefault(n))]
+    return (starts + contains)[:limit]
+
+
+# --- the static figure (rule 4) ----------------------------------------------------------
+
+
+def draw_graph_scene(scene: dict, focus: Optional[str] = None) -> Figure:
+    """Render a graph scene with matplotlib; ``focus`` (a graph node or group) is outlined."""
+    ew, eh = scene.get("extent") or (100.0, 100.0)
+    ew, eh = max(ew, 1.0), max(eh, 1.0)
+    scale = min(1.0, MAX_WIDTH_IN * 72 / ew, MAX_HEIGHT_IN * 72 / eh)
+    legend = scene.get("legend", [])
+    ncol = max(1, min(len(legend), 5))
+    head_in = 0.35 + 0.2 * -(-len(legend) // ncol)
+    width_in = max(6.0, ew * scale / 72 + 0.3)
+    height_in = eh * scale / 72 + head_in + 0.2
+    fig = new_figure(width_in, height_in, constrained=False)
+    ax = fig.add_axes((0.15 / width_in, 0.1 / height_in, (ew * scale / 72) / width_in, (eh * scale / 72) / height_in))
+    ax.set_axis_off()
+    ax.set_xlim(0, ew)
+    ax.set_ylim(eh, 0)
+    if legend:
+        fig.legend(
+            handles=[_legend_handle(item) for item in legend], loc="upper left", bbox_to_anchor=(0.0, 1.0 - 0.3 / height_in),
+            ncol=ncol, fontsize=7, frameon=False,
+        )
+    if scene.get("title"):
+        fig.text(0.01, 1.0 - 0.05 / height_in, scene["title"], fontsize=8.5, ha="left", va="top")
+    nodes = scene.get("nodes", [])
+    if not nodes:
+        ax.text(0.5, 0.5, "no nodes on the selected devices", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    font = 10.0 * scale
+    for b in scene.get("boxes", []):
+        ax.add_patch(
+            Rectangle((b["x0"], b["y0"]), b["x1"] - b["x0"], b["y1"] - b["y0"], facecolor=b["fill"], edgecolor=b["stroke"],
+                      linestyle="--" if b["kind"] == "delegate" else "-", linewidth=0.9, zorder=0)
+        )
+        if font >= _MIN_FONT_PT:
+            ax.text(b["x0"] + 4, b["y0"] + 3, b["label"], fontsize=font * (1.05 if b["kind"] == "layer" else 0.9), va="top",
+                    ha="left", color="#444444", zorder=1)
+    own = set(own_edges(scene, focus))
+    paths: list[MplPath] = []
+    dark: list[MplPath] = []
+    for i, e in enumerate(scene.get("edges", [])):
+        (dark if i in own else paths).append(_edge_path(e["p"]))
+    ax.add_collection(PathCollection(paths, facecolors="none", edgecolors="#9A9A9A", linewidths=0.7, zorder=1))
+    if dark:
+        ax.add_collection(PathCollection(dark, facecolors="none", edgecolors="#111111", linewidths=1.6, zorder=2))
+    heads = [(_arrow_head(e["p"]), i in own) for i, e in enumerate(scene.get("edges", []))]
+    ax.add_collection(
+        PolyCollection(
+            [h for h, _ in heads if h is not None], facecolors=["#111111" if d else "#8A8A8A" for h, d in heads if h is not None],
+            edgecolors="none", zorder=2,
+        )
+    )
+    patches, faces, edges_, widths = [], [], [], []
+    drawn = drawn_id(scene, focus)
+    for n in nodes:
+        x0, y0 = n["x"] - n["w"] / 2, n["y"] - n["h"] / 2
+        patch: Patch
+        if n.get("shape") == "ellipse":
+            patch = Ellipse((n["x"], n["y"]), n["w"], n["h"])
+        else:
+            patch = FancyBboxPatch((x0, y0), n["w"], n["h"], boxstyle="round,pad=0,rounding_size=4")
+        patches.append(patch)
+        faces.append(n["fill"])
+        edges_.append("#111111" if n["id"] == drawn else n["stroke"])
+        widths.append(2.6 if n["id"] == drawn else (1.4 if n.get("group") or n["kind"] == "copy" else 0.9))
+    ax.add_collection(PatchCollection(patches, facecolors=faces, edgecolors=edges_, linewidths=np.asarray(widths) * max(scale, 0.4), zorder=3))
+    bars = []
+    for n in nodes:
+        _node_text(ax, n, font)
+        if n.get("bands"):
+            bx, top = n["x"] - n["w"] / 2 + 6, n["y"] - n["h"] / 2 + 13 * len(n["lines"]) + 2
+            for colour, frac in n["bands"]:
+                bars.append((Rectangle((bx, top), (n["w"] - 12) * frac, 5), colour))
+                bx += (n["w"] - 12) * frac
+    if bars:
+        ax.add_collection(PatchCollection([p for p, _ in bars], facecolors=[c for _, c in bars], edgecolors="none", zorder=4))
+    return fig
+
+
+def _edge_path(flat: list) -> MplPath:
+    pts = list(zip(flat[0::2], flat[1::2]))
+    spline = pts if (len(pts) - 1) % 3 == 0 else pts[:-1]
+    tip = None if len(spline) == len(pts) else pts[-1]
+    if len(spline) >= 4 and (len(spline) - 1) % 3 == 0:
+        codes = [MplPath.MOVETO] + [MplPath.CURVE4] * (len(spline) - 1)
+    else:
+        codes = [MplPath.MOVETO] + [MplPath.LINETO] * (len(spline) - 1)
+    verts = list(spline)
+    if tip is not None:
+        verts.append(tip)
+        codes.append(MplPath.LINETO)
+    return MplPath(verts, codes)
+
+
+def _arrow_head(flat: list, length: float = 7.0, half_width: float = 3.0) -> Optional[list[tuple[float, float]]]:
+    """A triangle at the edge's head, pointing along its last segment."""
+    if len(flat) < 4:
+        return None
+    (x0, y0), (x1, y1) = (flat[-4], flat[-3]), (flat[-2], flat[-1])
+    dx, dy = x1 - x0, y1 - y0
+    norm = (dx * dx + dy * dy) ** 0.5
+    if norm == 0:
+        return None
+    ux, uy = dx / norm, dy / norm
+    bx, by = x1 - ux * length, y1 - uy * length
+    return [(x1, y1), (bx - uy * half_width, by + ux * half_width), (bx + uy * half_width, by - ux * half_width)]
+
+
+def _node_text(ax: Any, n: dict, font: float) -> None:
+    group = bool(n.get("group"))
+    if font < _MIN_FONT_PT and not group:
+        return
+    size = max(font, _MIN_FONT_PT) if group else font
+    top = n["y"] - n["h"] / 2
+    for i, line in enumerate(n["lines"]):
+        bold = i == 0 and (group or n["kind"] == "copy")
+        ax.text(n["x"], top + 10 + 13 * i, line, fontsize=size * (1.05 if bold else 0.95), ha="center", va="center",
+                fontweight="bold" if bold else "normal", color=n.get("text", "#1D1D1D"), zorder=5, clip_on=True)
+    if n.get("badges") and font >= _MIN_FONT_PT:
+        bx = n["x"] - n["w"] / 2 + 8
+        by = top + 13 * len(n["lines"]) + 12
+        for b in n["badges"]:
+            w = len(b["text"]) * 5.5 + 10
+            ax.add_patch(FancyBboxPatch((bx, by - 2), w, 14, boxstyle="round,pad=0,rounding_size=6", facecolor=b["fill"], edgecolor="none", zorder=5))
+            ax.text(bx + w / 2, by + 5, b["text"], fontsize=size * 0.9, ha="center", va="center", color="white", fontweight="bold", zorder=6)
+            bx += w + 4
+
+
+def _legend_handle(item: dict) -> Patch:
+    return Patch(
+        facecolor=item.get("fill", "none") if item.get("fill") != "transparent" else "none",
+        edgecolor=item.get("stroke", item.get("fill", "#555555")),
+        linestyle="--" if item.get("dashed") else "-",
+        label=item["label"],
+    )

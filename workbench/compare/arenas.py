@@ -43,53 +43,59 @@ Rules:
 
 from __future__ import annotations
 
-import functools
 import operator
-import types
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, cast
 
 import pandas as pd
 import torch
 
-from ..graph_values import is_view_op
 from ..capture import capture
-from ..place import place
+from ..executorch.dependency import executorch_api
+from ..executorch.operators import is_view_copy
+from ..executorch.reader import read_program
+from ..devices import Device, host_first
+from ..place import Placement, place
 from ..planning import Assignment, Buffer, assign_offsets, lower_bound, verify
-from ..planning.memory_plan import plan as _plan
-from ..propagate import propagate
-from .executorch import (
-    _ET_COPY_KINDS,
+from ..planning.memory_plan import MemoryPlan
+from ..planning.memory_plan import plan as plan_memory
+from ..propagate import DeviceGraph, propagate
+from .cases import Case
+from .lowering import (
+    ET_COPY_KINDS,
     DelegateOps,
-    _as_tuple,
-    _check_settings,
-    _delegate_ops,
-    _error_text,
-    _et,
-    _freeze_rules,
-    _lower,
-    _parse_edge_rules,
-    _rules_text,
-    _short_op_name,
+    delegate_ops,
+    error_text,
+    lower,
     rule_partitioner,
+    short_op_name,
+)
+from .settings import (
+    CrossCheckTypeError,
+    FrozenRules,
+    as_input_tuple,
+    check_settings,
+    freeze_rules,
+    parse_edge_rules,
+    rules_text,
 )
 
 _getitem = operator.getitem
 
 __all__ = [
-    "ARENA_CASES",
     "ARENA_REASONS",
-    "ArenaCase",
     "ArenaComparison",
     "ETTensor",
     "ExecuTorchArenas",
     "OneSided",
-    "arena_case",
     "arena_table",
     "compare_arena_case",
     "compare_arenas",
+    "WorkbenchTensor",
     "executorch_arena_bytes",
+    "workbench_plan",
+    "workbench_tensors",
 ]
 
 #: Why a tensor is planned by one side only (rule 3).
@@ -103,8 +109,7 @@ ARENA_REASONS: Mapping[str, str] = {
         "topk's values); the exported graph has no value for it, so the workbench plans none"
     ),
     "per_argument_copy": (
-        "ExecuTorch copies a value to the device once per delegate argument; the workbench "
-        "once per (value, device)"
+        "ExecuTorch copies a value to the device once per delegate argument; the workbench once per (value, device)"
     ),
     "resident_weight": (
         "ExecuTorch copies a weight (or a host-made view of one) to the device on every call; "
@@ -115,26 +120,9 @@ ARENA_REASONS: Mapping[str, str] = {
         "workbench copies it directly (d2d)"
     ),
     "delegate_internal": (
-        "a tensor inside a multi-op delegate: the workbench plans it, ExecuTorch leaves it "
-        "to the backend"
+        "a tensor inside a multi-op delegate: the workbench plans it, ExecuTorch leaves it to the backend"
     ),
 }
-
-@functools.cache
-def _et_memory() -> Any:
-    """ExecuTorch's memory-planning names, imported on first use (after ``_et``)."""
-    _et()  # raises ExecuTorchNotInstalled with the install hint
-    from executorch.exir import memory
-    from executorch.exir.delegate import executorch_call_delegate
-    from executorch.exir.memory_planning import get_node_tensor_specs
-
-    return types.SimpleNamespace(
-        alloc=memory.alloc,
-        view=memory.view,
-        call_delegate=executorch_call_delegate,
-        specs=get_node_tensor_specs,
-    )
-
 
 # --- results -----------------------------------------------------------------------
 
@@ -146,7 +134,7 @@ class ETTensor:
     name: str  # "<writing node>" or "<writing node>[i]" for the i-th output of a multi-output op
     op: str  # "input", an aten op name ("addmm", "permute_copy"), "h2d_copy", "d2h_copy"
     kind: str  # "input" | "activation" | "view_copy" | "copy" | "delegate_output" | "unread_output"
-    device: str
+    device: Device
     nbytes: int
     size: int  # aligned bytes reserved
     mem_id: int  # index into non_const_buffer_sizes
@@ -171,9 +159,9 @@ class ExecuTorchArenas:
     2. ``stage`` names the pipeline step that raised, else None.
     """
 
-    arena_bytes: Mapping[str, int]  # device → planned non-constant bytes
+    arena_bytes: Mapping[Device, int]  # device → planned non-constant bytes
     buffer_sizes: tuple[int, ...]  # non_const_buffer_sizes as emitted (index 0 reserved)
-    buffer_devices: tuple[str, ...]  # the device of each buffer index
+    buffer_devices: tuple[Device, ...]  # the device of each buffer index
     tensors: tuple[ETTensor, ...]
     alignment: int  # the MemoryPlanningPass alignment
     delegates: tuple[DelegateOps, ...]
@@ -185,7 +173,7 @@ class ExecuTorchArenas:
     def ok(self) -> bool:
         return self.error is None
 
-    def buffers(self, device: str) -> list[Buffer]:
+    def buffers(self, device: Device) -> list[Buffer]:
         """ExecuTorch's tensors of one device as planning input (same sizes and lifetimes)."""
         return [t.buffer() for t in self.tensors if t.device == device]
 
@@ -198,8 +186,12 @@ class ExecuTorchArenas:
             by_buffer[t.mem_id].append(t)
         for mem_id, group in sorted(by_buffer.items()):
             buffers = [t.buffer() for t in group]
-            offsets = {t.name: t.offset for t in group}
-            verify(buffers, Assignment(offsets, self.buffer_sizes[mem_id], "executorch"), self.alignment)
+            offsets: dict[Hashable, int] = {t.name: t.offset for t in group}
+            verify(
+                buffers,
+                Assignment(offsets, self.buffer_sizes[mem_id], "executorch"),
+                self.alignment,
+            )
 
 
 @dataclass(frozen=True)
@@ -207,7 +199,7 @@ class OneSided:
     """A tensor planned by one side only (rule 3)."""
 
     side: str  # "executorch" | "workbench"
-    device: str
+    device: Device
     name: str
     op: str
     nbytes: int
@@ -219,17 +211,17 @@ class ArenaComparison:
     """One model, placement and flag setting: both systems' arena bytes per device."""
 
     model: str
-    rules: tuple[tuple[str, tuple[str, ...]], ...]  # () for CPU only
+    rules: FrozenRules  # () for CPU only
     skip_h2d: bool
     skip_d2h: bool
     alignment: int
     et: ExecuTorchArenas
-    wb_greedy: Mapping[str, int]  # device → arena bytes
-    wb_best: Mapping[str, int]
-    wb_lower_bound: Mapping[str, int]  # peak of live aligned bytes of the workbench's tensors
+    wb_greedy: Mapping[Device, int]  # device → arena bytes
+    wb_best: Mapping[Device, int]
+    wb_lower_bound: Mapping[Device, int]  # peak of live aligned bytes of the workbench's tensors
     wb_delegates: tuple[DelegateOps, ...]
-    et_tensors_best: Mapping[str, int]  # workbench ``best`` on ExecuTorch's tensors and lifetimes
-    et_tensors_lower_bound: Mapping[str, int]  # lower bound of ExecuTorch's tensors
+    et_tensors_best: Mapping[Device, int]  # workbench ``best`` on ExecuTorch's tensors and lifetimes
+    et_tensors_lower_bound: Mapping[Device, int]  # lower bound of ExecuTorch's tensors
     one_sided: tuple[OneSided, ...]  # empty when ExecuTorch failed
 
     @property
@@ -238,14 +230,13 @@ class ArenaComparison:
         return all(len(d.ops) == 1 for d in self.wb_delegates)
 
     @property
-    def devices(self) -> tuple[str, ...]:
+    def devices(self) -> tuple[Device, ...]:
         """Devices either side planned, host first."""
-        seen = dict.fromkeys(list(self.wb_best) + list(self.et.arena_bytes))
-        return tuple(sorted(seen, key=lambda d: (d != "cpu", d)))
+        return tuple(host_first([*self.wb_best, *self.et.arena_bytes]))
 
-    def comparable(self, device: str) -> bool:
+    def comparable(self, device: Device) -> bool:
         """The host always; a device when every device delegate is one op."""
-        return device == "cpu" or self.one_op_delegates
+        return device.is_host or self.one_op_delegates
 
     @property
     def unexplained(self) -> tuple[OneSided, ...]:
@@ -253,9 +244,9 @@ class ArenaComparison:
 
     @property
     def rules_text(self) -> str:
-        return _rules_text(self.rules) or "(cpu only)"
+        return rules_text(self.rules) or "(cpu only)"
 
-    def one_sided_bytes(self, side: str, device: str) -> dict[str, int]:
+    def one_sided_bytes(self, side: str, device: Device) -> dict[str, int]:
         """Bytes planned by ``side`` only on ``device``, per reason."""
         out: Counter = Counter()
         for t in self.one_sided:
@@ -275,7 +266,7 @@ class ArenaComparison:
                     "rules": self.rules_text,
                     "skip_h2d": self.skip_h2d,
                     "skip_d2h": self.skip_d2h,
-                    "device": device,
+                    "device": str(device),
                     "comparable": self.comparable(device),
                     "et_bytes": et_bytes,
                     "wb_greedy": self.wb_greedy.get(device, 0),
@@ -317,30 +308,29 @@ def executorch_arena_bytes(
     alignment 16). Raises ``ExecuTorchNotInstalled`` without executorch and
     ``PlacementError`` for malformed rules; an ExecuTorch failure is in ``.error``.
     """
-    _check_settings(((skip_h2d, skip_d2h),))
+    check_settings(((skip_h2d, skip_d2h),))
     if rules:
-        _parse_edge_rules(rules)  # bad rules fail before ExecuTorch runs
-    mem = _et_memory()
+        parse_edge_rules(rules)  # bad rules fail before ExecuTorch runs
+    mem = executorch_api()
     partitioner = rule_partitioner(rules) if rules else None
 
     def delegates() -> tuple[DelegateOps, ...]:  # as the partitioner tagged them, once it ran
         return partitioner.delegates if partitioner is not None else ()
 
     def read(program: Any, config: Any) -> ExecuTorchArenas:
-        plan = program.executorch_program.execution_plan[0]
-        sizes = tuple(int(s) for s in plan.non_const_buffer_sizes)
-        devices = _buffer_devices(sizes, plan.non_const_buffer_device)
-        arena: dict[str, int] = {}
-        for index in range(1, len(sizes)):  # rule 1: index 0 is reserved
-            arena[devices[index]] = arena.get(devices[index], 0) + sizes[index]
+        # rule 1: the import's reader of ExecuTorch's program gives the buffers and their devices
+        buffers = read_program(program.executorch_program, host_only=True)
+        devices = buffers.buffer_devices
         tensors = _read_tensors(program.exported_program().graph_module, devices, mem)
-        return ExecuTorchArenas(arena, sizes, devices, tensors, _alignment(config), delegates())
+        return ExecuTorchArenas(
+            buffers.arena_bytes, buffers.buffer_sizes, devices, tensors, _alignment(config), delegates()
+        )
 
     def failed(exc: BaseException, stage: str, config: Any) -> ExecuTorchArenas:
-        error, detail = _error_text(exc)
+        error, detail = error_text(exc)
         return ExecuTorchArenas({}, (), (), (), _alignment(config), delegates(), error, stage, detail)
 
-    return _lower(model, example_inputs, partitioner, ((skip_h2d, skip_d2h),), read, failed)[0]
+    return lower(model, example_inputs, partitioner, ((skip_h2d, skip_d2h),), read, failed)[0]
 
 
 def _alignment(config: Any) -> int:
@@ -348,37 +338,23 @@ def _alignment(config: Any) -> int:
     return int(config.memory_planning_pass.alignment)
 
 
-def _buffer_devices(sizes: tuple[int, ...], listed: Any) -> tuple[str, ...]:
-    devices = ["cpu"] * len(sizes)
-    for entry in listed or ():
-        name = getattr(entry.device_type, "name", str(entry.device_type)).lower()
-        devices[entry.buffer_idx] = f"{name}:{entry.device_index}"
-    return tuple(devices)
-
-
-@functools.cache
-def _is_view_copy(op: str) -> bool:
-    """An edge ``*_copy`` op whose aten base op is a view op (``permute_copy`` of ``permute``)."""
-    packet = getattr(torch.ops.aten, op.removesuffix("_copy"), None) if op.endswith("_copy") else None
-    return packet is not None and any(is_view_op(getattr(packet, o)) for o in packet.overloads())
-
-
 def _delegate_output_ops(graph_module: torch.fx.GraphModule, call: torch.fx.Node) -> list[str]:
     """The op writing each output of a delegate, read off its original program."""
-    lowered = getattr(graph_module, call.args[0].target)
+    lowered_module = cast(torch.fx.Node, call.args[0])  # the get_attr node of the lowered module
+    lowered = getattr(graph_module, str(lowered_module.target))
     graph = lowered.original_module.graph_module.graph
     outputs = next(n for n in graph.nodes if n.op == "output").args[0]
     outputs = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
-    return [_short_op_name(o) if isinstance(o, torch.fx.Node) and o.op == "call_function" else "input" for o in outputs]
+    return [short_op_name(o) if isinstance(o, torch.fx.Node) and o.op == "call_function" else "input" for o in outputs]
 
 
-def _read_tensors(graph_module: torch.fx.GraphModule, devices: tuple[str, ...], mem: Any) -> tuple[ETTensor, ...]:
+def _read_tensors(graph_module: torch.fx.GraphModule, devices: tuple[Device, ...], mem: Any) -> tuple[ETTensor, ...]:
     """Every storage with a ``mem_id``, named by the node that writes it (rule 2)."""
     skip = {mem.alloc, mem.view}
     nodes = list(graph_module.graph.nodes)
     # An output of a multi-output op is read through a getitem, whose spec is that
     # output's; the getitem may hang off the op or off its ``out`` allocation.
-    read = {id(s) for n in nodes if n.target is _getitem for s in mem.specs(n)}
+    read = {id(s) for n in nodes if n.target is _getitem for s in mem.tensor_specs(n)}
     # weights, and the values ExecuTorch derives from them per call (permute_copy of a weight)
     constant = {n.name for n in nodes if n.op == "placeholder" and getattr(n.meta.get("spec"), "const", False)}
     seen: set[int] = set()
@@ -406,8 +382,8 @@ def _read_tensors(graph_module: torch.fx.GraphModule, devices: tuple[str, ...], 
             elif delegate_ops is not None:
                 op, kind = delegate_ops[index], "delegate_output"
             else:
-                op = _short_op_name(node)
-                kind = "copy" if op in _ET_COPY_KINDS else "view_copy" if _is_view_copy(op) else "activation"
+                op = short_op_name(node)
+                kind = "copy" if op in ET_COPY_KINDS else "view_copy" if is_view_copy(op) else "activation"
             if multi and kind != "view_copy" and id(spec) not in read:
                 kind = "unread_output"
             first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
@@ -460,28 +436,25 @@ def compare_arenas(
     workbench extends through its views, and ExecuTorch's node order can differ. So the
     one-sided tensors say *what* differs, not a byte-exact split of the gap.
     """
-    inputs = _as_tuple(example_inputs)
-    parsed = _parse_edge_rules(rules) if rules else []
+    inputs = as_input_tuple(example_inputs)
+    parsed = parse_edge_rules(rules) if rules else []
     et_result = executorch_arena_bytes(model, inputs, rules, skip_h2d, skip_d2h)
     alignment = et_result.alignment
     program = capture(model, inputs, decompose=True)
     placement = place(program, dict(rules) if rules else {})
-    dg = propagate(placement, skip_h2d_for_method_inputs=skip_h2d, skip_d2h_for_method_outputs=skip_d2h)
-    greedy = _plan(
-        dg, "greedy", alignment=alignment, alloc_graph_inputs=not skip_h2d, alloc_graph_outputs=not skip_d2h
-    )
+    dg, greedy = workbench_plan(placement, skip_h2d, skip_d2h, "greedy", alignment)
     best = greedy.with_algorithm("best")
     et_best, et_lb = {}, {}
     one_sided: tuple[OneSided, ...] = ()
     if et_result.ok:
-        one_sided = _account(et_result.tensors, _wb_tensors(best, placement))
-        for device in sorted({t.device for t in et_result.tensors}):
+        one_sided = _account(et_result.tensors, workbench_tensors(best, dg, placement))
+        for device in host_first(t.device for t in et_result.tensors):
             buffers = et_result.buffers(device)
             et_best[device] = assign_offsets(buffers, "best", alignment).arena_bytes
             et_lb[device] = lower_bound(buffers, alignment)
     return ArenaComparison(
         model=name or type(model).__name__,
-        rules=_freeze_rules(parsed),
+        rules=freeze_rules(parsed),
         skip_h2d=skip_h2d,
         skip_d2h=skip_d2h,
         alignment=alignment,
@@ -489,26 +462,49 @@ def compare_arenas(
         wb_greedy=dict(greedy.arena_bytes),
         wb_best=dict(best.arena_bytes),
         wb_lower_bound=dict(best.lower_bound),
-        wb_delegates=_delegate_ops(placement),
+        wb_delegates=delegate_ops(placement),
         et_tensors_best=et_best,
         et_tensors_lower_bound=et_lb,
         one_sided=one_sided,
     )
 
 
+def workbench_plan(
+    placement: Placement, skip_h2d: bool, skip_d2h: bool, algorithm: str, alignment: int
+) -> tuple[DeviceGraph, MemoryPlan]:
+    """The workbench's side of a memory comparison: ``placement`` propagated with the skip
+    flags and planned by ``algorithm``, graph inputs / outputs left to the caller exactly
+    when the matching flag hands them over (as on ExecuTorch's side)."""
+    dg = propagate(
+        placement,
+        skip_h2d_for_method_inputs=skip_h2d,
+        skip_d2h_for_method_outputs=skip_d2h,
+    )
+    memory = plan_memory(
+        dg,
+        algorithm,
+        alignment=alignment,
+        alloc_graph_inputs=not skip_h2d,
+        alloc_graph_outputs=not skip_d2h,
+    )
+    return dg, memory
+
+
 @dataclass(frozen=True)
-class _WBTensor:
+class WorkbenchTensor:
+    """One storage the workbench planned, with the op that writes it."""
+
     name: str
     op: str
-    device: str
+    device: Device
     nbytes: int
     internal: bool  # written and read only inside one multi-op delegate
 
 
-def _wb_tensors(memory, placement) -> list[_WBTensor]:
-    """The workbench's planned storages with the op that writes each."""
-    nodes = {n.name: n for n in memory.device_graph.graph.nodes}
-    outputs = set(memory.device_graph.user_outputs)
+def workbench_tensors(memory: MemoryPlan, dg: DeviceGraph, placement: Placement) -> list[WorkbenchTensor]:
+    """The workbench's planned storages (of ``memory``, a plan of ``dg``) with the op that writes each."""
+    nodes = {n.name: n for n in dg.graph.nodes}
+    outputs = set(dg.user_outputs)
     sizes = {d.name: len(d.nodes) for d in placement.delegates}
     out = []
     for alloc in memory.allocations.values():
@@ -516,10 +512,10 @@ def _wb_tensors(memory, placement) -> list[_WBTensor]:
         writer = node.args[0] if node.target is _getitem else node
         if node.op == "placeholder":
             op = "input"
-        elif writer.name in memory.device_graph.copy_table:
-            op = f"{memory.device_graph.copy_table[writer.name].kind}_copy"
+        elif writer.name in dg.copy_table:
+            op = f"{dg.copy_table[writer.name].kind}_copy"
         else:
-            op = _short_op_name(writer)
+            op = short_op_name(writer)
         delegate = placement.node_delegate.get(writer.name)
         readers = [u for name in (alloc.name, *alloc.aliases) for u in nodes[name].users]
         internal = (
@@ -528,11 +524,11 @@ def _wb_tensors(memory, placement) -> list[_WBTensor]:
             and alloc.name not in outputs
             and all(placement.node_delegate.get(u.name) == delegate for u in readers)
         )
-        out.append(_WBTensor(alloc.name, op, alloc.device, alloc.nbytes, internal))
+        out.append(WorkbenchTensor(alloc.name, op, alloc.device, alloc.nbytes, internal))
     return out
 
 
-def _account(et_tensors: Sequence[ETTensor], wb_tensors: Sequence[_WBTensor]) -> tuple[OneSided, ...]:
+def _account(et_tensors: Sequence[ETTensor], wb_tensors: Sequence[WorkbenchTensor]) -> tuple[OneSided, ...]:
     """Tensors planned by one side only, each with its reason (rule 3)."""
     result: list[OneSided] = []
     pending: list[ETTensor] = []
@@ -542,7 +538,7 @@ def _account(et_tensors: Sequence[ETTensor], wb_tensors: Sequence[_WBTensor]) ->
         else:
             pending.append(t)
     # match the rest as a multiset of (device, op, bytes); order does not matter
-    wb_left: dict[tuple, list[_WBTensor]] = defaultdict(list)
+    wb_left: dict[tuple, list[WorkbenchTensor]] = defaultdict(list)
     for w in wb_tensors:
         wb_left[(w.device, w.op, w.nbytes)].append(w)
     et_left = []
@@ -575,7 +571,7 @@ def arena_table(comparisons: Iterable[ArenaComparison]) -> pd.DataFrame:
     rows = []
     for item in comparisons:
         if not isinstance(item, ArenaComparison):
-            raise TypeError(
+            raise CrossCheckTypeError(
                 f"arena_table takes ArenaComparison results (from compare_arenas), got {type(item).__name__}"
             )
         rows.extend(item.rows())
@@ -585,73 +581,16 @@ def arena_table(comparisons: Iterable[ArenaComparison]) -> pd.DataFrame:
 # --- the cases -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ArenaCase:
-    """A model, its inputs and a placement for the arena cross-check."""
-
-    name: str
-    build: Callable[[], tuple[torch.nn.Module, tuple]]  # a fresh seeded (model, inputs)
-    rules: Optional[Mapping[str, Sequence[str]]]  # None: CPU only
-    shows: str
-
-
-def _example(name: str) -> Callable[[], tuple[torch.nn.Module, tuple]]:
-    def build():
-        from ..examples import example
-
-        model, inputs = example(name)
-        return model.eval(), inputs
-
-    return build
-
-
-def _copy_case(name: str) -> Callable[[], tuple[torch.nn.Module, tuple]]:
-    def build():
-        from .models import case
-
-        c = case(name)
-        return c.model(), c.example_inputs()
-
-    return build
-
-
-# Device ops are weight-free on purpose: a parameter feeding a device delegate crashes
-# ExecuTorch 1.5.1's memory planning (see compare.models: param_on_device).
-ARENA_CASES: tuple[ArenaCase, ...] = (
-    ArenaCase("mlp", _example("mlp"), None, "linear/relu chain on the host"),
-    ArenaCase("mlp", _example("mlp"), {"cuda:0": ["aten.relu"]}, "each relu a one-op delegate"),
-    ArenaCase("residual", _example("residual"), None, "pre-norm residual blocks (layer norm has unread outputs)"),
-    ArenaCase("residual", _example("residual"), {"cuda:0": ["aten.gelu"]}, "gelu on the device between host linears"),
-    ArenaCase("fanout", _example("fanout"), None, "one value read by three branches"),
-    ArenaCase("fanout", _example("fanout"), {"cuda:0": ["aten.mul"]}, "both graph inputs cross to the device"),
-    ArenaCase("attention", _example("attention"), None, "split into q/k/v views, topk with an unread output"),
-    ArenaCase("attention", _example("attention"), {"cuda:0": ["aten._softmax"]}, "softmax on the device"),
-    ArenaCase("shared_value", _copy_case("shared_value"), {"cuda:0": ["aten.relu", "aten.add"]},
-              "a host value read by two delegates: ExecuTorch copies it twice"),
-    ArenaCase("residual_stack", _copy_case("residual"), {"cuda:0": ["aten.relu", "aten.add"]},
-              "a residual stream crossing back and forth"),
-    ArenaCase("two_devices", _copy_case("two_devices"), {"cuda:0": ["aten.relu"], "cuda:1": ["aten.mul"]},
-              "cuda:0 → cuda:1: through the host in ExecuTorch, direct in the workbench"),
-)  # fmt: skip
-
-
-def arena_case(name: str, placed: bool) -> ArenaCase:
-    """The case called ``name``, placed (with device rules) or CPU only."""
-    for c in ARENA_CASES:
-        if c.name == name and bool(c.rules) == bool(placed):
-            return c
-    valid = ", ".join(f"{c.name} ({'placed' if c.rules else 'cpu only'})" for c in ARENA_CASES)
-    raise KeyError(f"no arena case {name!r} with placed={placed}; valid cases are {valid}")
-
-
 def compare_arena_case(
-    case: ArenaCase, settings: Sequence[tuple[bool, bool]] = ((False, False),)
+    case: Case, settings: Sequence[tuple[bool, bool]] = ((False, False),)
 ) -> tuple[ArenaComparison, ...]:
     """``compare_arenas`` on one of ``ARENA_CASES`` under each ``(skip_h2d, skip_d2h)``."""
-    if not isinstance(case, ArenaCase):
-        raise TypeError(f"compare_arena_case takes an ArenaCase, got {type(case).__name__}")
+    if not isinstance(case, Case):
+        raise CrossCheckTypeError(
+            f"compare_arena_case takes a workbench.compare.Case (see ARENA_CASES), got {type(case).__name__}"
+        )
     out = []
-    for skip_h2d, skip_d2h in _check_settings(settings):
+    for skip_h2d, skip_d2h in check_settings(settings):
         model, inputs = case.build()
         out.append(compare_arenas(model, inputs, case.rules, skip_h2d, skip_d2h, name=case.name))
     return tuple(out)

@@ -1,0 +1,86 @@
+"""Linked views: one selection shared by a GraphView, a BufferView and a TimelineView
+(or any views), and one call that shows them together.
+
+Rules:
+1. ``link(*views)`` joins the views' ``focus`` (the graph value selected). In the browser
+   ``ipywidgets.jslink`` copies it from view to view (a click in one view highlights the
+   same value in the others with no kernel round trip), and each view it reaches sends
+   its new focus to the kernel itself; a ``select`` from code sets it on every linked
+   view in the kernel (``FigureView.set_focus``). No kernel-side trait link: it would
+   send the kernel's copy of a click back to the browser, where a later click may have
+   replaced it already.
+2. What a focus means in each view: the graph node (or the group drawing it) in a
+   GraphView, the storage holding the value (or the weight's segment of the resident
+   bar) in a BufferView, the events of that node in a TimelineView.
+3. ``show(*views)`` links the views and displays each one (a cell's last expression
+   displays only one object, so three views on three lines show only the last).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import IPython.display
+import ipywidgets as widgets
+
+from ._inputs import ViewInputError
+from ._widget import FigureView
+
+__all__ = ["LinkedViews", "link", "show"]
+
+
+class LinkedViews:
+    """Views sharing one selection (rule 1); displays as all of them, one after another."""
+
+    def __init__(self, *views: FigureView) -> None:
+        if len(views) < 2:
+            raise ViewInputError(f"link needs two or more views, got {len(views)}")
+        for v in views:
+            if not isinstance(v, FigureView):
+                raise ViewInputError(
+                    f"link takes GraphView, BufferView and TimelineView objects; got {type(v).__name__}"
+                )
+        self.views = tuple(views)
+        self._browser_links = [widgets.jslink((a.canvas, "focus"), (b.canvas, "focus")) for a, b in zip(self.views, self.views[1:])]
+        for v in self.views:
+            v.linked = tuple(o for o in dict.fromkeys(v.linked + self.views) if o is not v)
+        first = next((v.focus for v in self.views if v.focus is not None), None)
+        if first is not None:
+            self.views[0].set_focus(first)
+
+    @property
+    def focus(self) -> Optional[str]:
+        """The graph value selected in the linked views (None: nothing)."""
+        return self.views[0].focus
+
+    def select(self, name: Optional[str]) -> None:
+        """Select graph value ``name`` in every view (None clears)."""
+        self.views[0].set_focus(name)
+
+    def unlink(self) -> None:
+        """Stop sharing the selection."""
+        for b in self._browser_links:
+            b.unlink()
+        self._browser_links = []
+        for v in self.views:
+            v.linked = tuple(o for o in v.linked if o not in self.views)
+
+    def _ipython_display_(self) -> None:
+        for v in self.views:
+            IPython.display.display(v)
+
+    def __repr__(self) -> str:
+        return f"LinkedViews({', '.join(type(v).__name__ for v in self.views)}, focus={self.focus!r})"
+
+
+def link(*views: Any) -> LinkedViews:
+    """Rule 1."""
+    return LinkedViews(*views)
+
+
+def show(*views: Any) -> None:
+    """Rule 3: link ``views`` (two or more) and display them; one view is just displayed."""
+    if len(views) == 1:
+        IPython.display.display(views[0])
+        return
+    IPython.display.display(link(*views))
