@@ -22,7 +22,8 @@ from .devices import CPU, CopyKind, Device, DeviceError
 from .errors import WorkbenchError, WorkbenchWarning
 from .place import Delegate, Placement, PlacementError, PlacementWarning, place
 from .planning.archive import PlanFileError
-from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, load_plan, plan
+from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, plan
+from .planning.plan_file import load_plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
 from .runtime.calibrate import calibrate
 from .runtime.executor import RunResult, Session, estimate, load, run

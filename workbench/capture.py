@@ -3,6 +3,20 @@
 With ``shape_only=True`` the model is exported over meta tensors: every value keeps its
 shape and dtype, no weight or activation memory is allocated, so a model of tens of
 billions of parameters can be placed, propagated and planned on a laptop.
+
+Rules:
+1. Weights are not copied: the program shares the model's parameter and buffer tensors.
+   In-place edits of their values before a plan is loaded are used; a replaced
+   parameter, buffer or submodule is detected at load and run (``model_source``).
+2. A model that updates its own buffers in place (``self.count.add_(1)``, BatchNorm's
+   running statistics) or writes a user input in place is captured in functional form:
+   each write becomes a new value returned as a buffer (or input) mutation of the
+   signature, which the executor writes back after every call.
+3. A model with meta weights captured without ``shape_only`` is an error: it has no
+   weights to run.
+4. A call's inputs must have the captured structure; a non-tensor input (an ``int``, a
+   ``str``…) is baked into the graph, so it must equal the captured value, unless it was
+   declared dynamic at capture (``dynamic_shapes``), then any ``int`` in its range.
 """
 
 from __future__ import annotations
@@ -10,16 +24,22 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from functools import cached_property
+from typing import Any, Mapping, Optional
 
 import torch
+import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
-from .errors import WorkbenchError
-from .json_fields import JsonObject
 
-__all__ = ["CaptureError", "InputSignatureError", "Program", "capture"]
+from .arguments import check_flag, describe
+from .errors import WorkbenchError
+from .graph_values import aliased_input, is_inplace_op, value_of
+from .json_fields import JsonObject
+from .model_source import ModelChangedError, ModelSource
+
+__all__ = ["CaptureError", "InputSignatureError", "ModelChangedError", "Program", "capture"]
 
 
 class CaptureError(WorkbenchError, ValueError):
@@ -47,6 +67,8 @@ class Program:
     user_outputs: tuple[str, ...] = field(init=False)  # nodes returned to the caller, in order
     constants: Mapping[str, str] = field(init=False)  # placeholder → parameter/buffer/constant FQN
     constant_kinds: Mapping[str, str] = field(init=False)  # placeholder → "parameter"|"buffer"|"constant"
+    buffer_mutations: Mapping[str, str] = field(init=False)  # mutation output → the buffer placeholder it updates
+    source: Optional[ModelSource] = field(default=None, compare=False, repr=False)  # the model captured (rule 1)
 
     def __post_init__(self) -> None:
         sig = self.exported.graph_signature
@@ -72,18 +94,29 @@ class Program:
         object.__setattr__(self, "user_outputs", tuple(outputs))
         object.__setattr__(self, "constants", constants)
         object.__setattr__(self, "constant_kinds", kinds)
+        placeholder_of = {fqn: name for name, fqn in constants.items()}
+        object.__setattr__(
+            self,
+            "buffer_mutations",
+            {
+                spec.arg.name: placeholder_of[spec.target]
+                for spec in sig.output_specs
+                if spec.kind == OutputKind.BUFFER_MUTATION and spec.target in placeholder_of
+            },
+        )
 
     @classmethod
     def from_exported(cls, exported: ExportedProgram, shape_only: bool | None = None) -> "Program":
-        """Wrap an ``ExportedProgram`` made elsewhere."""
+        """Wrap an ``ExportedProgram`` made elsewhere (``shape_only``: None detects it from
+        the weights; ``False`` with meta weights is an error, rule 3)."""
         if not isinstance(exported, ExportedProgram):
-            raise CaptureError(
-                f"expected a torch.export.ExportedProgram, got {type(exported).__name__}"
-            )
+            raise CaptureError(f"exported must be a torch.export.ExportedProgram, got {describe(exported)}")
+        meta = _meta_weights(exported.state_dict.items())
         if shape_only is None:
-            shape_only = any(
-                isinstance(v, torch.Tensor) and v.is_meta for v in exported.state_dict.values()
-            )
+            shape_only = bool(meta)
+        check_flag(shape_only, "shape_only")
+        if meta and not shape_only:
+            raise CaptureError(_meta_message(meta))
         return cls(exported, shape_only)
 
     @property
@@ -101,17 +134,57 @@ class Program:
             return self.exported.state_dict[target]
         return self.exported.constants[target]
 
+    def check_source(self) -> None:
+        """Rule 1: a ``ModelChangedError`` if the captured model no longer holds the
+        weights this program shares with it (nothing to check without a model)."""
+        if self.source is not None:
+            self.source.check()
+
     def flatten_inputs(self, args: tuple, kwargs: Mapping[str, Any] | None = None) -> list:
-        """The call's inputs as the flat list the user-input placeholders take, in order;
-        a structure other than the captured one is an ``InputSignatureError``."""
-        flat, got = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
+        """The call's inputs as the flat list the user-input placeholders take, in order
+        (rule 4); a structure other than the captured one, or a non-tensor input other
+        than the captured value, is an ``InputSignatureError`` naming the input."""
+        kwargs = dict(kwargs or {})
+        flat, got = pytree.tree_flatten((tuple(args), kwargs))
         spec = self.exported.call_spec.in_spec
         if spec is not None and got != spec:
-            raise InputSignatureError(
-                f"inputs do not match the captured signature: expected {spec.num_leaves} inputs "
-                f"({', '.join(self.user_inputs)}) structured as {spec}, got {got}"
-            )
+            raise InputSignatureError(self._structure_message(tuple(args), kwargs, spec))
+        for name, value in zip(self.user_inputs, flat):
+            problem = _non_tensor_problem(self.input_values[name], value, self.exported.range_constraints)
+            if problem:
+                raise InputSignatureError(f"input {name!r} {problem}")
         return flat
+
+    @cached_property
+    def input_values(self) -> Mapping[str, Any]:
+        """User input → the value traced for it: a fake tensor, or the int, str … captured."""
+        return {n.name: value_of(n) for n in self.graph.nodes if n.op == "placeholder" and n.name in self.user_inputs}
+
+    def describe_inputs(self) -> str:
+        """The inputs a call takes, in words: ``x: tensor (4, 32) float32, n: int 3``."""
+        return ", ".join(f"{n}: {_expected(self.input_values[n])}" for n in self.user_inputs) or "none"
+
+    def _structure_message(self, args: tuple, kwargs: dict, spec: pytree.TreeSpec) -> str:
+        """Rule 4's message: which argument has the wrong structure, in words (no TreeSpec)."""
+        expected = f"the program takes {self.describe_inputs()}"
+        args_spec, kwargs_spec = spec.children_specs
+        if len(args) != args_spec.num_children:
+            return (
+                f"expected {args_spec.num_children} inputs ({', '.join(self.user_inputs)}), "
+                f"got {len(args)} positional argument(s); {expected}"
+            )
+        want_keys = list(kwargs_spec.context or [])
+        if sorted(kwargs) != sorted(want_keys):
+            return f"expected keyword inputs {want_keys or 'none'}, got {sorted(kwargs) or 'none'}; {expected}"
+        names = iter(self.user_inputs)
+        for i, (arg, child) in enumerate(zip(args, args_spec.children_specs)):
+            owned = [next(names, "?") for _ in range(child.num_leaves)]
+            if pytree.tree_structure(arg) != child:
+                shape = "a tensor or a single value" if child.is_leaf() else f"a {child.type.__name__} of {child.num_leaves} value(s)"
+                return (
+                    f"input {i} ({', '.join(owned)}) must be {shape}, got {describe(arg)}; {expected}"
+                )
+        return f"inputs do not have the captured structure; {expected}"
 
     def num_ops(self) -> int:
         """Number of ``call_function`` nodes."""
@@ -124,7 +197,11 @@ class Program:
     @classmethod
     def from_json(cls, data: Any, exported: ExportedProgram, path: str = "program") -> "Program":
         """The program ``to_json`` described, around ``exported`` (read back with ``torch.export.load``)."""
-        return cls(exported, JsonObject(data, path).flag("shape_only"))
+        obj = JsonObject(data, path)
+        shape_only = obj.flag("shape_only")
+        if not shape_only and _meta_weights(exported.state_dict.items()):
+            raise obj.fail("shape_only", "true: the saved program's weights are meta tensors")
+        return cls(exported, shape_only)
 
 
 def capture(
@@ -137,10 +214,10 @@ def capture(
     decompose: bool = False,
     strict: bool = False,
 ) -> Program:
-    """Export ``model`` with ``torch.export`` and wrap the result.
+    """Export ``model`` with ``torch.export`` and wrap the result (see the module rules).
 
     Args:
-        model: the module to capture (it is not modified).
+        model: the module to capture (it is not modified; its weights are shared, rule 1).
         example_inputs: a tuple of positional inputs (a single tensor is accepted).
         kwargs: keyword inputs, passed to ``torch.export.export`` as its ``kwargs``
             (``{"use_cache": False}``, an attention mask…); they become graph inputs
@@ -148,7 +225,8 @@ def capture(
             holds for that value only).
         shape_only: export over meta tensors so no weight or activation memory is
             allocated; inputs become meta tensors of the same shape and dtype, and a model
-            with real weights is cloned onto meta without copying them.
+            with real weights is cloned onto meta without copying them. Required for a
+            model whose weights are already on meta (rule 3).
         dynamic_shapes: passed to ``torch.export.export``; bound every dynamic size
             (``Dim(..., max=...)``) if the program is to be memory-planned.
         decompose: run the core-ATen decompositions (``aten.linear`` → ``aten.addmm`` …),
@@ -156,9 +234,16 @@ def capture(
         strict: passed to ``torch.export.export``.
     """
     if not isinstance(model, torch.nn.Module):
-        raise CaptureError(f"capture expects a torch.nn.Module, got {type(model).__name__}")
+        raise CaptureError(f"model must be a torch.nn.Module, got {describe(model)}")
+    check_flag(shape_only, "shape_only")
+    check_flag(decompose, "decompose")
+    check_flag(strict, "strict")
     inputs = _as_tuple(example_inputs)
     keywords = _as_kwargs(kwargs)
+    weights = list(model.named_parameters()) + list(model.named_buffers())
+    meta = _meta_weights(weights)
+    if meta and not shape_only:
+        raise CaptureError(_meta_message(meta))
     if shape_only:
         model = _meta_clone(model)
         inputs = tuple(_to_meta(x) for x in inputs)
@@ -169,12 +254,122 @@ def capture(
         )
         if decompose:
             exported = exported.run_decompositions()
+        elif _writes_state(exported):
+            exported = _functional(exported)
     except Exception as exc:  # torch.export raises many types; keep its message
         raise CaptureError(
             f"torch.export could not capture {type(model).__name__}: {type(exc).__name__}: {exc}"
             + _what_to_do(exc)
         ) from exc
-    return Program(exported, shape_only)
+    source = None if shape_only else ModelSource(model, _shared_weights(exported))
+    return Program(exported, shape_only, source=source)
+
+
+def _meta_weights(weights: Any) -> list[str]:
+    return [name for name, t in weights if isinstance(t, torch.Tensor) and t.is_meta]
+
+
+def _meta_message(meta: list[str]) -> str:
+    shown = ", ".join(repr(m) for m in meta[:3]) + (f" and {len(meta) - 3} more" if len(meta) > 3 else "")
+    return (
+        f"the model's weights are meta tensors ({shown}): there are no weights to run, so "
+        "capture it with shape_only=True (to place, plan and estimate it), or load real weights first"
+    )
+
+
+def _shared_weights(exported: ExportedProgram) -> list[tuple[str, torch.Tensor]]:
+    """The parameters and buffers the program holds, by FQN (rule 1: the model's own tensors)."""
+    held = list(exported.state_dict.items())
+    held += [(fqn, t) for fqn, t in exported.constants.items() if isinstance(t, torch.Tensor)]
+    return held
+
+
+def _base_placeholder(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The placeholder whose storage ``node`` shares through a chain of views or in-place ops."""
+    seen = node
+    while seen.op != "placeholder":
+        source = aliased_input(seen)
+        if source is None:
+            return None
+        seen = source
+    return seen
+
+
+def _writes_state(exported: ExportedProgram) -> bool:
+    """Rule 2's test: does an op of the graph write a buffer or a user input in place?
+
+    An op whose schema writes an argument counts when that argument is (a view of) a
+    buffer or user input; so does a composite op handed a buffer directly (``batch_norm``
+    updates its running statistics without saying so in its schema). A positive answer
+    only costs a functionalization that finds nothing to do."""
+    kinds = {spec.arg.name: spec.kind for spec in exported.graph_signature.input_specs}
+    watched = (InputKind.BUFFER, InputKind.USER_INPUT)
+    composite = torch._C.DispatchKey.CompositeImplicitAutograd
+    for node in exported.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if is_inplace_op(node.target) or node.target._schema.is_mutable:
+            for arg in node.all_input_nodes:
+                base = _base_placeholder(arg)
+                if base is not None and kinds.get(base.name) in watched:
+                    return True
+        if node.target.has_kernel_for_dispatch_key(composite):
+            if any(kinds.get(a.name) == InputKind.BUFFER for a in node.all_input_nodes):
+                return True
+    return False
+
+
+def _functional(exported: ExportedProgram) -> ExportedProgram:
+    """Rule 2: the same program with every in-place write of state made a mutation output.
+
+    An empty decomposition table functionalizes without decomposing (``aten.linear``
+    stays); a program that turns out to write no state is kept as exported."""
+    functional = exported.run_decompositions({})
+    mutates = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
+    if any(spec.kind in mutates for spec in functional.graph_signature.output_specs):
+        return functional
+    return exported
+
+
+def _expected(val: Any) -> str:
+    """What a placeholder takes, in words."""
+    if isinstance(val, torch.Tensor):
+        return f"tensor {tuple(str(d) if not isinstance(d, int) else d for d in val.shape)} {str(val.dtype).removeprefix('torch.')}"
+    if isinstance(val, torch.SymInt):
+        return "int (dynamic)"
+    return f"{type(val).__name__} {val!r}"
+
+
+def _finite(bound: Any) -> Optional[int]:
+    """A sympy range end as an int; None when it is infinite."""
+    if getattr(bound, "is_finite", True) is False:
+        return None
+    try:
+        value = int(bound)
+    except (TypeError, ValueError, OverflowError, AttributeError):  # an infinity sympy does not call infinite
+        return None
+    return value if abs(value) < 2**62 else None
+
+
+def _non_tensor_problem(want: Any, got: Any, ranges: Mapping[Any, Any]) -> str:
+    """Rule 4: what is wrong with non-tensor input ``got`` for a placeholder traced as ``want``, or ""."""
+    if isinstance(want, torch.Tensor):
+        return ""
+    if isinstance(want, torch.SymInt):
+        if isinstance(got, bool) or not isinstance(got, int):
+            return f"was declared a dynamic int at capture; got {describe(got)}"
+        bound = ranges.get(want.node.expr)
+        low, high = (_finite(bound.lower), _finite(bound.upper)) if bound is not None else (None, None)
+        if (low is not None and got < low) or (high is not None and got > high):
+            return f"must be an int in [{low}, {high if high is not None else 'inf'}] (its range at capture), got {got}"
+        return ""
+    if type(got) is not type(want) or got != want:
+        return (
+            f"was captured as {type(want).__name__} {want!r} and the graph holds that value "
+            f"(torch.export specializes non-tensor inputs); got {describe(got)}. Pass {want!r}, "
+            "or capture again with this input declared dynamic (dynamic_shapes)"
+        )
+    return ""
 
 
 #: torch's pytree error for a value it cannot flatten: "Found <class 'pkg.Type'> in output, …".
@@ -224,10 +419,7 @@ def _as_tuple(example_inputs: Any) -> tuple:
     if isinstance(example_inputs, list):
         return tuple(example_inputs)
     if not isinstance(example_inputs, tuple):
-        raise CaptureError(
-            "example_inputs must be a tuple of inputs (or a single tensor), got "
-            f"{type(example_inputs).__name__}"
-        )
+        raise CaptureError(f"example_inputs must be a tuple of inputs (or a single tensor), got {describe(example_inputs)}")
     return example_inputs
 
 

@@ -4,17 +4,31 @@ Commands:
   walkthrough  the MoE walkthrough: every placement strategy on a Qwen-3.5-MoE-shaped
                decoder (tiny model run; full-size model analysed shape-only; the best
                strategy per memory budget and link: sweep.csv, sweep_best.csv, pareto.png),
-               or on a transformers model with --model hf:FAMILY
+               or on a transformers model with --model hf:FAMILY (its tiny configuration
+               run, its published one shape-only, and for hf:qwen3_5_moe the built-in
+               decoder side by side)
   propagate    place and propagate a built-in example; print its graph and copies
+
+Rules:
+1. Every argument is checked before any work starts (the configs, both of them, the
+   output folder, the backend, the placement rules); a bad one is one line on stderr,
+   ``python -m workbench <command>: error: ...``, and exit status 2 — no traceback, and
+   nothing written.
+2. The output folder is created only once every argument is good; every file in it is
+   written atomically (``atomic_files``): complete, or not there.
+3. An error of the work itself (a ``WorkbenchError``) is one line on stderr and exit
+   status 1; outputs that differ from eager PyTorch also exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -23,42 +37,71 @@ from tqdm import tqdm
 
 from . import hf
 from . import walkthrough as wt
+from .atomic_files import atomic_path
 from .capture import capture
+from .errors import WorkbenchError
 from .examples import EXAMPLES, example
 from .hf.side_by_side import side_by_side
 from .models import MoEConfig, param_count
-from .place import PlacementError, place
+from .place import PlacementError, parse_rules, place
 from .propagate import propagate
 from .runtime import cuda_available, cuda_unavailable_reason
 from .views import BufferView, GraphView, TimelineView, to_chrome_trace
 
-__all__ = ["main"]
+__all__ = ["UsageError", "main"]
+
+#: The largest model the walkthrough runs with real weights (parameters).
+MAX_RUN_PARAMETERS = 2e9
+
+
+class UsageError(WorkbenchError, ValueError):
+    """A command-line argument that is not valid (rule 1)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (rule 1): no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
 
 
 def _parse_placements(items: Sequence[str]) -> dict[str, list[str]]:
-    """``["cuda:0=aten.linear,aten.relu", ...]`` → ``{"cuda:0": ["aten.linear", "aten.relu"]}``."""
+    """``["cuda:0=aten.linear,aten.relu", ...]`` → ``{"cuda:0": ["aten.linear", "aten.relu"]}``,
+    checked by ``place.parse_rules``."""
     rules: dict[str, list[str]] = {}
     for item in items:
         device, sep, patterns = item.partition("=")
         if not sep or not device.strip() or not patterns.strip():
-            raise SystemExit(
+            raise UsageError(
                 f"--place takes DEVICE=PATTERN[,PATTERN...], e.g. cuda:0=aten.linear,aten.relu; got {item!r}"
             )
         rules.setdefault(device.strip(), []).extend(p.strip() for p in patterns.split(",") if p.strip())
+    try:
+        parse_rules(rules)
+    except PlacementError as exc:
+        raise UsageError(f"--place: {exc}") from None
     return rules
 
 
-def _cmd_propagate(args: argparse.Namespace) -> int:
-
+def _check_propagate(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Rule 1 for ``propagate``: the example and the rules."""
     if args.example not in EXAMPLES:
-        raise SystemExit(f"unknown example {args.example!r}; valid ones are {', '.join(EXAMPLES)}")
+        raise UsageError(f"--example: unknown example {args.example!r}; valid ones are {', '.join(EXAMPLES)}")
+    return _parse_placements(args.place) if args.place else {"cuda:0": ["aten.linear", "aten.addmm"]}
+
+
+def _cmd_propagate(args: argparse.Namespace) -> int:
+    rules = _check_propagate(args)
     model, inputs = example(args.example)
-    rules = _parse_placements(args.place) if args.place else {"cuda:0": ["aten.linear", "aten.addmm"]}
     prog = capture(model, inputs, decompose=args.decompose)
     try:
         placed = place(prog, rules, strict=args.strict)
     except PlacementError as exc:
-        raise SystemExit(f"placement failed: {exc}") from None
+        raise UsageError(f"--place: placement failed: {exc}") from None
     dg = propagate(
         placed,
         skip_h2d_for_method_inputs=args.skip_h2d,
@@ -89,95 +132,139 @@ def _cmd_propagate(args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
-def _progress(enabled: bool):
+def _progress(enabled: bool) -> Callable[[Any, str], Any]:
     """A progress bar over the long steps (tqdm on stderr), or nothing."""
 
-    def wrap(items, desc):
+    def wrap(items: Any, desc: str) -> Any:
         if not enabled:
             return items
-
-        items = list(items)
-        return tqdm(items, desc=desc, unit="strategy", leave=False, file=sys.stderr)
+        return tqdm(list(items), desc=desc, unit="strategy", leave=False, file=sys.stderr)
 
     return wrap
 
 
-def _load_config(spec: str):
-
+def _load_config(option: str, spec: str) -> MoEConfig:
+    """``tiny``, ``full`` or a JSON config file; anything else is a ``UsageError`` naming ``option``."""
     if spec == "tiny":
         return MoEConfig.tiny()
     if spec == "full":
         return MoEConfig.full()
+    if not Path(spec).exists():
+        raise UsageError(f"{option}: no file {spec!r}; give 'tiny', 'full' or the path of a JSON config file")
     try:
         return MoEConfig.from_json(spec)
-    except FileNotFoundError:
-        raise SystemExit(f"--config: no file {spec!r}; give 'tiny', 'full' or a JSON config path") from None
+    except WorkbenchError as exc:
+        raise UsageError(f"{option}: {exc}") from None
 
 
-def _cmd_walkthrough(args: argparse.Namespace) -> int:
+def _check_out(option: str, spec: str) -> Path:
+    """An output folder that exists or can be made: not a file, under a writable folder."""
+    out = Path(spec)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{option}: {spec!r} is a file; give a folder for the tables, figures and traces")
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{option}: {spec!r} cannot be made: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option}: {spec!r} is not writable ({existing} does not let this user write)")
+    return out
 
+
+def _make_out(option: str, spec: str) -> Path:
+    """The output folder, checked, then made (rule 2: once every other argument is good)."""
+    out = _check_out(option, spec)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{option}: {spec!r} cannot be made: {exc.strerror or exc}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class _WalkthroughJob:
+    """The walkthrough's arguments, checked (rule 1)."""
+
+    run_config: MoEConfig  # the model that is run
+    params: int  # its parameters
+    full_config: Optional[MoEConfig]  # the model analysed shape-only, unless --skip-full
+    out: Path  # the output folder (made once every argument is good)
+
+
+def _check_walkthrough(args: argparse.Namespace) -> _WalkthroughJob:
+    """Rule 1 for ``walkthrough``: every argument before any work."""
     if args.backend == "cuda" and not cuda_available():
-        raise SystemExit(f"--backend cuda: {cuda_unavailable_reason()}")
-    if args.model != "builtin":
-        return _cmd_walkthrough_hf(args)
-    run_config = _load_config(args.config)
+        raise UsageError(f"--backend cuda: {cuda_unavailable_reason()}")
+    run_config = _load_config("--config", args.config)
     params = param_count(run_config)["total"]
-    if params > 2e9:
-        raise SystemExit(
+    if params > MAX_RUN_PARAMETERS:
+        raise UsageError(
             f"--config {args.config}: {params / 1e9:.1f} B parameters is too large to run with real weights here; "
             "run a small configuration and analyse large ones shape-only with --full-config"
         )
-    out, progress, started = _start(args)
+    full_config = None if args.skip_full else _load_config("--full-config", args.full_config)
+    if args.sweep_workers is not None and args.sweep_workers < 1:
+        raise UsageError(f"--sweep-workers: {args.sweep_workers} processes; give 1 or more (default: one per CPU)")
+    out = _make_out("--out", args.out)
+    return _WalkthroughJob(run_config, params, full_config, out)
+
+
+def _write_csv(table: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path, "a table") as tmp:
+        table.to_csv(tmp, index=False)
+
+
+def _cmd_walkthrough(args: argparse.Namespace) -> int:
+    if args.model != "builtin":
+        return _cmd_walkthrough_hf(args)
+    job = _check_walkthrough(args)
+    run_config, params, out = job.run_config, job.params, job.out
+    progress = _progress(not args.no_progress)
+    started = time.perf_counter()
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_columns", 40)
 
     results = wt.tiny_results(run_config, backend=args.backend, progress=progress)
     table = wt.strategy_table(results)
-    table.to_csv(out / "strategies_tiny.csv", index=False)
+    _write_csv(table, out / "strategies_tiny.csv")
     print(f"# MoE decode step, {args.config} model ({params:,} parameters), backend {args.backend}")
     print("# copies and bytes per token; arenas and resident weights per device; time per token")
     print(table.to_string(index=False))
     _write_figures(results, out, progress)
 
-    if not args.skip_full:
-        full_config = _load_config(args.full_config)
+    if job.full_config is not None:
+        full_config = job.full_config
         rate = wt.measured_hit_rate(run_config)  # the full-size weights are not there to measure
         full = wt.full_size_results(full_config, prefetch_hit_rate=rate, progress=progress)
         full_table = wt.full_size_table(full)
-        full_table.to_csv(out / "strategies_full_size.csv", index=False)
+        _write_csv(full_table, out / "strategies_full_size.csv")
         counted = param_count(full_config)
         print(f"\n# full size, shape-only: {counted['total'] / 1e9:.2f} B parameters "
               f"({counted['active_per_token'] / 1e9:.2f} B active per token), modeled on an H200")
         print(full_table.to_string(index=False))
         sensitivity = wt.prefetch_sensitivity(full, hit_rates=[0.0, rate, 1.0])
-        sensitivity.to_csv(out / "prefetch_sensitivity.csv", index=False)
+        _write_csv(sensitivity, out / "prefetch_sensitivity.csv")
         print(f"\n# expert prefetch at full size: hit rate 0, {rate:.3f} (measured on the {args.config} model, "
               "256 tokens), 1")
         print(sensitivity.to_string(index=False))
         breakeven = wt.streaming_breakeven(full_config)
-        breakeven.to_csv(out / "streaming_breakeven.csv", index=False)
+        _write_csv(breakeven, out / "streaming_breakeven.csv")
         print("\n# tokens per expert at which a streamed expert's copy hides behind its compute")
         print(breakeven.to_string(index=False))
         if full_config == MoEConfig.full():  # the published anchors are of this configuration
             decode = next((r.plan for r in full if r.strategy.label == "all_on_device+skip"), None)
             anchors = wt.anchors_table(decode)
-            anchors.to_csv(out / "anchors.csv", index=False)
+            _write_csv(anchors, out / "anchors.csv")
             print("\n# published decode times vs the cost model (all on device, one set of device figures)")
             print(anchors.to_string(index=False))
             print("modeled/published: " + "; ".join(f"{r['hardware']} {r['ratio']:.2f}" for r in anchors.to_dict("records")))
         if not args.skip_sweep:
-            _write_sweep(wt, full_config, rate, out, args.sweep_workers)
+            _write_sweep(full_config, rate, out, args.sweep_workers)
     return _finish(out, started, results)
 
 
-def _start(args: argparse.Namespace):
-    """The walkthrough's output folder, progress bars, start time and table display."""
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    pd.set_option("display.width", 200)
-    pd.set_option("display.max_columns", 40)
-    return out, _progress(not args.no_progress), time.perf_counter()
-
-
-def _finish(out, started: float, results) -> int:
+def _finish(out: Path, started: float, results: Any) -> int:
     """List what the walkthrough wrote; exit status 1 when a strategy's outputs differ from eager."""
     print(f"\nwrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out} "
           f"in {time.perf_counter() - started:.1f} s")
@@ -193,80 +280,111 @@ def _finish(out, started: float, results) -> int:
 HF_PAST, HF_TINY_CACHE, HF_FULL_CACHE = 8, 32, 4096
 
 
-def _hf_config(family: str, spec: str, size: str):
+@dataclass(frozen=True)
+class _HFJob:
+    """The walkthrough's arguments for a transformers model, checked (rule 1)."""
+
+    family: hf.Family  # the architecture
+    run_config: Any  # the transformers config that is run
+    full_config: Any  # the one analysed shape-only, unless --skip-full
+    out: Path  # the output folder (made once every argument is good)
+
+
+def _hf_config(option: str, family: str, spec: str) -> Any:
+    """``tiny``, ``full`` (the family's shipped configurations) or a config JSON file."""
     if spec in ("tiny", "full"):
         return hf.tiny_config(family) if spec == "tiny" else hf.published_config(family)
+    if not Path(spec).exists():
+        raise UsageError(f"{option}: no file {spec!r}; give 'tiny', 'full' or the path of a transformers config.json")
     try:
         return hf.load_config(spec)
+    except WorkbenchError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _check_walkthrough_hf(args: argparse.Namespace) -> _HFJob:
+    """Rule 1 for ``walkthrough --model hf:FAMILY``: every argument before any work."""
+    if args.backend == "cuda" and not cuda_available():
+        raise UsageError(f"--backend cuda: {cuda_unavailable_reason()}")
+    if not args.model.startswith("hf:"):
+        raise UsageError(f"--model: {args.model!r}; give 'builtin' or hf:FAMILY, FAMILY one of {', '.join(hf.FAMILIES)}")
+    try:
+        family = hf.family(args.model)
     except hf.HFError as exc:
-        raise SystemExit(f"--{size}: {exc}") from None
+        raise UsageError(f"--model: {exc}; or 'builtin' for the built-in decoder") from None
+    run_config = _hf_config("--config", family.name, args.config)
+    full_config = None if args.skip_full else _hf_config("--full-config", family.name, args.full_config)
+    out = _make_out("--out", args.out)
+    return _HFJob(family, run_config, full_config, out)
 
 
 def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
     """The walkthrough's strategy tables for a transformers model (``--model hf:FAMILY``):
     its tiny configuration run, its published one analysed shape-only, and for
     Qwen3.5-MoE the side-by-side with the built-in decoder."""
-    try:
-        family = hf.family(args.model)
-    except hf.HFError as exc:
-        raise SystemExit(f"--model: {exc}; or 'builtin' for the built-in decoder") from None
+    job = _check_walkthrough_hf(args)
     import transformers
 
     # its notices that optional fused kernels are absent: the reference code is what is captured
     transformers.logging.set_verbosity_error()
-    out, progress, started = _start(args)
+    family, out = job.family, job.out
+    progress = _progress(not args.no_progress)
+    started = time.perf_counter()
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_columns", 40)
     pd.set_option("display.max_colwidth", 200)  # the side-by-side's notes
 
-    model = hf.load_model(_hf_config(family.name, args.config, "config"))
+    model = hf.load_model(job.run_config)
     step = hf.capture_decode(model, "static", past=HF_PAST, max_cache_len=max(HF_TINY_CACHE, HF_PAST + 1))
     params = sum(p.numel() for p in model.parameters())
     results = wt.tiny_results(captured=step, backend=args.backend, progress=progress)
     table = wt.strategy_table(results)
-    table.to_csv(out / "strategies_tiny.csv", index=False)
+    _write_csv(table, out / "strategies_tiny.csv")
     print(f"# {family.title} ({type(model).__name__}), {args.config} config ({params:,} parameters), "
           f"one decode step after {HF_PAST} tokens, backend {args.backend}")
     print(table.to_string(index=False))
     _write_figures(results, out, progress)
 
-    if not args.skip_full:
-        full_model = hf.load_model(_hf_config(family.name, args.full_config, "full-config"), shape_only=True)
+    if job.full_config is not None:
+        full_model = hf.load_model(job.full_config, shape_only=True)
         full_step = hf.capture_decode(full_model, "static", past=HF_PAST, max_cache_len=HF_FULL_CACHE)
         full = wt.full_size_results(captured=full_step, progress=progress)
         full_table = wt.full_size_table(full)
-        full_table.to_csv(out / "strategies_full_size.csv", index=False)
+        _write_csv(full_table, out / "strategies_full_size.csv")
         total = sum(p.numel() for p in full_model.parameters())
         print(f"\n# full size, shape-only: {total / 1e9:.2f} B parameters, static cache of {HF_FULL_CACHE} "
               "positions, modeled on an H200")
         print(full_table.to_string(index=False))
     if family.name == "qwen3_5_moe":
-        configs = [("tiny", MoEConfig.tiny())] + ([] if args.skip_full else [("full", MoEConfig.full())])
+        configs = [("tiny", MoEConfig.tiny())] + ([] if job.full_config is None else [("full", MoEConfig.full())])
         for label, config in configs:
             compared = side_by_side(config)
-            compared.to_csv(out / f"builtin_vs_transformers_{label}.csv", index=False)
+            _write_csv(compared, out / f"builtin_vs_transformers_{label}.csv")
             print(f"\n# the built-in QwenMoEDecoder vs transformers' Qwen3.5-MoE, same {label} config "
                   "(ratio = transformers / built-in; agree = within 5%)")
             print(compared.to_string(index=False))
     return _finish(out, started, results)
 
 
-def _write_sweep(wt, config, rate: float, out, workers) -> None:
+def _write_sweep(config: MoEConfig, rate: float, out: Path, workers: Optional[int]) -> None:
     """The answer table: best strategy per budget and link (sweep.csv: every point;
     sweep_best.csv: the answers; pareto.png)."""
     matplotlib.use("Agg")  # files only
     result = wt.capacity_sweep(config, prefetch_hit_rate=rate, workers=workers)
-    result.points.to_csv(out / "sweep.csv", index=False)
+    _write_csv(result.points, out / "sweep.csv")
     answers = wt.answer_table(result)
-    answers.to_csv(out / "sweep_best.csv", index=False)
-    result.pareto_figure().savefig(out / "pareto.png", dpi=120)
+    _write_csv(answers, out / "sweep_best.csv")
+    with atomic_path(out / "pareto.png", "a figure") as tmp:
+        result.pareto_figure().savefig(tmp, dpi=120, format="png")
     plt.close("all")
     print(f"\n# capacity planning, shape-only, modeled on an H200: {len(result.points)} points in "
           f"{result.seconds:.0f} s on {len(result.workers)} worker(s); best strategy per budget and link")
     print(answers.to_string(index=False))
 
 
-def _write_figures(results, out, progress) -> None:
+def _write_figures(results: Any, out: Path, progress: Callable[[Any, str], Any]) -> None:
     """Graph, buffer and timeline figures and a Chrome trace for the streaming strategy;
-    a timeline comparing every strategy."""
+    a timeline comparing every strategy; each file written atomically (rule 2)."""
     matplotlib.use("Agg")  # files only: no window, whatever backend the environment names
 
     focus = next((r for r in results if r.strategy.label == "expert_streaming+skip"), results[-1])
@@ -280,14 +398,16 @@ def _write_figures(results, out, progress) -> None:
         ),
     }
     for name, make in progress(views.items(), "figures"):
-        make().save(out / name)
+        with atomic_path(out / name, "a figure") as tmp:
+            make().save(tmp)
         plt.close("all")
     for r in results:
-        to_chrome_trace(r.run, out / f"trace_{r.strategy.label.replace('+', '_')}.json")
+        with atomic_path(out / f"trace_{r.strategy.label.replace('+', '_')}.json", "a trace") as tmp:
+            to_chrome_trace(r.run, tmp)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m workbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("walkthrough", help="the MoE walkthrough: strategies compared, tables, figures, traces")
     w.add_argument(
@@ -322,8 +442,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    """Run a command (module rules); the exit status: 0, 1 (the work failed) or 2 (a bad argument)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse's own errors: one line, status 2
+    prog = f"{parser.prog} {args.command}"
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except WorkbenchError as exc:
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from .devices import CopyKind
+from .errors import ArgumentTypeError, ArgumentValueError
 
 #: Integer dtypes accepted for row ids (an index, a hint, a cached index).
 _INDEX_DTYPES = (torch.int64, torch.int32)
@@ -67,23 +68,23 @@ def gather_h2d_copy(x: torch.Tensor, index: torch.Tensor, src: str, dst: str) ->
 def _check_ids(t: torch.Tensor, what: str, op: str, dims: tuple[int, ...] = (1, 2)) -> None:
     """Row ids must be int32/int64 tensors of the given ranks, non-empty."""
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{op}: {what} must be a tensor of row ids, got {type(t).__name__}")
+        raise ArgumentTypeError(f"{op}: {what} must be a tensor of row ids, got {type(t).__name__}")
     if t.dtype not in _INDEX_DTYPES:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{op}: {what} must hold integer row ids (torch.int64 or torch.int32), got {t.dtype}"
         )
     if t.dim() not in dims:
-        raise ValueError(
+        raise ArgumentValueError(
             f"{op}: {what} must have {' or '.join(map(str, dims))} dimensions (row ids, e.g. a "
             f"router's (B, k) top-k), got shape {tuple(t.shape)}"
         )
     if t.numel() == 0:
-        raise ValueError(f"{op}: {what} must hold at least one row id, got shape {tuple(t.shape)}")
+        raise ArgumentValueError(f"{op}: {what} must hold at least one row id, got shape {tuple(t.shape)}")
 
 
 def _check_rows_source(x: torch.Tensor, op: str) -> None:
     if x.dim() < 1:
-        raise ValueError(f"{op}: x must have at least one dimension (its rows), got a 0-d tensor")
+        raise ArgumentValueError(f"{op}: x must have at least one dimension (its rows), got a 0-d tensor")
 
 
 def _check_select(x: torch.Tensor, index: torch.Tensor, hint: torch.Tensor) -> None:
@@ -100,7 +101,7 @@ def _check_reuse(x: torch.Tensor, index: torch.Tensor, cached: torch.Tensor, cac
     _check_ids(cached_index, "cached_index", op)
     want = tuple(cached_index.shape) + tuple(x.shape[1:])
     if tuple(cached.shape) != want or cached.dtype != x.dtype:
-        raise ValueError(
+        raise ArgumentValueError(
             f"{op}: cached must hold the rows x[cached_index], shape {want} and dtype {x.dtype} "
             f"(cached_index {tuple(cached_index.shape)} + a row of x {tuple(x.shape[1:])}), "
             f"got shape {tuple(cached.shape)} and dtype {cached.dtype}"

@@ -22,9 +22,11 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
+from .arguments import check_int, describe
 from .capture import Program
+from .errors import ArgumentTypeError, WorkbenchError
 
-__all__ = ["EXAMPLES", "example"]
+__all__ = ["EXAMPLES", "UnknownExampleError", "example"]
 
 
 class MLP(nn.Module):
@@ -117,12 +119,21 @@ EXAMPLES: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
 }
 
 
+class UnknownExampleError(WorkbenchError, KeyError):
+    """A name that is not one of the built-in examples."""
+
+    def __str__(self) -> str:  # KeyError would quote the message like a key
+        return str(self.args[0]) if self.args else ""
+
+
 def example(name: str) -> tuple[nn.Module, tuple]:
     """Build a built-in example: ``model, inputs = example("mlp")``."""
-    try:
-        return EXAMPLES[name]()
-    except KeyError:
-        raise KeyError(f"unknown example {name!r}; valid ones are {', '.join(EXAMPLES)}") from None
+    valid = ", ".join(EXAMPLES)
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"name must be the name of an example, one of {valid}; got {describe(name)}")
+    if name not in EXAMPLES:
+        raise UnknownExampleError(f"unknown example {name!r}; valid ones are {valid}")
+    return EXAMPLES[name]()
 
 
 def synthetic_program(
@@ -133,6 +144,11 @@ def synthetic_program(
     the exporter, not the workbench). Each op reads one or two of the last
     ``fan_in_window`` values, so lifetimes are short with some long-lived values, like
     real inference graphs; one in eight ops is a matmul with its own weight."""
+    check_int(num_ops, "num_ops", 1)
+    check_int(seed, "seed", 0)
+    check_int(width, "width", 1)
+    check_int(batch, "batch", 1)
+    check_int(fan_in_window, "fan_in_window", 1)
     rng = random.Random(seed)
     aten = torch.ops.aten
     graph = torch.fx.Graph()

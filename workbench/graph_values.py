@@ -24,6 +24,10 @@ class UnboundedShapeError(WorkbenchError, ValueError):
     """A tensor size has no finite upper bound, so it cannot be given memory."""
 
 
+class GraphValueError(WorkbenchError, TypeError):
+    """A node's argument is not the kind of graph value the caller needs."""
+
+
 def value_of(node: torch.fx.Node) -> Any:
     """The example value torch.export recorded for ``node`` (a fake tensor, tuple, SymInt…)."""
     return node.meta.get("val")
@@ -96,7 +100,7 @@ def node_arg(node: torch.fx.Node, position: int) -> torch.fx.Node:
     there (a constant, a list) is a ``TypeError`` naming the node."""
     arg = node.args[position]
     if not isinstance(arg, torch.fx.Node):
-        raise TypeError(f"argument {position} of {node.name!r} ({node.target}) is {arg!r}, not a graph value")
+        raise GraphValueError(f"argument {position} of {node.name!r} ({node.target}) is {arg!r}, not a graph value")
     return arg
 
 

@@ -54,6 +54,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .graph_values import gc_paused, op_name, packet_name, produces_tensors
 from .capture import Program
+from .arguments import check_flag, describe
 from .devices import CPU, Device, DeviceError, host_first
 from .errors import WorkbenchError, WorkbenchWarning
 from .json_fields import JsonObject
@@ -162,12 +163,15 @@ def place(
             siblings but grows quadratically: fine for a few hundred ops).
     """
     if not isinstance(program, Program):
+        raise PlacementError(f"program must be a Program from workbench.capture, got {describe(program)}")
+    check_flag(strict, "strict")
+    if not isinstance(partitioner, str) or partitioner not in PARTITIONERS:
+        raise PlacementError(f"unknown partitioner {partitioner!r}; valid ones are {', '.join(PARTITIONERS)}")
+    if isinstance(rules, Mapping) and not all(isinstance(key, (str, Device)) for key in rules):
+        bad = next(key for key in rules if not isinstance(key, (str, Device)))
         raise PlacementError(
-            f"place expects a Program from workbench.capture, got {type(program).__name__}"
-        )
-    if partitioner not in PARTITIONERS:
-        raise PlacementError(
-            f"unknown partitioner {partitioner!r}; valid ones are {', '.join(PARTITIONERS)}"
+            f"rules is keyed by devices such as 'cuda:0', got the key {describe(bad)}; "
+            "write rules as {'cuda:0': ['aten.mm', 'aten.add']}"
         )
     with gc_paused():
         return _place(program, rules, strict, partitioner)

@@ -62,8 +62,9 @@ from .graph_values import (
     value_of,
 )
 from .copy_ops import GATHER_H2D, GATHER_REUSE, OP_FOR_KIND, SELECT_ROWS
+from .arguments import check_flag, describe
 from .devices import CPU, CopyKind, Device, DeviceError, host_first
-from .errors import WorkbenchError
+from .errors import ArgumentTypeError, WorkbenchError
 from .json_fields import JsonFieldError, JsonObject
 from .capture import Program
 from .place import Placement
@@ -405,12 +406,12 @@ def propagate(
             the whole constant.
     """
     if not isinstance(placement, Placement):
-        raise PropagationError(
-            f"propagate expects a Placement from workbench.place, got {type(placement).__name__}"
-        )
+        raise PropagationError(f"placement must be a Placement from workbench.place, got {describe(placement)}")
+    check_flag(skip_h2d_for_method_inputs, "skip_h2d_for_method_inputs")
+    check_flag(skip_d2h_for_method_outputs, "skip_d2h_for_method_outputs")
     with gc_paused():
         return _Propagator(
-            placement, bool(skip_h2d_for_method_inputs), bool(skip_d2h_for_method_outputs), stream_constants
+            placement, skip_h2d_for_method_inputs, skip_d2h_for_method_outputs, stream_constants
         ).run()
 
 
@@ -785,6 +786,11 @@ def _streamed_constants(program: Program, patterns: Sequence[str]) -> set[str]:
     """Placeholders of constants whose parameter/buffer name matches a stream pattern."""
     if isinstance(patterns, str):
         patterns = [patterns]
+    if not isinstance(patterns, (list, tuple, set, frozenset)):
+        raise ArgumentTypeError(
+            f"stream_constants must be a list of parameter-name globs such as ['layers.*.mlp.experts.*'] "
+            f"(or () for none), got {describe(patterns)}"
+        )
     patterns = list(patterns)
     for p in patterns:
         if not isinstance(p, str) or not p:

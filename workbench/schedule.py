@@ -22,7 +22,8 @@ import heapq
 import torch.fx
 
 from .graph_values import gc_paused
-from .errors import WorkbenchError
+from .arguments import describe
+from .errors import ArgumentTypeError, WorkbenchError
 from .propagate import DeviceGraph
 
 __all__ = ["SCHEDULES", "ScheduleError", "overlap_schedule", "schedule"]
@@ -36,15 +37,21 @@ class ScheduleError(WorkbenchError, ValueError):
 
 def schedule(dg: DeviceGraph, order: str = "captured") -> DeviceGraph:
     """``dg`` in the named order: ``captured`` (as exported) or ``overlap``."""
+    if not isinstance(dg, DeviceGraph):
+        raise ScheduleError(f"dg must be a DeviceGraph from workbench.propagate, got {describe(dg)}")
+    if not isinstance(order, str):
+        raise ArgumentTypeError(f"order must be one of {', '.join(SCHEDULES)}, got {describe(order)}")
     if order == "captured":
         return dg
     if order == "overlap":
         return overlap_schedule(dg)
-    raise ScheduleError(f"unknown schedule {order!r}; valid ones are {', '.join(SCHEDULES)}")
+    raise ScheduleError(f"unknown schedule order {order!r}; valid ones are {', '.join(SCHEDULES)}")
 
 
 def overlap_schedule(dg: DeviceGraph) -> DeviceGraph:
     """``dg`` reordered so copies overlap independent compute (see module rules)."""
+    if not isinstance(dg, DeviceGraph):
+        raise ScheduleError(f"dg must be a DeviceGraph from workbench.propagate, got {describe(dg)}")
     with gc_paused():
         return _reorder(dg, _overlap_order(dg.graph, set(dg.copy_table)))
 

@@ -47,6 +47,7 @@ import torch.fx
 from .capture import Program
 from .copy_ops import SELECT_ROWS
 from .devices import Device
+from .arguments import check_flag
 from .errors import WorkbenchError
 from .experts import ExpertMap, find_experts
 from .place import module_paths, place, report_no_claim
@@ -220,6 +221,7 @@ def _check_experts(experts: ExpertsSpec, what: str) -> ExpertsSpec:
 
 def all_on_device(device: str = "cuda:0", skip_copies: bool = True) -> Strategy:
     """Everything on ``device``: weights resident, only inputs/outputs cross."""
+    check_flag(skip_copies, "skip_copies")
     dev = str(Device.parse(device))
     return Strategy("all_on_device", f"every op and weight on {dev}", lambda node: dev, skip_copies, device=dev)
 
@@ -230,6 +232,7 @@ def experts_on_host(device: str = "cuda:0", skip_copies: bool = True, experts: E
     ``experts``: None finds them in the program; a glob over module paths
     (``EXPERT_MODULES``, the built-in decoder's) or an ``ExpertMap`` names them.
     """
+    check_flag(skip_copies, "skip_copies")
     dev = str(Device.parse(device))
     return Strategy(
         "experts_on_host",
@@ -251,8 +254,8 @@ def expert_streaming(
     each layer's predicted experts are prefetched during the layer before, and only the
     mispredicted ones are copied once the router has chosen.
     """
-    if not isinstance(prefetch, bool):
-        raise TypeError(f"prefetch must be True or False, got {prefetch!r}")
+    check_flag(skip_copies, "skip_copies")
+    check_flag(prefetch, "prefetch")
     dev = str(Device.parse(device))
     spec = _check_experts(weights, "weights")
     streamed = (ROUTED_EXPERTS,) if spec is None else (spec,) if isinstance(spec, str) else spec.weights

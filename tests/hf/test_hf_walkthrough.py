@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -21,7 +23,20 @@ def test_walkthrough_runs_a_transformers_family(tmp_path, capsys):
     assert "OLMoE (OlmoeForCausalLM)" in capsys.readouterr().out
 
 
-def test_unknown_family_is_a_clear_error(tmp_path):
-    """An unknown --model names the families that exist."""
-    with pytest.raises(SystemExit, match="qwen3_5_moe.*builtin"):
-        main(["walkthrough", "--model", "hf:gpt5", "--skip-full", "--no-progress", "--out", str(tmp_path)])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "hf:gpt5"], "--model: unknown transformers family 'hf:gpt5'.*qwen3_5_moe.*builtin"),
+        (["--model", "gpt5"], "--model: 'gpt5'; give 'builtin' or hf:FAMILY"),
+        (["--model", "hf:mixtral", "--config", "missing.json"], "--config: no file 'missing.json'"),
+    ],
+)
+def test_bad_model_arguments_are_one_line_errors(tmp_path, capsys, argv, message):
+    """A bad --model or --config is one line on stderr and exit status 2, before any work:
+    nothing is written."""
+    out = tmp_path / "out"
+    status = main(["walkthrough", *argv, "--skip-full", "--no-progress", "--out", str(out)])
+    assert status == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert re.search(message, err), err

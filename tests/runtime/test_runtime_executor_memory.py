@@ -5,7 +5,6 @@ import re
 
 import pytest
 import torch
-from torch import nn
 
 import workbench as wb
 from workbench.runtime import (
@@ -240,24 +239,3 @@ def test_backend_errors_are_one_clear_line():
         run(plan, *inputs, backend="tpu")
     with pytest.raises(TypeError, match="MemoryPlan"):
         run("not a plan", *inputs)
-
-
-def test_in_place_state_writes_are_refused():
-    """A functionalized program that writes a buffer (a BUFFER_MUTATION output) is refused
-    at load with the fix in the message: the executor does not write state back."""
-
-    class Counter(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("n", torch.zeros(1))
-
-        def forward(self, x):
-            self.n.add_(1)
-            return x + self.n
-
-    x = torch.ones(2)
-    plan = wb.plan(wb.propagate(wb.place(wb.capture(Counter(), (x,), decompose=True), {})))
-    start = settled()
-    with pytest.raises(ExecutorError, match="writes 'n' in place.*return updated state as outputs"):
-        load(plan, "sim")
-    assert settled() == start

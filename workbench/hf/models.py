@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
+from ..arguments import check_flag
 from ..experts import find_experts
 from .configs import HFError, load_config
 
@@ -51,6 +52,7 @@ def load_model(
 
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise HFError(f"seed must be an integer, got {seed!r}")
+    check_flag(shape_only, "shape_only")
     if experts_implementation is not None and experts_implementation not in EXPERT_IMPLEMENTATIONS:
         raise HFError(
             f"experts_implementation {experts_implementation!r} cannot be captured; use one of "

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from ..runtime.cuda import cupy_module, pinned_host_tensor, stream_ptr
+from ..errors import ArgumentTypeError, WorkbenchError
 
 #: Bytes per pinned staging buffer (two are used in turn).
 DEFAULT_CHUNK_BYTES = 8 << 20
@@ -48,6 +49,14 @@ GATHER_THREADS = 256
 MAX_GATHER_ROWS = 65535
 #: Most prefetched rows a reuse gather scans per output row (rule 6; a router's top-k is 8-16).
 MAX_CACHED_ROWS = 1024
+
+
+class KernelArgumentError(WorkbenchError, ValueError):
+    """An argument a copy kernel (or its launch plan) cannot take; the message says what is valid."""
+
+
+class GatherIndexError(WorkbenchError, IndexError):
+    """A gather index outside the rows of its source."""
 
 
 # -- pure plans (CPU-testable) -------------------------------------------------------------
@@ -70,7 +79,7 @@ def staging_schedule(nbytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES, slots:
     """
     for name, value, low in (("nbytes", nbytes, 0), ("chunk_bytes", chunk_bytes, 1), ("slots", slots, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+            raise KernelArgumentError(f"{name} must be an int >= {low}, got {value!r}")
     return tuple(
         StagingChunk(i, offset, min(chunk_bytes, nbytes - offset), i % slots)
         for i, offset in enumerate(range(0, nbytes, chunk_bytes))
@@ -85,18 +94,18 @@ def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np
     """
     if isinstance(indices, torch.Tensor):
         if indices.device.type != "cpu":
-            raise ValueError("gather_row_offsets takes host indices; device indices are offset on the device")
+            raise KernelArgumentError("gather_row_offsets takes host indices; device indices are offset on the device")
         indices = indices.numpy()
     idx = np.asarray(indices)
     if idx.ndim != 1:
-        raise ValueError(f"indices must be 1-D, got shape {tuple(idx.shape)}")
+        raise KernelArgumentError(f"indices must be 1-D, got shape {tuple(idx.shape)}")
     if idx.size and not np.issubdtype(idx.dtype, np.integer):
-        raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+        raise ArgumentTypeError(f"indices must be integers, got dtype {idx.dtype}")
     if idx.size > MAX_GATHER_ROWS:
-        raise ValueError(f"at most {MAX_GATHER_ROWS} rows per gather, got {idx.size}")
+        raise KernelArgumentError(f"at most {MAX_GATHER_ROWS} rows per gather, got {idx.size}")
     if idx.size and (idx.min() < 0 or idx.max() >= num_rows):
         bad = idx[(idx < 0) | (idx >= num_rows)]
-        raise IndexError(f"gather indices {bad[:8].tolist()} are out of range; valid: 0..{num_rows - 1}")
+        raise GatherIndexError(f"gather indices {bad[:8].tolist()} are out of range; valid: 0..{num_rows - 1}")
     return idx.astype(np.int64) * np.int64(row_stride_bytes)
 
 
@@ -120,9 +129,9 @@ def gather_launch_config(
     8 blocks per multiprocessor are in flight (enough loads outstanding to cover the
     latency of reads over the host link), but never more blocks than a row has work."""
     if variant not in ("v16", "b1"):
-        raise ValueError(f"variant must be 'v16' or 'b1', got {variant!r}")
+        raise KernelArgumentError(f"variant must be 'v16' or 'b1', got {variant!r}")
     if not 1 <= n_rows <= MAX_GATHER_ROWS:
-        raise ValueError(f"n_rows must be in 1..{MAX_GATHER_ROWS}, got {n_rows}")
+        raise KernelArgumentError(f"n_rows must be in 1..{MAX_GATHER_ROWS}, got {n_rows}")
     items = row_bytes // 16 if variant == "v16" else row_bytes
     most = max(1, -(-items // threads))
     wanted = max(1, -(-(8 * max(sm_count, 1)) // n_rows))
@@ -280,9 +289,9 @@ def _stream(stream: Any) -> tuple[Any, bool]:
 
 def _host_u8(t: torch.Tensor, what: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
-        raise ValueError(f"{what} must be a CPU torch tensor")
+        raise KernelArgumentError(f"{what} must be a CPU torch tensor")
     if not t.is_contiguous():
-        raise ValueError(f"{what} must be contiguous; call .contiguous() first")
+        raise KernelArgumentError(f"{what} must be contiguous; call .contiguous() first")
     flat = t.detach().reshape(-1)
     return flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
 
@@ -305,7 +314,7 @@ def device_address(host_ptr: int) -> int:
     cp = _cp()
     attrs = cp.cuda.runtime.pointerGetAttributes(host_ptr)
     if attrs.type != cp.cuda.runtime.memoryTypeHost or not attrs.devicePointer:
-        raise ValueError(
+        raise KernelArgumentError(
             "host memory at this address is not pinned and mapped; allocate it pinned "
             "(e.g. torch.empty(..., pin_memory=True)) or wrap it in MappedHost"
         )
@@ -351,7 +360,7 @@ class CopyEngine:
 
     def __init__(self, device_index: int = 0, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 4096:
-            raise ValueError(f"chunk_bytes must be an int >= 4096, got {chunk_bytes!r}")
+            raise KernelArgumentError(f"chunk_bytes must be an int >= 4096, got {chunk_bytes!r}")
         cp = _cp()
         self.device_index = device_index
         self.chunk_bytes = chunk_bytes
@@ -472,7 +481,7 @@ class CopyEngine:
         """
         cp = _cp()
         if not isinstance(src, torch.Tensor) or src.dim() < 1:
-            raise ValueError("src must be a torch tensor with at least one dimension (the rows)")
+            raise KernelArgumentError("src must be a torch tensor with at least one dimension (the rows)")
         num_rows, row_bytes, row_stride, src_dev_ptr, src_span = self._gather_source(src)
         s, sync = _stream(stream)
         with self._device, s:
@@ -511,9 +520,9 @@ class CopyEngine:
         """
         cp = _cp()
         if not isinstance(src, torch.Tensor) or src.dim() < 1:
-            raise ValueError("src must be a torch tensor with at least one dimension (the rows)")
+            raise KernelArgumentError("src must be a torch tensor with at least one dimension (the rows)")
         if not isinstance(cached, torch.Tensor) or cached.device.type != "cuda" or not cached.is_contiguous():
-            raise ValueError("cached must be a contiguous CUDA tensor holding the prefetched rows")
+            raise KernelArgumentError("cached must be a contiguous CUDA tensor holding the prefetched rows")
         num_rows, row_bytes, row_stride, src_dev_ptr, src_span = self._gather_source(src)
         s, sync = _stream(stream)
         with self._device, s:
@@ -521,11 +530,11 @@ class CopyEngine:
             pool = self._device_ids(cp, cached_indices, num_rows, "cached_indices")
             n, n_cached = int(ids.size), int(pool.size)
             if n_cached > MAX_CACHED_ROWS:
-                raise ValueError(
+                raise KernelArgumentError(
                     f"at most {MAX_CACHED_ROWS} prefetched rows can be scanned per row, got {n_cached}"
                 )
             if cached.numel() * cached.element_size() != n_cached * row_bytes:
-                raise ValueError(
+                raise KernelArgumentError(
                     f"cached holds {cached.numel() * cached.element_size()} B but {n_cached} prefetched "
                     f"rows of {row_bytes} B need {n_cached * row_bytes} B"
                 )
@@ -533,7 +542,7 @@ class CopyEngine:
             if n == 0 or row_bytes == 0:
                 return flags
             if n > MAX_GATHER_ROWS:
-                raise ValueError(f"at most {MAX_GATHER_ROWS} rows per gather, got {n}")
+                raise KernelArgumentError(f"at most {MAX_GATHER_ROWS} rows per gather, got {n}")
             variant = gather_reuse_variant(src_dev_ptr, cached.data_ptr(), dst_ptr, row_bytes, row_stride)
             grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
             self._kernel(_GATHER_REUSE_SOURCE, f"wb_gather_reuse_rows_{variant}")(
@@ -561,13 +570,13 @@ class CopyEngine:
         row_bytes = (src[0].numel() if num_rows else 0) * src.element_size()
         row_stride = src.stride(0) * src.element_size()
         if num_rows and not src[0].is_contiguous():
-            raise ValueError("each row of src (src[i]) must be contiguous")
+            raise KernelArgumentError("each row of src (src[i]) must be contiguous")
         if src.device.type == "cpu":
             src_dev_ptr = device_address(src.data_ptr())
         elif src.device.type == "cuda":
             src_dev_ptr = src.data_ptr()
         else:
-            raise ValueError(f"src must be a pinned host tensor or a CUDA tensor, not one on {src.device}")
+            raise KernelArgumentError(f"src must be a pinned host tensor or a CUDA tensor, not one on {src.device}")
         src_span = (num_rows - 1) * row_stride + row_bytes if num_rows else 0
         return num_rows, row_bytes, row_stride, src_dev_ptr, src_span
 
@@ -579,7 +588,7 @@ class CopyEngine:
             indices = cp.from_dlpack(indices.reshape(-1))
         if isinstance(indices, cp.ndarray):
             if indices.ndim != 1:
-                raise ValueError(f"{what} must be 1-D, got shape {indices.shape}")
+                raise KernelArgumentError(f"{what} must be 1-D, got shape {indices.shape}")
             ids = indices.astype(cp.int64)
             return ids * scale if scale != 1 else cp.ascontiguousarray(ids)
         return cp.asarray(gather_row_offsets(indices, num_rows, scale))  # checks: 1-D ints in range

@@ -10,7 +10,7 @@ size a config without building it.
 
 from .config import ConfigError, MoEConfig
 from .counting import cache_bytes, param_count
-from .qwen_moe import CacheSpec, QwenMoEDecoder, cache_specs
+from .qwen_moe import CacheSpec, ModelInputError, QwenMoEDecoder, cache_specs
 
 __all__ = [
     "MoEConfig",
@@ -20,4 +20,5 @@ __all__ = [
     "cache_specs",
     "CacheSpec",
     "ConfigError",
+    "ModelInputError",
 ]

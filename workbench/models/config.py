@@ -151,11 +151,19 @@ class MoEConfig:
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> "MoEConfig":
         """Read a Hugging Face style ``config.json`` (rule 3)."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigError(f"path must be a path to a JSON config file (a str or os.PathLike), got {type(path).__name__} {path!r}")
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"config path {p} is a directory; give the path of a JSON file such as {p / 'config.json'}")
         try:
             raw = json.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {p}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"config file {p} is not a text file (not UTF-8): give a JSON config file") from None
+        except OSError as e:
+            raise ConfigError(f"config file {p} cannot be read: {e.strerror or e}") from None
         except json.JSONDecodeError as e:
             raise ConfigError(f"config file {p} is not valid JSON: {e}") from None
         try:
@@ -192,6 +200,9 @@ class MoEConfig:
             max_seq_len=32,
             dtype="float32",
         )
+        unknown = sorted(set(overrides) - set(base))
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {', '.join(unknown)}; valid fields are {', '.join(base)}")
         base.update(overrides)
         return cls(**base)  # type: ignore[arg-type]  # __post_init__ checks every field
 

@@ -39,8 +39,14 @@ from typing import Optional, Union
 import torch
 from torch import nn
 
+from ..arguments import check_int
+from ..errors import ArgumentTypeError, ArgumentValueError, WorkbenchError
 from .config import MoEConfig
 from .layers import Embedding, FullAttention, GatedDeltaNet, Linear, RMSNorm, SparseMoE, rotary_cos_sin
+
+
+class ModelInputError(WorkbenchError, ValueError):
+    """Decode-step inputs of the wrong shape or dtype (the message says what is expected)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class CacheSpec:
 def cache_specs(config: MoEConfig, batch: int = 1) -> tuple[CacheSpec, ...]:
     """Rule 2: every cache tensor, in the order ``forward`` takes and returns them."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+        raise ArgumentValueError(f"batch must be a positive integer, got {batch!r}")
     c, dt = config, config.torch_dtype
     specs: list[CacheSpec] = []
     for i, kind in enumerate(c.layer_types):
@@ -136,9 +142,10 @@ class QwenMoEDecoder(nn.Module):
     def __init__(self, config: MoEConfig, seed: int = 0, expert_prefetch: bool = False) -> None:
         super().__init__()
         if not isinstance(config, MoEConfig):
-            raise TypeError(f"config must be a MoEConfig, got {type(config).__name__}")
+            raise ArgumentTypeError(f"config must be a MoEConfig, got {type(config).__name__}")
         if not isinstance(expert_prefetch, bool):
-            raise TypeError(f"expert_prefetch must be True or False, got {expert_prefetch!r}")
+            raise ArgumentTypeError(f"expert_prefetch must be True or False, got {expert_prefetch!r}")
+        check_int(seed, "seed", 0)
         self.config = config
         # A constructor flag, not a config field: it changes the captured graph (rule 6),
         # never the architecture, the weights or the outputs, and a config is the
@@ -181,7 +188,7 @@ class QwenMoEDecoder(nn.Module):
         """``(tokens, position, *caches)`` for one decode step; tokens are seeded random."""
         c = self.config
         if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < c.max_seq_len:
-            raise ValueError(f"position must be an integer in [0, max_seq_len={c.max_seq_len}), got {position!r}")
+            raise ArgumentValueError(f"position must be an integer in [0, max_seq_len={c.max_seq_len}), got {position!r}")
         caches = self.init_caches(batch)  # validates batch
         device = self.embed_tokens.weight.device
         gen = torch.Generator(device="cpu").manual_seed(0)
@@ -210,19 +217,19 @@ class QwenMoEDecoder(nn.Module):
     def _check_inputs(self, tokens: torch.Tensor, position: torch.Tensor, caches: tuple[torch.Tensor, ...]) -> None:
         # Shape checks only: they are static under export, value checks are not.
         if tokens.dim() != 2 or tokens.shape[1] != 1 or tokens.dtype != torch.int64:
-            raise ValueError(
+            raise ModelInputError(
                 f"tokens must be (B, 1) int64 (one decode token per sequence), got "
                 f"{tuple(tokens.shape)} {tokens.dtype}"
             )
         if tuple(position.shape) != (1,) or position.dtype != torch.int64:
-            raise ValueError(f"position must be a (1,) int64 tensor, got {tuple(position.shape)} {position.dtype}")
+            raise ModelInputError(f"position must be a (1,) int64 tensor, got {tuple(position.shape)} {position.dtype}")
         specs = self.cache_specs(int(tokens.shape[0]))
         if len(caches) != len(specs):
-            raise ValueError(
+            raise ModelInputError(
                 f"expected {len(specs)} cache tensors (two per layer: "
                 f"{', '.join(s.name for s in specs[:4])}, ...), got {len(caches)}; "
                 "use model.init_caches(batch)"
             )
         for spec, t in zip(specs, caches):
             if tuple(t.shape) != spec.shape:
-                raise ValueError(f"cache {spec.name} must have shape {spec.shape}, got {tuple(t.shape)}")
+                raise ModelInputError(f"cache {spec.name} must have shape {spec.shape}, got {tuple(t.shape)}")

@@ -5,9 +5,10 @@ them); it only packs, versions and checks:
 
 1. Every archive holds ``format.json``: the format name, its version and the torch
    version that wrote it. Another format or version is refused, never guessed at.
-2. Writing is atomic: members go to a temporary file next to the target, which replaces
-   the target only when complete; on any failure the temporary file is removed, so the
-   target is either the complete new archive or untouched, and nothing is left behind.
+2. Writing is atomic (``atomic_files``): members go to a temporary file next to the
+   target, which replaces the target only when complete; on any failure the temporary
+   file is removed, so the target is either the complete new archive or untouched, and
+   nothing is left behind.
 3. Reading checks that the path is a zip archive, that ``format.json`` matches, and that
    every requested member is present; any problem is a ``PlanFileError`` naming it.
 """
@@ -15,20 +16,21 @@ them); it only packs, versions and checks:
 from __future__ import annotations
 
 import json
-import os
 import zipfile
 from pathlib import Path
 from typing import Iterable, Mapping, Union
 
 import torch
 
+from ..atomic_files import FileWriteError, atomic_path
 from ..errors import WorkbenchError
 
 __all__ = ["FORMAT", "FORMAT_MEMBER", "PlanFileError", "PlanWriteError", "VERSION", "read_archive", "write_archive"]
 
 FORMAT = "workbench-plan"
 #: Version 2: devices, copy kinds and copy roles are saved by each type's own JSON form.
-VERSION = 2
+#: Version 3: ``plan.json`` records the SHA-256 of both saved programs.
+VERSION = 3
 FORMAT_MEMBER = "format.json"
 
 
@@ -36,30 +38,21 @@ class PlanFileError(WorkbenchError, ValueError):
     """A plan file that cannot be read: missing, corrupt, of another format or version."""
 
 
-class PlanWriteError(WorkbenchError, OSError):
+class PlanWriteError(FileWriteError):
     """A plan file that cannot be written where asked (the target is left untouched)."""
 
 
 def write_archive(path: Union[str, Path], members: Mapping[str, bytes]) -> None:
     """Write ``members`` and the format header to ``path`` (rules 1, 2)."""
-    target = Path(path)
-    if target.is_dir():
-        raise PlanWriteError(f"cannot write a plan to {target}: it is a directory; give a file path such as {target / 'plan.wbplan'}")
-    if not target.parent.is_dir():
-        raise PlanWriteError(f"cannot write a plan to {target}: the folder {target.parent} does not exist")
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     header = {"format": FORMAT, "version": VERSION, "torch": torch.__version__}
     try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr(FORMAT_MEMBER, json.dumps(header))
-            for name, data in members.items():
-                archive.writestr(name, data)
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise PlanWriteError(f"cannot write a plan to {target}: {exc.strerror or exc}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        with atomic_path(path, "a plan") as tmp:
+            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                archive.writestr(FORMAT_MEMBER, json.dumps(header))
+                for name, data in members.items():
+                    archive.writestr(name, data)
+    except FileWriteError as exc:
+        raise PlanWriteError(str(exc)) from None
 
 
 def read_archive(path: Union[str, Path], names: Iterable[str]) -> dict[str, bytes]:

@@ -11,6 +11,8 @@ Rules:
    own result computed from the slot, so they alias the arena too.
 2. Unplanned values (constants, caller-owned inputs and outputs) are used as they are.
 3. A slot has the traced strides of its value when they are dense, else contiguous ones.
+4. After the call, buffers and inputs the program writes (``mutations``) take their new
+   values, as in eager PyTorch.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch.utils._pytree as pytree
 from ..devices import Device
 from ..errors import WorkbenchError
 from ..graph_values import output_values
+from ..mutations import mutations
 from .memory_plan import MemoryPlan
 
 __all__ = ["ArenaError", "Slots", "host_arenas", "run_in_arenas"]
@@ -89,6 +92,20 @@ class Slots:
         return slot
 
 
+def _write_back(plan: MemoryPlan, env: Mapping[torch.fx.Node, Any], flat: list) -> None:
+    """Rule 4: the program's buffers and the caller's inputs take their new values."""
+    program = plan.device_graph.program
+    by_name = {node.name: value for node, value in env.items()}
+    for mutation in mutations(plan.device_graph):
+        value = by_name[mutation.value]
+        if mutation.kind == "buffer":
+            target = program.constant_tensor(mutation.target)
+        else:
+            target = flat[program.user_inputs.index(mutation.target)]
+        if target is not value:
+            target.copy_(value)
+
+
 def run_in_arenas(
     plan: MemoryPlan,
     *inputs: Any,
@@ -120,7 +137,8 @@ def _run(
     program = dg.program
     ep = program.exported
     slots = Slots(plan, dict(arenas) if arenas is not None else host_arenas(plan))
-    user = iter(program.flatten_inputs(inputs))
+    flat = program.flatten_inputs(inputs)
+    user = iter(flat)
     env: dict[torch.fx.Node, Any] = {}
     for node in dg.graph.nodes:
         if node.op == "placeholder":
@@ -142,5 +160,6 @@ def _run(
                 for o, s in zip(outs, dg.output_specs)
                 if s.kind.name == "USER_OUTPUT"
             ]
+            _write_back(plan, env, flat)
             return pytree.tree_unflatten(user_outs, ep.call_spec.out_spec)
     raise ArenaError("the graph has no output node")

@@ -11,7 +11,8 @@ Rules:
        together at that step and must not share bytes.
     3. ``aligned_size(size, A) = ceil(size / A) * A``; a size-0 buffer takes
        no space.
-    4. An alignment is a positive power of two.
+    4. An alignment is a power of two from 1 to ``MAX_ALIGNMENT`` (4096, a page):
+       a larger one only rounds every size up to waste.
     5. Ids are hashable and unique within one call.
 """
 
@@ -70,11 +71,20 @@ class Buffer:
         return self.end - self.start + 1
 
 
+#: The largest alignment planning takes (rule 4).
+MAX_ALIGNMENT = 4096
+
+
 def check_alignment(alignment: object) -> int:
-    """Return ``alignment`` if it is a positive power of two (rule 4), else raise."""
-    if not isinstance(alignment, int) or not is_int(alignment) or alignment <= 0 or alignment & (alignment - 1):
+    """Return ``alignment`` if it is a power of two in 1..``MAX_ALIGNMENT`` (rule 4), else raise."""
+    if (
+        not isinstance(alignment, int)
+        or not is_int(alignment)
+        or not 0 < alignment <= MAX_ALIGNMENT
+        or alignment & (alignment - 1)
+    ):
         raise PlanningInputError(
-            f"alignment must be a positive power of two (1, 2, 4, 8, 16, ...), got {alignment!r}"
+            f"alignment must be a positive power of two up to {MAX_ALIGNMENT} (1, 2, 4, 8, 16, ...), got {alignment!r}"
         )
     return alignment
 

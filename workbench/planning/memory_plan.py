@@ -14,13 +14,15 @@ Rules:
 5. With ``capacity``, a device whose arena plus constants exceed its memory is an error
    that names the device, the bytes needed and available, and the largest tensors.
 6. ``MemoryPlan.save`` writes one archive (``planning.archive``) holding the captured
-   program, the propagated program and the JSON forms of the placement, the device graph
-   and the plan; ``load_plan`` reads it back through each type's ``from_json``.
+   program, the propagated program and ``plan.json``: the SHA-256 of both programs and
+   the JSON forms of the placement, the device graph and the plan; ``plan_file.load_plan``
+   reads it back and checks it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 from dataclasses import dataclass
@@ -30,22 +32,21 @@ from typing import Any, Hashable, Iterable, Mapping, Optional, Union
 import pandas as pd
 import torch
 
-from ..capture import Program
 from ..devices import Device, DeviceError, DeviceLike, host_first
-from ..errors import WorkbenchError
+from ..arguments import check_optional_flag, describe, power_of_two
+from ..errors import ArgumentTypeError, WorkbenchError
 from ..graph_values import node_nbytes
-from ..json_fields import JsonFieldError, JsonObject
-from ..place import Placement
+from ..json_fields import JsonObject
 from ..propagate import DeviceGraph
 from ..units import format_bytes
 from .algorithms import ALGORITHMS, Assignment, assign_offsets
-from .archive import PlanFileError, read_archive, write_archive
-from .buffers import Buffer, aligned_size, check_alignment
+from .archive import write_archive
+from .buffers import MAX_ALIGNMENT, Buffer, aligned_size
 from .lifetimes import KINDS, TensorLifetime, tensor_lifetimes
 from .lower_bound import lower_bound as peak_live_bytes
 from .verify import PlanVerificationError, verify as verify_offsets
 
-__all__ = ["CapacityError", "MemoryPlan", "PlanError", "TensorAllocation", "load_plan", "plan"]
+__all__ = ["CapacityError", "MemoryPlan", "PlanError", "TensorAllocation", "member_hash", "plan"]
 
 
 class PlanError(WorkbenchError, ValueError):
@@ -180,8 +181,7 @@ class MemoryPlan:
     def with_algorithm(self, algorithm: str) -> "MemoryPlan":
         """The same storages and lifetimes placed by another algorithm (same alignment,
         flags and capacity); lifetimes are reused, not recomputed."""
-        if algorithm not in ALGORITHMS:
-            raise PlanError(f"unknown planning algorithm {algorithm!r}; valid ones are {', '.join(ALGORITHMS)}")
+        _check_algorithm(algorithm)
         lives = [
             TensorLifetime(a.name, a.device, a.nbytes, a.start, a.end, a.kind, a.aliases)
             for a in self.allocations.values()
@@ -242,20 +242,18 @@ class MemoryPlan:
         (rule 6; ``load_plan`` reads it). The write is atomic: ``path`` is either the
         complete new file or untouched."""
         dg = self.device_graph
+        programs = {
+            PROGRAM_MEMBER: _exported_bytes(dg.program.exported),
+            PROPAGATED_MEMBER: _exported_bytes(dg.exported_program()),
+        }
         document = {
+            "member_sha256": {name: member_hash(data) for name, data in programs.items()},
             "program": dg.program.to_json(),
             "placement": dg.placement.to_json(),
             "device_graph": dg.to_json(),
             "plan": self.to_json(),
         }
-        write_archive(
-            path,
-            {
-                PROGRAM_MEMBER: _exported_bytes(dg.program.exported),
-                PROPAGATED_MEMBER: _exported_bytes(dg.exported_program()),
-                PLAN_MEMBER: json.dumps(document, indent=1).encode(),
-            },
-        )
+        write_archive(path, {**programs, PLAN_MEMBER: json.dumps(document, indent=1).encode()})
 
 
 #: Archive members of a saved plan.
@@ -268,36 +266,15 @@ def _device_keys(mapping: Mapping[Device, int]) -> dict[str, int]:
     return {str(d): n for d, n in mapping.items()}
 
 
+def member_hash(data: bytes) -> str:
+    """The SHA-256 of an archive member, as ``plan.json`` records it (rule 6)."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def _exported_bytes(ep: torch.export.ExportedProgram) -> bytes:
     buffer = io.BytesIO()
     torch.export.save(ep, buffer)
     return buffer.getvalue()
-
-
-def load_plan(path: Union[str, Path]) -> MemoryPlan:
-    """Read a file written by ``MemoryPlan.save``: the ``MemoryPlan`` with its
-    ``DeviceGraph``, ``Placement`` and ``Program`` (rule 6). A file that is not a complete,
-    well-formed plan of this format version is a ``PlanFileError`` that names the problem."""
-    members = read_archive(path, (PROGRAM_MEMBER, PROPAGATED_MEMBER, PLAN_MEMBER))
-    try:
-        document = JsonObject(json.loads(members[PLAN_MEMBER]), "")
-    except (json.JSONDecodeError, UnicodeDecodeError, JsonFieldError) as exc:
-        raise PlanFileError(f"{path} is corrupt: {PLAN_MEMBER} is not a JSON object ({exc})") from None
-    try:
-        original = torch.export.load(io.BytesIO(members[PROGRAM_MEMBER]))
-        propagated = torch.export.load(io.BytesIO(members[PROPAGATED_MEMBER]))
-    except Exception as exc:  # torch.export.load raises many types on a damaged program
-        raise PlanFileError(f"{path}: the saved programs cannot be loaded: {type(exc).__name__}: {exc}") from None
-    try:
-        program = Program.from_json(document.raw("program"), original, "program")
-        placement = Placement.from_json(document.raw("placement"), program, "placement")
-        dg = DeviceGraph.from_json(document.raw("device_graph"), placement, propagated, "device_graph")
-        plan_ = MemoryPlan.from_json(document.raw("plan"), dg, "plan")
-    except (JsonFieldError, ValueError, KeyError, TypeError) as exc:
-        raise PlanFileError(f"{path} is corrupt: {PLAN_MEMBER}: {exc}") from None
-    if plan_.steps != tuple(n.name for n in dg.graph.nodes):
-        raise PlanFileError(f"{path} is corrupt: the saved steps do not match the saved graph's node order")
-    return plan_
 
 
 def plan(
@@ -313,23 +290,24 @@ def plan(
     Args:
         dg: a ``DeviceGraph`` from ``propagate``.
         algorithm: ``naive``, ``greedy``, ``search`` (better), ``best`` … (see ``ALGORITHMS``).
-        alignment: byte alignment of every offset and size (a power of two).
+        alignment: byte alignment of every offset and size: a power of two in 1..4096.
         alloc_graph_inputs: plan graph inputs' memory; default: unless propagated with
             ``skip_h2d_for_method_inputs`` (then the caller owns it).
         alloc_graph_outputs: likewise for outputs and ``skip_d2h_for_method_outputs``.
         capacity: ``{"cuda:0": 141 * 2**30, ...}``; exceeding it is a ``CapacityError``.
     """
     if not isinstance(dg, DeviceGraph):
-        raise PlanError(f"plan expects a DeviceGraph from workbench.propagate, got {type(dg).__name__}")
-    if algorithm not in ALGORITHMS:
-        raise PlanError(f"unknown planning algorithm {algorithm!r}; valid ones are {', '.join(ALGORITHMS)}")
-    alignment = check_alignment(alignment)
+        raise PlanError(f"dg must be a DeviceGraph from workbench.propagate, got {describe(dg)}")
+    _check_algorithm(algorithm)
+    power_of_two(alignment, "alignment", 1, MAX_ALIGNMENT)
+    check_optional_flag(alloc_graph_inputs, "alloc_graph_inputs")
+    check_optional_flag(alloc_graph_outputs, "alloc_graph_outputs")
     if alloc_graph_inputs is None:
         alloc_graph_inputs = not dg.skip_h2d_for_method_inputs
     if alloc_graph_outputs is None:
         alloc_graph_outputs = not dg.skip_d2h_for_method_outputs
     caps = _parse_capacity(capacity)
-    lifetimes = tensor_lifetimes(dg, bool(alloc_graph_inputs), bool(alloc_graph_outputs))
+    lifetimes = tensor_lifetimes(dg, alloc_graph_inputs, alloc_graph_outputs)
     allocations, arena_bytes, lower = _place(list(lifetimes.storages.values()), algorithm, alignment, dg.devices)
     result = MemoryPlan(
         device_graph=dg,
@@ -342,13 +320,22 @@ def plan(
         arena_bytes=arena_bytes,
         lower_bound=lower,
         constant_bytes=dict(dg.constant_bytes),
-        alloc_graph_inputs=bool(alloc_graph_inputs),
-        alloc_graph_outputs=bool(alloc_graph_outputs),
+        alloc_graph_inputs=alloc_graph_inputs,
+        alloc_graph_outputs=alloc_graph_outputs,
         capacity=dict(caps) if caps else None,
     )
     if caps:
         _check_capacity(result, caps)
     return result
+
+
+def _check_algorithm(algorithm: Any) -> None:
+    if not isinstance(algorithm, str):
+        raise ArgumentTypeError(
+            f"algorithm must be the name of a planning algorithm, one of {', '.join(ALGORITHMS)}; got {describe(algorithm)}"
+        )
+    if algorithm not in ALGORITHMS:
+        raise PlanError(f"unknown planning algorithm {algorithm!r}; valid ones are {', '.join(ALGORITHMS)}")
 
 
 def _place(

@@ -15,6 +15,7 @@
 
 from .allocators import (
     Allocation,
+    AllocatorArgumentError,
     AllocatorError,
     AllocatorRegistry,
     DeviceAllocator,
@@ -54,6 +55,7 @@ __all__ = [
     "SlotWrites",
     "Session",
     "Allocation",
+    "AllocatorArgumentError",
     "AllocatorError",
     "AllocatorRegistry",
     "CostModel",

@@ -38,11 +38,16 @@ from typing import Any, Iterable
 import torch
 
 from ..devices import Device, DeviceLike
-from ..errors import WorkbenchError
+from ..arguments import check_flag
+from ..errors import ArgumentTypeError, WorkbenchError
 from .cuda import pinned_host_tensor
 
 class AllocatorError(WorkbenchError, RuntimeError):
     """Misuse of device memory (double free, use after free, foreign allocation)."""
+
+
+class AllocatorArgumentError(WorkbenchError, ValueError):
+    """A copy or allocation asked for with an invalid value: out of range, overlapping, not contiguous."""
 
 
 class DoubleFreeError(AllocatorError):
@@ -134,16 +139,16 @@ def find_allocation(ptr: int) -> tuple[Allocation, int] | None:
 def _host_bytes(t: torch.Tensor, what: str) -> torch.Tensor:
     """A flat uint8 view of a contiguous host tensor's bytes (no copy)."""
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{what} must be a torch.Tensor on the host, not {type(t).__name__}")
+        raise ArgumentTypeError(f"{what} must be a torch.Tensor on the host, not {type(t).__name__}")
     if t.device.type != "cpu":
-        raise ValueError(
+        raise AllocatorArgumentError(
             f"{what} must be a host (cpu) tensor, not one on {t.device}; "
             "use copy_device_to_device for device memory"
         )
     if not t.is_contiguous():
-        raise ValueError(f"{what} must be contiguous; call .contiguous() first")
+        raise AllocatorArgumentError(f"{what} must be contiguous; call .contiguous() first")
     if t.numel() and (hit := find_allocation(t.data_ptr())) is not None and hit[0].kind != "host":
-        raise ValueError(
+        raise AllocatorArgumentError(
             f"{what} lies in {hit[0]} (device memory), not in host memory; "
             "use copy_device_to_device or to_host()"
         )
@@ -153,9 +158,9 @@ def _host_bytes(t: torch.Tensor, what: str) -> torch.Tensor:
 
 def _check_int(value: Any, name: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__} {value!r}")
+        raise ArgumentTypeError(f"{name} must be an int, not {type(value).__name__} {value!r}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise AllocatorArgumentError(f"{name} must be >= {minimum}, got {value}")
     return value
 
 
@@ -287,7 +292,7 @@ class DeviceAllocator(ABC):
         self._check_range(dst, dst_offset, nbytes, "device-to-device copy (destination)")
         self._check_range(src, src_offset, nbytes, "device-to-device copy (source)")
         if dst.id == src.id and nbytes and abs(dst_offset - src_offset) < nbytes:
-            raise ValueError(
+            raise AllocatorArgumentError(
                 f"device-to-device copy within {dst} overlaps itself: "
                 f"[{src_offset}, {src_offset + nbytes}) -> [{dst_offset}, {dst_offset + nbytes})"
             )
@@ -302,7 +307,7 @@ class DeviceAllocator(ABC):
         self, allocation: Allocation, action: str, freed_error: type[AllocatorError] = UseAfterFreeError
     ) -> AllocationRecord:
         if not isinstance(allocation, Allocation):
-            raise TypeError(f"expected an Allocation, got {type(allocation).__name__}")
+            raise ArgumentTypeError(f"expected an Allocation, got {type(allocation).__name__}")
         if allocation.kind != self.kind:
             raise AllocatorError(
                 f"cannot {action} {allocation} with a {type(self).__name__} "
@@ -320,7 +325,7 @@ class DeviceAllocator(ABC):
         _check_int(offset, "offset")
         _check_int(nbytes, "nbytes")
         if offset + nbytes > allocation.nbytes:
-            raise ValueError(
+            raise AllocatorArgumentError(
                 f"{what} of {nbytes} B at offset {offset} runs past the end of {allocation} "
                 f"(valid: offset + nbytes <= {allocation.nbytes})"
             )
@@ -354,7 +359,7 @@ class HostAllocator(_HostMemoryAllocator):
     kind = "host"
 
     def __init__(self, pinned: bool = False) -> None:
-        self.pinned = bool(pinned)
+        self.pinned = check_flag(pinned, "pinned")
 
     def _allocate(self, nbytes: int, device: Device) -> tuple[int, Any]:
         if self.pinned:
@@ -399,11 +404,11 @@ class AllocatorRegistry:
     def register(self, allocator: DeviceAllocator, replace: bool = False) -> None:
         """Register ``allocator`` for its ``device_type``."""
         if not isinstance(allocator, DeviceAllocator):
-            raise TypeError(f"expected a DeviceAllocator, got {type(allocator).__name__}")
+            raise ArgumentTypeError(f"expected a DeviceAllocator, got {type(allocator).__name__}")
         device_type = Device(allocator.device_type).type  # validates the type
         existing = self._by_type.get(device_type)
         if existing is not None and not replace:
-            raise ValueError(
+            raise AllocatorArgumentError(
                 f"device type {device_type!r} already has {existing!r}; "
                 "pass replace=True to replace it"
             )
@@ -416,7 +421,7 @@ class AllocatorRegistry:
         elif isinstance(device_type, str):
             key = device_type.strip().lower().partition(":")[0]
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"a device type is a string such as 'cpu' or 'cuda', not {type(device_type).__name__}"
             )
         try:

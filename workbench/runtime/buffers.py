@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import torch
 
 from ..devices import Device, DeviceLike
+from ..errors import ArgumentTypeError
 from .byte_views import typed_view
 from .allocators import (
     AllocatorRegistry,
@@ -45,7 +46,7 @@ class DeviceBuffer:
 
     def __init__(self, allocator: DeviceAllocator, nbytes: int, index: int = 0) -> None:
         if not isinstance(allocator, DeviceAllocator):
-            raise TypeError(f"expected a DeviceAllocator, got {type(allocator).__name__}")
+            raise ArgumentTypeError(f"expected a DeviceAllocator, got {type(allocator).__name__}")
         self._allocator = allocator
         self._allocation = allocator.allocate(nbytes, index)
         self._finalizer = weakref.finalize(self, _release, allocator, self._allocation)

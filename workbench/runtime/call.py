@@ -26,6 +26,9 @@ Rules:
 8. In-place ops that change only autograd metadata (``detach_``) leave an arena-bound
    value as it is: a call runs without autograd, so there is nothing to detach, and
    torch refuses to detach a view (every slot is a view of its arena) in place.
+9. State (``state``): after the last step, each buffer the program updates is written
+   into its resident copies (timed write-back steps); once the call has finished, into
+   the program's own tensor; an input the program writes, into the caller's tensor.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ from .out_variants import out_variant
 from .routing import CopyRouter
 from .run_result import PrefetchStat, SlotWrites
 from .sim_timing import bind_cost, copy_cost, reuse_cost
+from ..mutations import Mutation
+from .state import StateError, StateWrite
 from .steps import Step, Steps
 from .tensors import buffer_of, clone_to, owned_tensor
 from .timeline import Timeline
@@ -111,6 +116,8 @@ class SessionState(Protocol):
     exec_backend: Any
     entries: tuple[NodeEntry, ...]
     router: CopyRouter
+    mutations: tuple[Mutation, ...]
+    state_writes: tuple[StateWrite, ...]
 
     def slot(self, name: str, like: torch.Tensor) -> torch.Tensor: ...
 
@@ -136,10 +143,12 @@ class Call:
         self._reuses: list[tuple[str, int, int, Callable[[], int]]] = []  # (node, rows, row bytes, hits)
         self._direct = 0  # values written straight into their slots (rule 7)
         self._copied: list[int] = []  # bytes of each op's slot copy (rule 7)
+        self.inputs: list = []  # the caller's flattened inputs
 
     def execute(self, flat: list) -> tuple[Any, Timeline]:
         """Run every step with the flattened user inputs; the outputs and the timeline."""
         self.clock.begin()
+        self.inputs = flat
         user = iter(flat)
         for entry in self.s.entries:
             node = entry.node
@@ -402,7 +411,46 @@ class Call:
                     outs.append(self.env[arg.name])
             else:
                 outs.append(arg)
+        self._write_state()
         return outs
+
+    def _new_value(self, mutation: Mutation | StateWrite) -> torch.Tensor:
+        """The value a mutation leaves at the end of the call."""
+        if mutation.value in self.constants:
+            return self.plan.device_graph.program.constant_tensor(mutation.value)
+        return self.env[mutation.value]
+
+    def _write_state(self) -> None:
+        """Rule 9: the new value of each buffer into its resident copy on every device."""
+        for write in self.s.state_writes:
+            value = self._new_value(write)
+            resident = self.s.resident(write.buffer, write.device)
+            if resident is None or tuple(resident.shape) != tuple(value.shape) or resident.dtype != value.dtype:
+                raise StateError(
+                    f"buffer {write.buffer!r} cannot take its new value {write.value!r} on {write.device}: "
+                    f"{'it is not resident there' if resident is None else 'shape or dtype differ'}"
+                )
+            step, nbytes = write.step, value.numel() * value.element_size()
+            self.clock.before(step)
+            if write.device.is_host:
+                resident.copy_(value)
+                cost = lambda step=step, nbytes=nbytes: bind_cost(self.model, step, nbytes)  # noqa: E731
+            else:
+                self.s.router.transfer("h2d", resident, value, self.exec.copy_stream(write.device))
+                cost = lambda step=step, nbytes=nbytes: copy_cost(self.model, step, nbytes)  # noqa: E731
+            self.clock.after(step, cost, nbytes)
+
+    def _write_back(self) -> None:
+        """Rule 9, once the call has finished: the program's own buffers and the caller's inputs."""
+        program = self.plan.device_graph.program
+        for mutation in self.s.mutations:
+            value = self._new_value(mutation)
+            if mutation.kind == "buffer":
+                target = program.constant_tensor(mutation.target)
+            else:
+                target = self.exec.as_tensor(self.inputs[program.user_inputs.index(mutation.target)])
+            if target is not value:
+                target.copy_(value)
 
     def _finalize(self, outs: list) -> Any:
         """Rule 4: copy out of the session's memory what lies in it."""
@@ -418,6 +466,7 @@ class Call:
                     if owner is not None:  # clone_to always returns a tensor that owns its buffer
                         self.owned.append(owner)
             done.append(value)
+        self._write_back()
         return pytree.tree_unflatten(done, self.plan.device_graph.program.exported.call_spec.out_spec)
 
 

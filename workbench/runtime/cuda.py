@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import numpy as np
 
-from ..errors import WorkbenchError
+from ..errors import ArgumentTypeError, WorkbenchError
 
 DISABLE_ENV = "WORKBENCH_DISABLE_CUDA"
 
@@ -118,7 +118,7 @@ def stream_ptr(stream: Any) -> int:
     for attr in ("ptr", "cuda_stream"):  # CuPy, then torch
         if hasattr(stream, attr):
             return int(getattr(stream, attr))
-    raise TypeError(
+    raise ArgumentTypeError(
         f"a stream is a cupy.cuda.Stream, a torch.cuda.Stream, a raw stream int or None, "
         f"not {type(stream).__name__}"
     )

@@ -29,10 +29,15 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 
+from ..errors import WorkbenchError
 from .steps import HOST_LANE, Lane, Step, event_of
 from .timeline import Event, Timeline
 
-__all__ = ["CudaClock", "CudaStreams"]
+__all__ = ["ClockError", "CudaClock", "CudaStreams"]
+
+
+class ClockError(WorkbenchError, RuntimeError):
+    """The clock was driven out of order (an ``after`` without its ``before``)."""
 
 
 class CudaStreams:
@@ -109,7 +114,7 @@ class CudaClock:
     def split(self, step: Step, nbytes: int) -> None:
         """Rule 6: the op of the open step is done; its slot copy starts now."""
         if self._open is None or self._open[0] is not step:
-            raise RuntimeError(f"split({step.name}) outside before()/after() of that step")
+            raise ClockError(f"split({step.name}) outside before()/after() of that step")
         lane = event_of(step)[1]
         if lane == HOST_LANE:
             self._splits[step.name] = (time.perf_counter(), int(nbytes))
@@ -123,7 +128,7 @@ class CudaClock:
     ) -> None:
         """Mark the end of the step opened by ``before``."""
         if self._open is None or self._open[0] is not step:
-            raise RuntimeError(f"after({step.name}) does not close the step opened by before()")
+            raise ClockError(f"after({step.name}) does not close the step opened by before()")
         start = self._open[1]
         self._open = None
         lane = event_of(step)[1]

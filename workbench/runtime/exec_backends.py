@@ -33,6 +33,7 @@ import torch
 
 from ..copy_ops import reuse_sources
 from ..devices import Device
+from ..errors import ArgumentTypeError
 from ..kernels.copies import CopyEngine, pointer_kind
 from .allocators import AllocatorRegistry
 from .cost_model import CostModel
@@ -238,7 +239,7 @@ class CudaExecBackend(_ExecBackend):
         """The copy engine of ``cuda:<index>`` (its gather kernels)."""
         allocator = self.registry.get("cuda")
         if not isinstance(allocator, CupyDeviceAllocator):
-            raise TypeError(f"the cuda backend needs the CuPy allocator for cuda, got {type(allocator).__name__}")
+            raise ArgumentTypeError(f"the cuda backend needs the CuPy allocator for cuda, got {type(allocator).__name__}")
         return allocator.engine(index)
 
     def clock(self) -> CudaClock:

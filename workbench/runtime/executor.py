@@ -20,6 +20,9 @@ Rules:
 3. ``backend=None`` means ``default_backend()`` ("cuda" with a usable GPU, else "sim");
    ``"cuda"`` without one is a ``CudaUnavailableError`` with the reason in one line; an
    unknown name is an error listing the valid ones.
+4. Separate ``run`` calls from several threads are independent; one ``Session`` may be
+   shared by threads too (``session`` rule 5). A program that updates its buffers carries
+   its state from call to call (``state``), as eager PyTorch does.
 """
 
 from __future__ import annotations

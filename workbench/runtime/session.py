@@ -10,24 +10,40 @@ Rules:
 
 1. Inputs are checked (``inputs.check_inputs``) before a call touches any memory.
 2. Every planned tensor is bound to its arena slot (``planning.arena_execution.Slots``);
-   the session makes each slot view once and every call reuses it.
+   each set of arenas makes each slot view once and every call on it reuses it.
 3. Constants are copied once per (constant, resident device) at load, as events on
    ``load_timeline``; the host sources of gather copies stay resident on the host.
 4. ``close()`` frees every arena and constant region exactly once; a call that fails
    midway frees whatever it allocated for the caller, so live bytes return to what they
    were (the session's own memory stays until ``close``).
+5. Threads: ``run`` may be called from several threads at once. With
+   ``max_concurrent_calls=1`` (the default) calls take turns on the one set of arenas;
+   with ``N > 1`` (``sim`` only) up to N calls run at once, each on a set of arenas of its
+   own, taken from a pool that grows on demand to N sets. A program with state (buffers
+   it updates, ``state``) always runs one call at a time. ``close`` waits for running
+   calls; a call after ``close`` is an error.
+6. The model behind the program is checked at load and at every call
+   (``model_source``): a replaced weight, or one edited in place after load, is a
+   ``ModelChangedError``, never a silently stale result.
+7. A user ``run_node`` must return what the node's target returns (a tensor of the
+   traced dtype and shape, a tuple of them, a number); anything else is an
+   ``ExecutorError`` naming the node.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from typing import Any, Optional
 
 import torch
 import torch.fx
-from torch.export.graph_signature import OutputKind
 
-from ..devices import CPU, CopyKind, Device, host_first
-from ..errors import ArgumentTypeError, ArgumentValueError
+from ..arguments import check_callable, check_flag, check_int, describe
+from ..devices import CPU, Device, host_first
+from ..errors import ArgumentTypeError, ArgumentValueError, WorkbenchError
+from ..graph_values import value_of
+from ..model_source import ModelChangedError
 from ..planning.arena_execution import Slots
 from ..planning.buffers import aligned_size
 from ..planning.memory_plan import MemoryPlan
@@ -43,29 +59,41 @@ from .inputs import check_inputs, flatten_inputs, input_specs
 from .routing import CopyRouter
 from .run_result import RunResult
 from .sim_timing import CostFn, bind_cost, copy_cost, default_cost_model, op_step_cost
-from .steps import HOST_LANE, Step, Steps, steps_of
+from ..mutations import Mutation, mutations
+from .state import StateWrite, state_writes
+from .steps import Step, Steps, resident_write_step, steps_of
 from .timeline import Timeline
 
-__all__ = ["ExecutorError", "RunNode", "Session", "check_plan", "load", "resolve_backend"]
+__all__ = ["ConstantNotResidentError", "ExecutorError", "MAX_CONCURRENT_CALLS", "RunNode", "Session", "check_plan", "load", "resolve_backend"]
+
+#: The most calls one session runs at once (each holds a set of arenas).
+MAX_CONCURRENT_CALLS = 64
+
+
+class ConstantNotResidentError(WorkbenchError, KeyError):
+    """A constant asked for on a device where the session holds no copy of it."""
+
+    def __str__(self) -> str:  # KeyError would quote the message like a key
+        return str(self.args[0]) if self.args else ""
 
 
 def check_plan(plan: Any) -> MemoryPlan:
     """``plan`` if the executor can run it, else an error that says why."""
     if not isinstance(plan, MemoryPlan):
-        raise ArgumentTypeError(f"expected a MemoryPlan from workbench.plan, got {type(plan).__name__}")
+        raise ArgumentTypeError(f"plan must be a MemoryPlan from workbench.plan, got {describe(plan)}")
     program = plan.device_graph.program
     if program.shape_only:
         raise ExecutorError(
             "this plan is of a shape-only program (captured with shape_only=True): it has no "
             "weights to run; use workbench.runtime.estimate(plan) for its modeled timeline"
         )
-    for spec in plan.device_graph.output_specs:
-        if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
-            raise ExecutorError(
-                f"the program writes {spec.target!r} in place ({spec.kind.name}); the executor "
-                "does not write state back: return updated state as outputs instead "
-                "(as the MoE decoder does with its caches)"
-            )
+    meta = [program.constants[n] for n in program.constants if program.constant_tensor(n).is_meta]
+    if meta:
+        raise ExecutorError(
+            f"the program's weights {', '.join(map(repr, meta[:3]))} are meta tensors, so there is "
+            "nothing to run: capture with shape_only=True and use workbench.runtime.estimate(plan), "
+            "or capture a model with real weights"
+        )
     return plan
 
 
@@ -102,6 +130,7 @@ def load(
     registry: Optional[AllocatorRegistry] = None,
     validate: bool = False,
     run_node: Optional[RunNode] = None,
+    max_concurrent_calls: int = 1,
 ) -> "Session":
     """Allocate ``plan``'s arenas and place its constants on ``backend``; return a ``Session``.
 
@@ -112,23 +141,95 @@ def load(
         registry: the allocators to use (default: the process's registry for ``backend``).
         validate: check on every step that it reads only its own device's memory.
         run_node: ``(node, args, kwargs) -> value`` to run compute nodes (default: call
-            the node's target), e.g. to trace or to inject a failure.
+            the node's target), e.g. to trace or to inject a failure (rule 7).
+        max_concurrent_calls: how many calls from different threads may run at once
+            (rule 5); each running call beyond the first holds its own set of arenas.
+            Only large, compute-bound graphs gain (``benchmarks/session_threads.py``:
+            1.3x for a 1024-wide MLP with 2-4 threads on 2 cores, but 0.7x for small
+            graphs, whose Python overhead contends for the GIL), so calls take turns by default.
     """
     check_plan(plan)
     name = resolve_backend(backend)
     model = cost_model if cost_model is not None else default_cost_model()
     if not isinstance(model, CostModel):
-        raise ArgumentTypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
+        raise ArgumentTypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {describe(model)}")
+    if registry is not None and not isinstance(registry, AllocatorRegistry):
+        raise ArgumentTypeError(
+            f"registry must be an AllocatorRegistry (e.g. workbench.runtime.registry_for_backend('sim')), "
+            f"got {describe(registry)}; to choose the backend, pass backend='sim' or 'cuda'"
+        )
     reg = registry if registry is not None else shared_registry(name)
     if reg.backend is not None and reg.backend != name:
         raise ArgumentValueError(f"the registry serves backend {reg.backend!r}, not {name!r}")
-    return Session(plan, name, model, reg, bool(validate), run_node)
+    check_flag(validate, "validate")
+    if run_node is not None:
+        check_callable(run_node, "run_node", "(node, args, kwargs) -> value")
+    check_int(max_concurrent_calls, "max_concurrent_calls", 1, MAX_CONCURRENT_CALLS)
+    if max_concurrent_calls > 1 and name == "cuda":
+        raise ArgumentValueError(
+            "max_concurrent_calls must be 1 on backend 'cuda': a CUDA session's streams and "
+            "clock serve one call at a time (load one session per thread instead)"
+        )
+    plan.device_graph.program.check_source()
+    return Session(plan, name, model, reg, validate, run_node, max_concurrent_calls)
+
+
+class _Arenas:
+    """One set of arenas, one per device, and the slot views made over them (rule 2)."""
+
+    def __init__(self, session: "Session", devices: list[Device]) -> None:
+        self.buffers: dict[Device, DeviceBuffer] = {}
+        self.views: dict[tuple, torch.Tensor] = {}
+        arenas = {}
+        try:
+            for device in devices:
+                nbytes = session.plan.arena_bytes.get(device, 0)
+                buffer = DeviceBuffer.on(device, nbytes, session.registry) if nbytes else None
+                if buffer is not None:
+                    self.buffers[device] = buffer
+                arenas[device] = session.exec_backend.arena(device, buffer)
+        except BaseException:
+            self.free()
+            raise
+        self.slots: Optional[Slots] = Slots(session.plan, arenas)
+
+    def slot(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        key = (name, tuple(like.shape), like.dtype, tuple(like.stride()))
+        view = self.views.get(key)
+        if view is None:
+            if self.slots is None:
+                raise ExecutorError("this session is closed; load the plan again to run it")
+            view = self.slots.slot(name, like)
+            self.views[key] = view
+        return view
+
+    def free(self) -> None:
+        self.views.clear()
+        self.slots = None
+        for buffer in self.buffers.values():
+            if not buffer.freed:
+                buffer.free()
+
+
+class _OnArenas:
+    """What one call sees of its session: everything, with the slots of its own arenas."""
+
+    def __init__(self, session: "Session", arenas: _Arenas) -> None:
+        self._session = session
+        self._arenas = arenas
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def slot(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        return self._arenas.slot(name, like)
 
 
 class Session:
     """A plan loaded on a backend: arenas, resident constants, streams (see module rules).
 
-    Use ``load(...)`` to make one, ``with`` (or ``close()``) to free it.
+    Use ``load(...)`` to make one, ``with`` (or ``close()``) to free it. Safe to call from
+    several threads (rule 5): outputs are the caller's own and never alias the session.
     """
 
     def __init__(
@@ -139,47 +240,61 @@ class Session:
         registry: AllocatorRegistry,
         validate: bool,
         run_node: Optional[RunNode],
+        max_concurrent_calls: int = 1,
     ) -> None:
         self.plan = plan
         self.backend = backend
         self.cost_model = cost_model
         self.registry = registry
         self.validate = validate
-        self.run_node = run_node
+        self.run_node = _checked_run_node(run_node) if run_node is not None else None
         self.steps: Steps = steps_of(plan)
         self.entries: tuple[NodeEntry, ...] = node_entries(self.steps, plan.device_graph.graph)
-        self.arena_buffers: dict[Device, DeviceBuffer] = {}
+        self.mutations: tuple[Mutation, ...] = mutations(plan.device_graph)
+        self.state_writes: tuple[StateWrite, ...] = state_writes(plan, self.steps)
+        self.max_concurrent_calls = 1 if self.mutations else max_concurrent_calls
         self.constant_buffers: dict[Device, DeviceBuffer] = {}
         self.constant_layout: dict[Device, dict[str, int]] = {}  # device → constant → offset
         self._constants: dict[tuple[str, Device], torch.Tensor] = {}
         self._own_ids: set[int] = set()
         self._closed = False
-        self._slot_views: dict[tuple, torch.Tensor] = {}  # arena views, reused by every call
         self._op_times: dict[str, tuple[Any, tuple[float, int, int]]] = {}  # node → (signature, cost)
         self._inputs = input_specs(plan)
-        self._slots: Optional[Slots] = None
-        devices = _devices_of(plan)
-        _check_devices(devices, backend)
-        self.exec_backend = make_exec_backend(backend, registry, cost_model, devices)
+        self._source = plan.device_graph.program.source
+        self._versions = self._source.versions() if self._source is not None else ()
+        self._turn = threading.RLock()  # one call at a time (rule 5); re-entrant, so a run_node may close
+        self._idle: "queue.SimpleQueue[_Arenas]" = queue.SimpleQueue()  # arena sets not in use
+        self._arena_sets: list[_Arenas] = []
+        self._pool_lock = threading.Lock()
+        self._running = threading.Semaphore(self.max_concurrent_calls)
+        self._devices = _devices_of(plan)
+        _check_devices(self._devices, backend)
+        self.exec_backend = make_exec_backend(backend, registry, cost_model, self._devices)
         self.router = CopyRouter(registry, self.exec_backend)
         try:
-            self._allocate_arenas(devices)
+            self._primary = self._new_arenas()
+            if self.max_concurrent_calls > 1:
+                self._idle.put(self._primary)
             self.load_timeline: Timeline = self._place_constants()
         except BaseException:
             self.close()
             raise
 
     # -- loading ---------------------------------------------------------------------------
-    def _allocate_arenas(self, devices: list[Device]) -> None:
-        arenas = {}
-        for device in devices:
-            nbytes = self.plan.arena_bytes.get(device, 0)
-            buffer = DeviceBuffer.on(device, nbytes, self.registry) if nbytes else None
-            if buffer is not None:
-                self.arena_buffers[device] = buffer
-                self._own_ids.add(buffer.allocation.id)
-            arenas[device] = self.exec_backend.arena(device, buffer)
-        self._slots = Slots(self.plan, arenas)
+    def _new_arenas(self) -> _Arenas:
+        arenas = _Arenas(self, self._devices)
+        self._own_ids.update(b.allocation.id for b in arenas.buffers.values())
+        self._arena_sets.append(arenas)
+        return arenas
+
+    @property
+    def arena_buffers(self) -> dict[Device, DeviceBuffer]:
+        """The buffer of each device's arena (of the first set, the one a lone caller uses)."""
+        return self._primary.buffers
+
+    def arena_bytes_held(self) -> int:
+        """Bytes of every set of arenas the session holds (one set per call it ran at once)."""
+        return sum(b.nbytes for arenas in self._arena_sets for b in arenas.buffers.values())
 
     def _residency(self) -> dict[Device, list[str]]:
         """Device → constants resident there, in graph order (plus gather sources on the host)."""
@@ -216,7 +331,7 @@ class Session:
             for name in names:
                 src = sources[name]
                 nbytes = src.numel() * src.element_size()
-                step = _load_step(index, name, device)
+                step = resident_write_step(index, name, device)
                 index += 1
                 clock.before(step)
                 buffer.copy_from_host(src, layout[name], stream=stream)
@@ -237,7 +352,7 @@ class Session:
         found = self.resident(name, Device.parse(device))
         if found is None:
             resident = sorted(str(d) for n, d in self._constants if n == name)
-            raise KeyError(
+            raise ConstantNotResidentError(
                 f"constant {name!r} is not resident on {Device.parse(device)}; it is resident on "
                 f"{', '.join(resident) or 'no device'}"
             )
@@ -249,17 +364,45 @@ class Session:
 
     # -- calls -----------------------------------------------------------------------------
     def run(self, *inputs: Any) -> RunResult:
-        """Execute one call; the arenas and constants are reused, never re-copied."""
+        """Execute one call; the arenas and constants are reused, never re-copied.
+
+        Safe from several threads at once (rule 5); each call's outputs are its own."""
         self._check_open()
         flat = flatten_inputs(self.plan, inputs)
         check_inputs(self.plan, self.backend, flat, self._inputs)
-        call = Call(self)
+        if self.max_concurrent_calls == 1:
+            with self._turn:
+                self._check_open()
+                self._check_model()
+                return self._call(self._primary, flat)
+        with self._running:
+            self._check_open()
+            self._check_model()
+            arenas = self._take_arenas()
+            try:
+                return self._call(arenas, flat)
+            finally:
+                self._idle.put(arenas)
+
+    def _take_arenas(self) -> _Arenas:
+        """An idle set of arenas, or a new one while fewer than the limit exist (rule 5)."""
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            with self._pool_lock:
+                self._check_open()
+                return self._new_arenas()
+
+    def _call(self, arenas: _Arenas, flat: list) -> RunResult:
+        call = Call(_OnArenas(self, arenas) if arenas is not self._primary else self)
         try:
             with torch.no_grad():
                 outputs, timeline = call.execute(flat)
         except BaseException:
             call.abandon()
             raise
+        if self.mutations and self._source is not None:
+            self._versions = self._source.versions()  # rule 6: the call's own writes are no edit
         return RunResult(
             outputs=outputs,
             timeline=timeline,
@@ -270,17 +413,22 @@ class Session:
             slot_writes=call.slot_writes(),
         )
 
+    def _check_model(self) -> None:
+        """Rule 6."""
+        if self._source is None:
+            return
+        self._source.check()
+        edited = self._source.edited_since(self._versions)
+        if edited:
+            raise ModelChangedError(
+                f"{', '.join(map(repr, edited[:5]))} changed in place after this session loaded "
+                "the weights; the session holds the values of load time: load the plan again to use the new ones"
+            )
+
     # -- per-node caches shared by calls -------------------------------------------------------
     def slot(self, name: str, like: torch.Tensor) -> torch.Tensor:
         """The arena view of storage ``name`` shaped like ``like`` (made once, then reused)."""
-        key = (name, tuple(like.shape), like.dtype, tuple(like.stride()))
-        view = self._slot_views.get(key)
-        if view is None:
-            if self._slots is None:
-                raise ExecutorError("this session is closed; load the plan again to run it")
-            view = self._slots.slot(name, like)
-            self._slot_views[key] = view
-        return view
+        return self._primary.slot(name, like)
 
     def op_time(self, step: Step, node: torch.fx.Node, args: tuple, kwargs: dict, out: Any) -> tuple[float, int, int]:
         """(µs, bytes, flops) of an op step, recomputed only when its argument shapes change."""
@@ -298,20 +446,33 @@ class Session:
         return self._closed
 
     def close(self) -> None:
-        """Free the arenas and constant regions (rule 4); calling it again does nothing."""
+        """Free the arenas and constant regions (rule 4) once running calls have finished;
+        calling it again does nothing."""
         if self._closed:
             return
         self._closed = True
+        held = self._hold_every_call()
         try:
             if hasattr(self, "exec_backend"):
                 self.exec_backend.synchronize()  # nothing may still be copying into what we free
         finally:
             self._constants.clear()
-            self._slot_views.clear()
-            self._slots = None
-            for buffer in list(self.arena_buffers.values()) + list(self.constant_buffers.values()):
+            for arenas in self._arena_sets:
+                arenas.free()
+            for buffer in self.constant_buffers.values():
                 if not buffer.freed:
                     buffer.free()
+            for release in held:
+                release()
+
+    def _hold_every_call(self) -> list:
+        """Wait until no call runs (rule 5); the releases to call afterwards."""
+        if not hasattr(self, "_running"):
+            return []
+        self._turn.acquire()
+        for _ in range(self.max_concurrent_calls):
+            self._running.acquire()
+        return [self._turn.release] + [self._running.release] * self.max_concurrent_calls
 
     def __enter__(self) -> "Session":
         self._check_open()
@@ -335,20 +496,58 @@ class Session:
         return f"Session(backend={self.backend!r}, {state}, arenas {{{arenas}}})"
 
 
-def _load_step(index: int, name: str, device: Device) -> Step:
-    if device.is_host:
-        return Step(index=index, name=name, op="placeholder", device=device, event="host", lane=HOST_LANE)
-    return Step(
-        index=index,
-        name=name,
-        op="placeholder",
-        device=device,
-        event=str(CopyKind.H2D),
-        lane=(device, "copy"),
-        src=CPU,
-        dst=device,
-        pinned=False,
-    )
+def _expected_result(val: Any) -> str:
+    if isinstance(val, torch.Tensor):
+        return f"a torch.Tensor of dtype {val.dtype} and shape {tuple(val.shape)}"
+    if isinstance(val, (tuple, list)):
+        return f"a tuple or list of {len(val)} values"
+    return f"a {type(val).__name__}"
+
+
+def _result_problem(val: Any, result: Any) -> str:
+    """Rule 7: why ``result`` cannot stand for the traced value ``val``, or ""."""
+    if val is None:
+        return ""
+    if isinstance(val, torch.Tensor):
+        if not isinstance(result, torch.Tensor):
+            return "not a tensor"
+        if result.dtype != val.dtype:
+            return f"dtype {result.dtype}"
+        static = all(isinstance(d, int) for d in val.shape)
+        if (static and tuple(result.shape) != tuple(val.shape)) or result.dim() != val.dim():
+            return f"shape {tuple(result.shape)}"
+        return ""
+    if isinstance(val, (tuple, list)):
+        if not isinstance(result, (tuple, list)) or len(result) != len(val):
+            return "not a sequence of that length"
+        for i, (v, r) in enumerate(zip(val, result)):
+            inner = _result_problem(v, r)
+            if inner:
+                return f"element {i} has {inner}" if not inner.startswith("not") else f"element {i} is {inner}"
+        return ""
+    if isinstance(val, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        ok = isinstance(result, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)) or (
+            isinstance(result, torch.Tensor) and result.dim() == 0
+        )
+        return "" if ok else "not a number"
+    return ""
+
+
+def _checked_run_node(run_node: RunNode) -> RunNode:
+    """Rule 7: ``run_node`` with every result checked against the node's traced value."""
+
+    def checked(node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
+        result = run_node(node, args, kwargs)
+        val = value_of(node)
+        problem = _result_problem(val, result)
+        if problem:
+            raise ExecutorError(
+                f"run_node returned {describe(result)} for node {node.name!r} ({node.target}): {problem}; "
+                f"it must return what the node's target returns: {_expected_result(val)}"
+            )
+        return result
+
+    return checked
 
 
 def _load_cost(model: CostModel, step: Step, nbytes: int) -> CostFn:

@@ -51,12 +51,17 @@ from typing import Mapping, Optional
 import torch.fx
 
 from ..graph_values import aliased_input, is_inplace_op, is_view_op, node_nbytes, produces_tensors, value_of
-from ..devices import CPU, Device
+from ..devices import CPU, CopyKind, Device
+from ..errors import WorkbenchError
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord, CopyRole
 from .out_variants import out_variant
 
-__all__ = ["HOST_LANE", "Lane", "Step", "Steps", "event_of", "steps_of"]
+__all__ = ["HOST_LANE", "Lane", "Step", "StepError", "Steps", "event_of", "resident_write_step", "steps_of"]
+
+class StepError(WorkbenchError, ValueError):
+    """A step asked for something it does not have (an event's lane on a step that is none)."""
+
 
 #: A stream of a device: ``(device, "compute" | "copy" | "main")``.
 Lane = tuple[Device, str]
@@ -102,8 +107,28 @@ def _static(val: object) -> bool:
 def event_of(step: Step) -> tuple[str, Lane]:
     """The kind and lane of an event step (rule 1); a step that is no event is refused."""
     if step.event is None or step.lane is None:
-        raise ValueError(f"step {step.name!r} ({step.op}) is not an event: it has no time or lane")
+        raise StepError(f"step {step.name!r} ({step.op}) is not an event: it has no time or lane")
     return step.event, step.lane
+
+
+def resident_write_step(index: int, name: str, device: Device, deps: tuple[str, ...] = (), pinned: bool = False) -> Step:
+    """A step outside the graph that writes a constant's resident copy on ``device`` from
+    the host (placing it at load, or a state write-back): a host copy on the cpu, else an
+    h2d on the device's copy lane (rule 2)."""
+    if device.is_host:
+        return Step(index=index, name=name, op="placeholder", device=device, event="host", lane=HOST_LANE, deps=deps)
+    return Step(
+        index=index,
+        name=name,
+        op="placeholder",
+        device=device,
+        event=str(CopyKind.H2D),
+        lane=(device, "copy"),
+        deps=deps,
+        src=CPU,
+        dst=device,
+        pinned=pinned,
+    )
 
 
 @dataclass(frozen=True, eq=False)

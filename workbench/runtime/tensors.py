@@ -25,12 +25,17 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import is_fake
 
 from ..devices import CPU, Device, DeviceLike
+from ..errors import ArgumentTypeError, WorkbenchError
 from .allocators import AllocatorRegistry, find_allocation
 from .backends import check_backend, shared_registry
 from .buffers import DeviceBuffer
 from .byte_views import typed_view
 
 _OWNER_ATTR = "_workbench_buffer"
+
+
+class DeviceTensorError(WorkbenchError, ValueError):
+    """A tensor that is not where (or what) a device operation needs it to be."""
 
 
 def is_cupy_array(x: Any) -> bool:
@@ -48,11 +53,11 @@ def device_of(tensor: Any, backend: str | None = None) -> Device:
     if is_cupy_array(tensor):
         return Device("cuda", int(tensor.device.id))
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"expected a torch.Tensor or CuPy array, got {type(tensor).__name__}")
+        raise ArgumentTypeError(f"expected a torch.Tensor or CuPy array, got {type(tensor).__name__}")
     if tensor.device.type == "cuda":
         return Device("cuda", tensor.device.index or 0)
     if tensor.device.type != "cpu" or is_fake(tensor):
-        raise ValueError(
+        raise DeviceTensorError(
             f"a {'fake' if is_fake(tensor) else tensor.device.type} tensor holds no data on any workbench device; "
             "valid tensors are on the host (cpu), on cuda, or sim device tensors"
         )
@@ -99,10 +104,10 @@ def to_device(
     reg = _registry(backend, registry)
     backend = reg.backend or check_backend(backend)
     if not isinstance(host_tensor, torch.Tensor):
-        raise TypeError(f"to_device takes a host torch.Tensor, not {type(host_tensor).__name__}")
+        raise ArgumentTypeError(f"to_device takes a host torch.Tensor, not {type(host_tensor).__name__}")
     src_device = device_of(host_tensor, backend)
     if not src_device.is_host:
-        raise ValueError(f"to_device takes a host tensor, but this one is on {src_device}; use clone_to")
+        raise DeviceTensorError(f"to_device takes a host tensor, but this one is on {src_device}; use clone_to")
     dst = Device.parse(device)
     src = host_tensor.detach().contiguous()
     buffer = DeviceBuffer.on(dst, src.numel() * src.element_size(), reg)
@@ -125,13 +130,13 @@ def to_host(tensor: Any) -> torch.Tensor:
 
         return torch.from_numpy(cupy.asnumpy(tensor))
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"expected a torch.Tensor or CuPy array, got {type(tensor).__name__}")
+        raise ArgumentTypeError(f"expected a torch.Tensor or CuPy array, got {type(tensor).__name__}")
     if tensor.device.type == "cuda":
         return tensor.detach().to("cpu")
     hit = find_allocation(tensor.untyped_storage().data_ptr()) if tensor.device.type == "cpu" else None
     if hit is None or hit[0].kind != "sim":
         if tensor.device.type != "cpu":
-            raise ValueError(f"a tensor on {tensor.device} has no data to copy to the host")
+            raise DeviceTensorError(f"a tensor on {tensor.device} has no data to copy to the host")
         return tensor
     out = torch.empty(tensor.shape, dtype=tensor.dtype)
     if tensor.is_contiguous():

@@ -20,7 +20,7 @@ from typing import Iterable, Sequence, Union
 import pandas as pd
 
 from ..devices import CopyKind, Device, DeviceLike
-from ..errors import WorkbenchError
+from ..errors import ArgumentTypeError, WorkbenchError
 
 #: Copy events are named by their ``CopyKind``; compute runs on a device or the host.
 COPY_EVENT_KINDS: tuple[str, ...] = tuple(k.value for k in CopyKind)
@@ -108,7 +108,7 @@ class Timeline:
         events = tuple(events)
         for e in events:
             if not isinstance(e, Event):
-                raise TypeError(f"a Timeline holds Events, got {type(e).__name__}")
+                raise ArgumentTypeError(f"a Timeline holds Events, got {type(e).__name__}")
         self.events: tuple[Event, ...] = tuple(sorted(events, key=lambda e: (e.start_us, e.end_us, e.id)))
 
     def __len__(self) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from ...errors import WorkbenchError
 from ..buffers import Buffer, PlanningInputError
 from .base import Assignment, Problem, make_problem, smallest
 from .greedy import plan_greedy
@@ -34,6 +35,10 @@ from .naive import plan_naive
 from .search import plan_search
 
 Algorithm = Callable[[Problem], list[int]]
+
+
+class PlanningAlgorithmError(WorkbenchError, RuntimeError):
+    """A registered planning algorithm broke its contract (rule 3): wrong count or unaligned offsets."""
 
 
 def plan_best(problem: Problem) -> list[int]:
@@ -58,13 +63,13 @@ ALGORITHMS: dict[str, Algorithm] = {
 def _checked(name: str, offsets: list[int], problem: Problem) -> list[int]:
     """Cheap sanity checks of an algorithm's output (overlaps are ``verify``'s job)."""
     if len(offsets) != len(problem):
-        raise RuntimeError(
+        raise PlanningAlgorithmError(
             f"planning algorithm {name!r} returned {len(offsets)} offsets for {len(problem)} buffers"
         )
     unit = problem.alignment
     for buf, offset in zip(problem.buffers, offsets):
         if not isinstance(offset, int) or offset < 0 or offset % unit:
-            raise RuntimeError(
+            raise PlanningAlgorithmError(
                 f"planning algorithm {name!r} gave buffer {buf.id!r} offset {offset!r}; "
                 f"offsets must be non-negative multiples of the alignment {unit}"
             )
@@ -94,4 +99,4 @@ def assign_offsets(
     )
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "Assignment", "Problem", "assign_offsets", "make_problem"]
+__all__ = ["ALGORITHMS", "Algorithm", "Assignment", "PlanningAlgorithmError", "Problem", "assign_offsets", "make_problem"]

@@ -30,6 +30,7 @@ import heapq
 from bisect import bisect_right
 from collections.abc import Sequence
 
+from ..buffers import PlanningInputError
 from .base import Problem
 
 
@@ -49,7 +50,7 @@ def priorities(problem: Problem, rule: str) -> list[tuple[int, int, int]]:
         return [(ends[i] - starts[i], sizes[i], -i) for i in range(len(sizes))]
     if rule == "size":
         return [(sizes[i], ends[i] - starts[i], -i) for i in range(len(sizes))]
-    raise ValueError(f"unknown skyline rule {rule!r}; valid rules are 'long', 'size'")
+    raise PlanningInputError(f"unknown skyline rule {rule!r}; valid rules are 'long', 'size'")
 
 
 def skyline(problem: Problem, rule: str | Sequence[tuple] = "long") -> list[int]:

@@ -1,0 +1,59 @@
+"""Atomic file writes: a file is either written completely or left as it was.
+
+Rules:
+1. Content goes to a temporary file next to the target (same folder, so the final
+   rename never crosses file systems), named ``.<target name>.<random>.tmp<suffix>`` —
+   the target's suffix last, so writers that choose a format by suffix (matplotlib) see
+   the right one.
+2. Only a complete write replaces the target (``os.replace``, atomic on POSIX and
+   Windows); on any failure — an exception of the writer, a full disk, an interrupt — the
+   temporary file is removed and the target is untouched.
+3. A target that is a directory, or whose folder does not exist, is refused before
+   anything is written; a failing write is a ``FileWriteError`` naming the target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator, Union
+
+from .errors import WorkbenchError
+
+__all__ = ["FileWriteError", "atomic_path", "check_writable_target"]
+
+
+class FileWriteError(WorkbenchError, OSError):
+    """A file that cannot be written where asked (the target is left untouched)."""
+
+
+def check_writable_target(path: Union[str, Path], what: str = "a file") -> Path:
+    """``path`` as a ``Path`` if ``what`` can be written there (rule 3)."""
+    target = Path(path)
+    if target.is_dir():
+        raise FileWriteError(f"cannot write {what} to {target}: it is a directory; give a file path inside it")
+    if not target.parent.is_dir():
+        raise FileWriteError(f"cannot write {what} to {target}: the folder {target.parent} does not exist")
+    return target
+
+
+@contextlib.contextmanager
+def atomic_path(path: Union[str, Path], what: str = "a file") -> Iterator[Path]:
+    """A temporary path to write ``path``'s new content to; on leaving the block without
+    an error it replaces ``path`` (rules 1-3)."""
+    target = check_writable_target(path, what)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp{target.suffix}")
+    try:
+        yield tmp
+        if not tmp.exists():
+            raise FileWriteError(f"cannot write {what} to {target}: the writer wrote nothing")
+        os.replace(tmp, target)
+    except FileWriteError:
+        raise
+    except OSError as exc:
+        raise FileWriteError(f"cannot write {what} to {target}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
