@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first and exactly: the pinned CPU build installs in seconds
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,executorch,browser,dask]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,executorch,browser,dask,hf]'
 	touch $(STAMP)
 
 setup: $(STAMP)

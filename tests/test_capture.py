@@ -101,3 +101,50 @@ def test_inputs_of_another_structure_are_refused_by_name():
     for call in (lambda: prog.flatten_inputs((x,)), lambda: dg.module()(x), lambda: run_in_arenas(wb.plan(dg), x)):
         with pytest.raises(InputSignatureError, match="x, y"):
             call()
+
+
+class _WithMask(torch.nn.Module):
+    def forward(self, x, mask=None, scale: float = 1.0):
+        return x * mask * scale if mask is not None else x * scale
+
+
+def test_kwargs_reach_the_model():
+    """kwargs are passed to torch.export: they become graph inputs after the positional
+    ones (a non-tensor value is specialised: the graph holds for that value only)."""
+    x, mask = torch.randn(3), torch.tensor([1.0, 0.0, 1.0])
+    prog = wb.capture(_WithMask(), (x,), {"mask": mask, "scale": 2.0})
+    assert prog.user_inputs == ("x", "mask", "scale")
+    assert torch.equal(prog.exported.module()(x, mask=mask, scale=2.0), x * mask * 2.0)
+    meta = wb.capture(_WithMask(), (x,), {"mask": mask}, shape_only=True)
+    assert meta.shape_only and meta.user_inputs == ("x", "mask")
+
+
+@pytest.mark.parametrize("bad, message", [(True, "shape_only=True"), ([1], "dict of keyword inputs"), ({1: 2}, "dict of keyword")])
+def test_bad_kwargs_are_refused(bad, message):
+    """kwargs must be a dict of names; a bool there means shape_only, which is keyword-only."""
+    with pytest.raises(wb.CaptureError, match=message):
+        wb.capture(_WithMask(), (torch.randn(3),), bad)
+
+
+class Cache:  # a stand-in named like transformers' caches
+    def __init__(self, t):
+        self.t = t
+
+
+class _ReturnsCache(torch.nn.Module):
+    def forward(self, x):
+        return x + 1, Cache(x)
+
+
+class _ReturnsObject(torch.nn.Module):
+    def forward(self, x):
+        return x + 1, _WithMask()
+
+
+def test_unflattenable_outputs_say_what_to_do():
+    """An output torch.export cannot flatten is a CaptureError that says what to do: for a
+    cache, use_cache=False or the decode helper; otherwise, return tensors."""
+    with pytest.raises(wb.CaptureError, match=r"use_cache.*False.*capture_prefill.*capture_decode"):
+        wb.capture(_ReturnsCache(), (torch.randn(2),))
+    with pytest.raises(wb.CaptureError, match="whose forward returns tensors"):
+        wb.capture(_ReturnsObject(), (torch.randn(2),))

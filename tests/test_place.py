@@ -12,7 +12,8 @@ from workbench import Device
 from workbench.examples import example
 from workbench.place import _fuse
 
-from conftest import captured
+from conftest import captured, moe_tiny
+from workbench.place import module_paths
 
 CUDA0, CUDA1 = Device("cuda", 0), Device("cuda", 1)
 
@@ -90,10 +91,77 @@ def test_unmatched_pattern_warns_and_strict_raises():
         wb.place(prog, {"cuda:0": ["aten.conv2d"]}, strict=True)
 
 
-def test_conflicting_patterns_are_an_error():
-    """Rule 3: an op claimed for two devices names both patterns."""
-    with pytest.raises(wb.PlacementError, match="aten.mul.*aten.\\*|aten.\\*.*aten.mul"):
-        wb.place(_prog(), {"cuda:0": ["aten.mul"], "cuda:1": ["aten.*"]})
+def test_equally_specific_patterns_for_two_devices_are_an_error():
+    """Rule 3: an op claimed for two devices by equally specific patterns names both."""
+    with pytest.raises(wb.PlacementError, match="aten.mu\\*.*aten.m\\*l|aten.m\\*l.*aten.mu\\*"):
+        wb.place(_prog(), {"cuda:0": ["aten.mu*"], "cuda:1": ["aten.m*l"]})
+    with pytest.raises(wb.PlacementError, match="equally specific"):
+        wb.place(_prog(), {"cuda:0": ["node:mul"], "cuda:1": ["node:mul"]})
+
+
+def test_more_literal_op_pattern_wins():
+    """Precedence 3: 'aten.mul' beats 'aten.*' for the mul op; 'aten.*' keeps the rest."""
+    placed = wb.place(_prog(), {"cuda:0": ["aten.mul"], "cuda:1": ["aten.*"]})
+    ops = {n.name: op for n, op in ((n, str(n.target)) for n in placed.program.graph.nodes if n.op == "call_function")}
+    for name, device in placed.op_device.items():
+        if "getitem" in ops[name]:
+            continue
+        assert device == (CUDA0 if "mul" in ops[name] else CUDA1), name
+
+
+def test_all_except_a_module():
+    """Precedence 1: {device: ['*'], cpu: ['module:X']} puts X's ops on the host and every
+    other op on the device; both patterns claim ops, so nothing is reported."""
+    prog = _prog("residual")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        placed = wb.place(prog, {"cuda:0": ["*"], "cpu": ["module:ups.*"]}, strict=True)
+    assert set(placed.ops_on("cpu")) == {"linear", "linear_2"}
+    assert set(placed.ops_on("cuda:0")) == set(placed.op_device) - {"linear", "linear_2"}
+
+
+def test_node_pattern_beats_module_patterns():
+    """Precedence 1: a node pattern beats module patterns, whatever the order of the rules;
+    the module pattern it overrode everywhere is reported."""
+    prog = _prog("residual")
+    rules = {"cuda:1": ["node:linear_2"], "cuda:0": ["module:ups.1"], "cpu": ["module:*"]}
+    with pytest.warns(wb.PlacementWarning, match="'module:ups.1'"):
+        placed = wb.place(prog, rules)
+    assert placed.op_device["linear"] == wb.CPU  # ups.0: only module:* matches
+    assert placed.op_device["linear_2"] == CUDA1  # in ups.1, but named by node:
+
+
+def test_deeper_module_pattern_wins_over_more_literal_one():
+    """Precedence 2 before 3: '*.experts' (depth 4) beats 'layers.*.mlp' (depth 3) for the
+    experts' ops although it has fewer literal characters; the rest of the MoE block stays
+    with the shallower pattern."""
+    *_, prog = moe_tiny()
+    placed = wb.place(prog, {"cuda:0": ["module:layers.*.mlp"], "cuda:1": ["module:*.experts"]})
+    for node in prog.graph.nodes:
+        if node.name not in placed.op_device or node.name not in {n for d in placed.delegates for n in d.nodes}:
+            continue
+        paths = module_paths(node)
+        in_experts = any(p.endswith(".mlp.experts") for p in paths)
+        assert placed.op_device[node.name] == (CUDA1 if in_experts else CUDA0), node.name
+    assert placed.ops_on("cuda:1") and placed.ops_on("cuda:0")
+
+
+def test_pattern_that_always_loses_is_reported():
+    """Rule 3: a pattern whose every match went to a more specific pattern's device claimed
+    nothing, and is reported like one that matched nothing."""
+    with pytest.warns(wb.PlacementWarning, match="'aten.mu\\*'"):
+        wb.place(_prog(), {"cuda:0": ["aten.mul"], "cuda:1": ["aten.mu*"]})
+
+
+def test_callable_that_claims_nothing_warns():
+    """Rule 3: a callable answering None for every op is reported (an error if strict)."""
+    def nowhere(node):
+        return None
+
+    with pytest.warns(wb.PlacementWarning, match="nowhere"):
+        wb.place(_prog(), nowhere)
+    with pytest.raises(wb.PlacementError, match="nowhere"):
+        wb.place(_prog(), nowhere, strict=True)
 
 
 @pytest.mark.parametrize(

@@ -114,3 +114,46 @@ def test_strategies_reject_bad_devices():
     """A strategy for an unknown device is a clear error."""
     with pytest.raises(wb.DeviceError):
         all_on_device("tpu:0")
+
+
+def test_strategies_find_the_experts_without_a_glob():
+    """With no arguments the expert strategies find the routed experts in the program: the
+    same placement as the explicit glob of the built-in decoder's expert modules."""
+    *_, prog = _moe()
+    found = experts_on_host().apply(prog).placement.op_device
+    explicit = experts_on_host(experts="layers.*.mlp.experts").apply(prog).placement.op_device
+    assert found == explicit and CPU in set(found.values())
+    streamed = expert_streaming().apply(prog)
+    glob = expert_streaming(weights="layers.*.mlp.experts.*").apply(prog)
+    assert [c.nbytes for c in streamed.copies] == [c.nbytes for c in glob.copies]
+
+
+def test_an_expert_map_can_name_the_experts():
+    """An ExpertMap (from find_experts, e.g. of one layer only) says which experts move."""
+    from workbench.experts import ExpertMap, find_experts
+
+    *_, prog = _moe()
+    first = ExpertMap(find_experts(prog).layers[:1])
+    dg = experts_on_host(experts=first).apply(prog)
+    on_host = {fqn for name, fqn in prog.constants.items() if dg.residency[name] == (CPU,)}
+    assert on_host == {"layers.0.mlp.experts.w1", "layers.0.mlp.experts.w2"}
+
+
+def test_a_glob_that_matches_nothing_warns_or_raises():
+    """A strategy that moves no expert reports it: a PlacementWarning, an error if strict."""
+    *_, prog = _moe()
+    with pytest.warns(wb.PlacementWarning, match="matches no op's module path"):
+        experts_on_host(experts="model.layers.*.mlp.experts").apply(prog)
+    with pytest.raises(wb.PlacementError, match="matches no parameter"):
+        expert_streaming(weights="model.*.experts.*").apply(prog, strict=True)
+
+
+@pytest.mark.parametrize("bad", ["", 3, ["layers.*"]])
+def test_bad_expert_specs_are_refused(bad):
+    """Experts are named by None, a non-empty glob or an ExpertMap; anything else is an error."""
+    from workbench.strategies import StrategyError
+
+    with pytest.raises(StrategyError, match="ExpertMap"):
+        experts_on_host(experts=bad)
+    with pytest.raises(StrategyError, match="ExpertMap"):
+        expert_streaming(weights=bad)

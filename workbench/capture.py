@@ -22,6 +22,7 @@ Rules:
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping, Optional
@@ -206,8 +207,9 @@ class Program:
 def capture(
     model: torch.nn.Module,
     example_inputs: Any,
-    shape_only: bool = False,
+    kwargs: Mapping[str, Any] | None = None,
     *,
+    shape_only: bool = False,
     dynamic_shapes: Any = None,
     decompose: bool = False,
     strict: bool = False,
@@ -216,7 +218,11 @@ def capture(
 
     Args:
         model: the module to capture (it is not modified; its weights are shared, rule 1).
-        example_inputs: a tuple of inputs (a single tensor is accepted).
+        example_inputs: a tuple of positional inputs (a single tensor is accepted).
+        kwargs: keyword inputs, passed to ``torch.export.export`` as its ``kwargs``
+            (``{"use_cache": False}``, an attention mask…); they become graph inputs
+            after the positional ones, and a non-tensor value is specialised (the graph
+            holds for that value only).
         shape_only: export over meta tensors so no weight or activation memory is
             allocated; inputs become meta tensors of the same shape and dtype, and a model
             with real weights is cloned onto meta without copying them. Required for a
@@ -233,6 +239,7 @@ def capture(
     check_flag(decompose, "decompose")
     check_flag(strict, "strict")
     inputs = _as_tuple(example_inputs)
+    keywords = _as_kwargs(kwargs)
     weights = list(model.named_parameters()) + list(model.named_buffers())
     meta = _meta_weights(weights)
     if meta and not shape_only:
@@ -240,9 +247,10 @@ def capture(
     if shape_only:
         model = _meta_clone(model)
         inputs = tuple(_to_meta(x) for x in inputs)
+        keywords = _to_meta(keywords)
     try:
         exported = torch.export.export(
-            model, inputs, dynamic_shapes=dynamic_shapes, strict=strict
+            model, inputs, keywords, dynamic_shapes=dynamic_shapes, strict=strict
         )
         if decompose:
             exported = exported.run_decompositions()
@@ -251,6 +259,7 @@ def capture(
     except Exception as exc:  # torch.export raises many types; keep its message
         raise CaptureError(
             f"torch.export could not capture {type(model).__name__}: {type(exc).__name__}: {exc}"
+            + _what_to_do(exc)
         ) from exc
     source = None if shape_only else ModelSource(model, _shared_weights(exported))
     return Program(exported, shape_only, source=source)
@@ -361,6 +370,47 @@ def _non_tensor_problem(want: Any, got: Any, ranges: Mapping[Any, Any]) -> str:
             "or capture again with this input declared dynamic (dynamic_shapes)"
         )
     return ""
+
+
+#: torch's pytree error for a value it cannot flatten: "Found <class 'pkg.Type'> in output, …".
+_UNFLATTENABLE = re.compile(r"Found <class '(?P<type>[\w.]+)'> in (?P<where>input|output)")
+
+
+def _what_to_do(exc: Exception) -> str:
+    """A hint for export failures whose fix is known: a model that takes or returns an
+    object torch.export cannot flatten (a transformers cache, most often)."""
+    found = _UNFLATTENABLE.search(str(exc))
+    if found is None:
+        return ""
+    kind, where = found["type"].rsplit(".", 1)[-1], found["where"]
+    hint = (
+        f"\nWhat to do: the model's {where} holds a {kind}, which is not a tensor (nor a "
+        "tuple, list or dict of tensors); the workbench captures plain tensors in and out."
+    )
+    if kind.endswith("Cache"):
+        hint += (
+            " For a transformers model, capture the prefill without a cache "
+            "(kwargs={'use_cache': False}, or workbench.hf.capture_prefill), or a decode step "
+            "whose cache is passed and returned as plain tensors (workbench.hf.capture_decode)."
+        )
+    else:
+        hint += f" Wrap the model in a module whose forward {'takes' if where == 'input' else 'returns'} tensors."
+    return hint
+
+
+def _as_kwargs(kwargs: Any) -> dict[str, Any]:
+    if kwargs is None:
+        return {}
+    if isinstance(kwargs, bool):  # capture(m, x, True) meant shape_only, which is keyword-only
+        raise CaptureError(
+            f"capture's third argument is kwargs (a dict of keyword inputs), got {kwargs!r}; "
+            "shape-only capture is capture(model, inputs, shape_only=True)"
+        )
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise CaptureError(
+            f"kwargs must be a dict of keyword inputs {{name: value}}, got {type(kwargs).__name__}"
+        )
+    return dict(kwargs)
 
 
 def _as_tuple(example_inputs: Any) -> tuple:

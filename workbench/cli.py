@@ -3,7 +3,10 @@
 Commands:
   walkthrough  the MoE walkthrough: every placement strategy on a Qwen-3.5-MoE-shaped
                decoder (tiny model run; full-size model analysed shape-only; the best
-               strategy per memory budget and link: sweep.csv, sweep_best.csv, pareto.png)
+               strategy per memory budget and link: sweep.csv, sweep_best.csv, pareto.png),
+               or on a transformers model with --model hf:FAMILY (its tiny configuration
+               run, its published one shape-only, and for hf:qwen3_5_moe the built-in
+               decoder side by side)
   propagate    place and propagate a built-in example; print its graph and copies
 
 Rules:
@@ -32,11 +35,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from tqdm import tqdm
 
+from . import hf
 from . import walkthrough as wt
 from .atomic_files import atomic_path
 from .capture import capture
 from .errors import WorkbenchError
 from .examples import EXAMPLES, example
+from .hf.side_by_side import side_by_side
 from .models import MoEConfig, param_count
 from .place import PlacementError, parse_rules, place
 from .propagate import propagate
@@ -167,6 +172,16 @@ def _check_out(option: str, spec: str) -> Path:
     return out
 
 
+def _make_out(option: str, spec: str) -> Path:
+    """The output folder, checked, then made (rule 2: once every other argument is good)."""
+    out = _check_out(option, spec)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{option}: {spec!r} cannot be made: {exc.strerror or exc}") from None
+    return out
+
+
 @dataclass(frozen=True)
 class _WalkthroughJob:
     """The walkthrough's arguments, checked (rule 1)."""
@@ -191,11 +206,7 @@ def _check_walkthrough(args: argparse.Namespace) -> _WalkthroughJob:
     full_config = None if args.skip_full else _load_config("--full-config", args.full_config)
     if args.sweep_workers is not None and args.sweep_workers < 1:
         raise UsageError(f"--sweep-workers: {args.sweep_workers} processes; give 1 or more (default: one per CPU)")
-    out = _check_out("--out", args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out: {args.out!r} cannot be made: {exc.strerror or exc}") from None
+    out = _make_out("--out", args.out)
     return _WalkthroughJob(run_config, params, full_config, out)
 
 
@@ -205,6 +216,8 @@ def _write_csv(table: pd.DataFrame, path: Path) -> None:
 
 
 def _cmd_walkthrough(args: argparse.Namespace) -> int:
+    if args.model != "builtin":
+        return _cmd_walkthrough_hf(args)
     job = _check_walkthrough(args)
     run_config, params, out = job.run_config, job.params, job.out
     progress = _progress(not args.no_progress)
@@ -248,6 +261,11 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
             print("modeled/published: " + "; ".join(f"{r['hardware']} {r['ratio']:.2f}" for r in anchors.to_dict("records")))
         if not args.skip_sweep:
             _write_sweep(full_config, rate, out, args.sweep_workers)
+    return _finish(out, started, results)
+
+
+def _finish(out: Path, started: float, results: Any) -> int:
+    """List what the walkthrough wrote; exit status 1 when a strategy's outputs differ from eager."""
     print(f"\nwrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out} "
           f"in {time.perf_counter() - started:.1f} s")
     bad = [r.strategy.label for r in results if not r.matches_eager]
@@ -255,6 +273,97 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
         print(f"outputs differ from eager for: {', '.join(bad)}", file=sys.stderr)
         return 1
     return 0
+
+
+#: Decode step of a transformers model in the walkthrough: tokens already in its static
+#: cache, and the cache's positions (the built-in decoder's tiny and full max_seq_len).
+HF_PAST, HF_TINY_CACHE, HF_FULL_CACHE = 8, 32, 4096
+
+
+@dataclass(frozen=True)
+class _HFJob:
+    """The walkthrough's arguments for a transformers model, checked (rule 1)."""
+
+    family: hf.Family  # the architecture
+    run_config: Any  # the transformers config that is run
+    full_config: Any  # the one analysed shape-only, unless --skip-full
+    out: Path  # the output folder (made once every argument is good)
+
+
+def _hf_config(option: str, family: str, spec: str) -> Any:
+    """``tiny``, ``full`` (the family's shipped configurations) or a config JSON file."""
+    if spec in ("tiny", "full"):
+        return hf.tiny_config(family) if spec == "tiny" else hf.published_config(family)
+    if not Path(spec).exists():
+        raise UsageError(f"{option}: no file {spec!r}; give 'tiny', 'full' or the path of a transformers config.json")
+    try:
+        return hf.load_config(spec)
+    except WorkbenchError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _check_walkthrough_hf(args: argparse.Namespace) -> _HFJob:
+    """Rule 1 for ``walkthrough --model hf:FAMILY``: every argument before any work."""
+    if args.backend == "cuda" and not cuda_available():
+        raise UsageError(f"--backend cuda: {cuda_unavailable_reason()}")
+    if not args.model.startswith("hf:"):
+        raise UsageError(f"--model: {args.model!r}; give 'builtin' or hf:FAMILY, FAMILY one of {', '.join(hf.FAMILIES)}")
+    try:
+        family = hf.family(args.model)
+    except hf.HFError as exc:
+        raise UsageError(f"--model: {exc}; or 'builtin' for the built-in decoder") from None
+    run_config = _hf_config("--config", family.name, args.config)
+    full_config = None if args.skip_full else _hf_config("--full-config", family.name, args.full_config)
+    out = _make_out("--out", args.out)
+    return _HFJob(family, run_config, full_config, out)
+
+
+def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
+    """The walkthrough's strategy tables for a transformers model (``--model hf:FAMILY``):
+    its tiny configuration run, its published one analysed shape-only, and for
+    Qwen3.5-MoE the side-by-side with the built-in decoder."""
+    job = _check_walkthrough_hf(args)
+    import transformers
+
+    # its notices that optional fused kernels are absent: the reference code is what is captured
+    transformers.logging.set_verbosity_error()
+    family, out = job.family, job.out
+    progress = _progress(not args.no_progress)
+    started = time.perf_counter()
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_columns", 40)
+    pd.set_option("display.max_colwidth", 200)  # the side-by-side's notes
+
+    model = hf.load_model(job.run_config)
+    step = hf.capture_decode(model, "static", past=HF_PAST, max_cache_len=max(HF_TINY_CACHE, HF_PAST + 1))
+    params = sum(p.numel() for p in model.parameters())
+    results = wt.tiny_results(captured=step, backend=args.backend, progress=progress)
+    table = wt.strategy_table(results)
+    _write_csv(table, out / "strategies_tiny.csv")
+    print(f"# {family.title} ({type(model).__name__}), {args.config} config ({params:,} parameters), "
+          f"one decode step after {HF_PAST} tokens, backend {args.backend}")
+    print(table.to_string(index=False))
+    _write_figures(results, out, progress)
+
+    if job.full_config is not None:
+        full_model = hf.load_model(job.full_config, shape_only=True)
+        full_step = hf.capture_decode(full_model, "static", past=HF_PAST, max_cache_len=HF_FULL_CACHE)
+        full = wt.full_size_results(captured=full_step, progress=progress)
+        full_table = wt.full_size_table(full)
+        _write_csv(full_table, out / "strategies_full_size.csv")
+        total = sum(p.numel() for p in full_model.parameters())
+        print(f"\n# full size, shape-only: {total / 1e9:.2f} B parameters, static cache of {HF_FULL_CACHE} "
+              "positions, modeled on an H200")
+        print(full_table.to_string(index=False))
+    if family.name == "qwen3_5_moe":
+        configs = [("tiny", MoEConfig.tiny())] + ([] if job.full_config is None else [("full", MoEConfig.full())])
+        for label, config in configs:
+            compared = side_by_side(config)
+            _write_csv(compared, out / f"builtin_vs_transformers_{label}.csv")
+            print(f"\n# the built-in QwenMoEDecoder vs transformers' Qwen3.5-MoE, same {label} config "
+                  "(ratio = transformers / built-in; agree = within 5%)")
+            print(compared.to_string(index=False))
+    return _finish(out, started, results)
 
 
 def _write_sweep(config: MoEConfig, rate: float, out: Path, workers: Optional[int]) -> None:
@@ -301,6 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m workbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("walkthrough", help="the MoE walkthrough: strategies compared, tables, figures, traces")
+    w.add_argument(
+        "--model",
+        default="builtin",
+        help="builtin (the Qwen-3.5-MoE-shaped decoder, default) or a transformers family: hf:qwen3_5_moe, "
+        "hf:qwen3_moe, hf:qwen3_next, hf:mixtral, hf:deepseek_v3, hf:deepseek_v2, hf:gpt_oss, hf:olmoe, hf:qwen3, hf:llama",
+    )
     w.add_argument("--config", default="tiny", help="model that is run: tiny (default), full, or a JSON config path")
     w.add_argument("--full-config", default="full", help="model analysed shape-only (default: the published 35B-A3B)")
     w.add_argument("--backend", choices=["sim", "cuda"], default="sim", help="sim (modeled time) or cuda (measured)")

@@ -7,8 +7,11 @@ Rules:
 1. An op no rule claims runs on ``cpu``.
 2. ``getitem`` nodes run where the op that produced their tuple runs; ops that produce
    no tensor (symbolic sizes) run on ``cpu`` and are never matched.
-3. A node claimed for two different devices is an error; patterns that claim nothing are
-   reported (a warning, or an error with ``strict=True``).
+3. When several patterns match an op, the most specific one decides its device (see
+   *Precedence* below); two equally specific patterns for different devices are an
+   error. A pattern that ends up deciding no op's device — it matched nothing, or only
+   ops that more specific patterns sent elsewhere — is reported (a warning, or an error
+   with ``strict=True``); so is a callable that places no op on a device.
 4. Ops placed on the same device that are connected by data fuse into one delegate,
    unless fusing would make the delegates depend on each other in a cycle. Host ops are
    not delegated.
@@ -21,6 +24,18 @@ A pattern is one of:
 - ``"module:<glob>"``, matched against the module path the op was traced in
   (``"module:layers.*.mlp.experts"``), including enclosing modules;
 - ``"node:<glob>"``, matched against the node name.
+
+Precedence — of the patterns matching an op, the most specific decides, compared by:
+
+1. kind: ``node:`` beats ``module:``, which beats an op name;
+2. for ``module:`` patterns, the depth of the deepest module path the pattern matched
+   (``model.layers.0.mlp.experts`` is deeper than ``model.layers.0``);
+3. the number of literal (non-wildcard) characters: ``aten.mul.Tensor`` beats
+   ``aten.mul``, which beats ``aten.*``, which beats ``*``.
+
+So "everything on the device except the experts" is
+``{"cuda:0": ["*"], "cpu": ["module:model.layers.*.mlp.experts"]}``: the module pattern
+beats the catch-all op glob for the experts' ops, and only for them.
 """
 
 from __future__ import annotations
@@ -44,7 +59,16 @@ from .devices import CPU, Device, DeviceError, host_first
 from .errors import WorkbenchError, WorkbenchWarning
 from .json_fields import JsonObject
 
-__all__ = ["Delegate", "Placement", "PlacementError", "PlacementWarning", "module_paths", "parse_rules", "place"]
+__all__ = [
+    "Delegate",
+    "Placement",
+    "PlacementError",
+    "PlacementWarning",
+    "module_paths",
+    "parse_rules",
+    "place",
+    "report_no_claim",
+]
 
 Rules = Union[Mapping[str, Union[str, Sequence[str]]], Callable[[torch.fx.Node], object]]
 
@@ -156,10 +180,11 @@ def place(
 def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Placement:
     graph = program.graph
     unmatched: Sequence[str] = ()
+    overridden: frozenset[str] = frozenset()
     if callable(rules) and not isinstance(rules, Mapping):
-        node_device = _apply_callable(graph, rules)
+        node_device, unmatched = _apply_callable(graph, rules)
     elif isinstance(rules, Mapping):
-        node_device, unmatched = _apply_patterns(graph, parse_rules(rules))
+        node_device, unmatched, overridden = _apply_patterns(graph, parse_rules(rules))
     else:
         raise PlacementError(
             "rules must be a mapping {device: [op patterns]} such as "
@@ -167,13 +192,11 @@ def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Pl
             f"got {type(rules).__name__}"
         )
     if unmatched:
-        message = (
-            f"placement rule pattern(s) {', '.join(repr(p) for p in unmatched)} matched no op "
-            f"in a graph of {program.num_ops()} ops"
+        report_no_claim(
+            _no_claim_message(unmatched, overridden, program.num_ops()),
+            strict,
+            stacklevel=4,  # the caller of place's caller (a strategy's user)
         )
-        if strict:
-            raise PlacementError(message)
-        warnings.warn(message, PlacementWarning, stacklevel=4)
     _follow_producers(graph, node_device)
     if partitioner == "fx":
         groups = _fx_partition(program.graph_module, node_device)
@@ -184,6 +207,14 @@ def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Pl
     )
     node_delegate = {n: d.name for d in delegates for n in d.nodes}
     return Placement(program, node_device, delegates, node_delegate, tuple(unmatched))
+
+
+def report_no_claim(message: str, strict: bool, stacklevel: int = 2) -> None:
+    """Rule 3's report of a rule that claimed no op: a ``PlacementWarning``, or a
+    ``PlacementError`` with ``strict``. Strategies report the same way."""
+    if strict:
+        raise PlacementError(message)
+    warnings.warn(message, PlacementWarning, stacklevel=stacklevel + 1)
 
 
 # --- rules -------------------------------------------------------------------------
@@ -236,11 +267,7 @@ def _op_matches(full: str, packet: str, glob: str) -> bool:
 
 
 def _matches(node: torch.fx.Node, kind: str, glob: str) -> bool:
-    if kind == "op":
-        return _op_matches(op_name(node), packet_name(node), glob)
-    if kind == "node":
-        return fnmatch.fnmatchcase(node.name, glob)
-    return any(fnmatch.fnmatchcase(path, glob) for path in module_paths(node))
+    return _specificity(node, kind, glob) is not None
 
 
 def _placeable(node: torch.fx.Node) -> bool:
@@ -257,33 +284,80 @@ def _placeable_nodes(graph: torch.fx.Graph, node_device: dict[str, Device]) -> I
             yield node
 
 
-def _apply_patterns(graph: torch.fx.Graph, parsed) -> tuple[dict[str, Device], list[str]]:
+def _apply_patterns(graph: torch.fx.Graph, parsed) -> tuple[dict[str, Device], list[str], frozenset[str]]:
+    """Rules 1 and 3: each placeable op goes where its most specific matching pattern says.
+    Returns the placement, the patterns that decided no op, and those of them that matched
+    ops which more specific patterns sent elsewhere."""
     node_device: dict[str, Device] = {}
-    claimed_by: dict[str, str] = {}
-    used: set[str] = set()
+    used: set[str] = set()  # patterns that decided at least one op's device
+    matched: set[str] = set()  # patterns that matched at least one op
     for node in _placeable_nodes(graph, node_device):
+        matches = []  # (specificity, device, pattern) of every pattern matching this op
         for device, kind, glob, original in parsed:
-            if not _matches(node, kind, glob):
-                continue
-            used.add(original)
-            previous = claimed_by.get(node.name)
-            if previous is not None and node_device[node.name] != device:
-                raise PlacementError(
-                    f"op {node.name!r} ({op_name(node)}) is claimed by pattern {previous!r} for "
-                    f"{node_device[node.name]} and by pattern {original!r} for {device}; "
-                    "make the patterns disjoint"
-                )
-            node_device[node.name] = device
-            claimed_by[node.name] = original
+            rank = _specificity(node, kind, glob)
+            if rank is not None:
+                matches.append((rank, device, original))
+        if not matches:
+            continue
+        top = max(rank for rank, _d, _o in matches)
+        winners = [(d, o) for rank, d, o in matches if rank == top]
+        device, original = winners[0]
+        other = next(((d, o) for d, o in winners if d != device), None)
+        if other is not None:
+            raise PlacementError(
+                f"op {node.name!r} ({op_name(node)}) is claimed by pattern {original!r} for {device} "
+                f"and by pattern {other[1]!r} for {other[0]}, which are equally specific; make one "
+                "more specific (node: > module: > op name; deeper modules and more literal "
+                "characters win) or make the patterns disjoint"
+            )
+        node_device[node.name] = device
+        used.update(o for _rank, d, o in matches if d == device)  # they all put it where it went
+        matched.update(o for _rank, _d, o in matches)
     unmatched = []
     for _device, _kind, _glob, original in parsed:
         if original not in used and original not in unmatched:
             unmatched.append(original)
-    return node_device, unmatched
+    return node_device, unmatched, frozenset(matched - used)
 
 
-def _apply_callable(graph: torch.fx.Graph, rule: Callable) -> dict[str, Device]:
+def _no_claim_message(unmatched: Sequence[str], overridden: frozenset[str], num_ops: int) -> str:
+    """Rule 3's report: patterns that matched nothing, and patterns always overridden."""
+    missed = [p for p in unmatched if p not in overridden]
+    lost = [p for p in unmatched if p in overridden]
+    parts = []
+    if missed:
+        parts.append(f"placement rule pattern(s) {', '.join(map(repr, missed))} matched no op in a graph of {num_ops} ops")
+    if lost:
+        parts.append(
+            f"placement rule pattern(s) {', '.join(map(repr, lost))} claimed no op: more specific patterns "
+            "decided every op they matched"
+        )
+    return "; ".join(parts)
+
+
+def _specificity(node: torch.fx.Node, kind: str, glob: str) -> tuple[int, int, int] | None:
+    """How specifically a pattern matches ``node`` (larger wins, see *Precedence*), or
+    None when it does not match."""
+    literal = _literal_chars(glob)
+    if kind == "node":
+        return (3, 0, literal) if fnmatch.fnmatchcase(node.name, glob) else None
+    if kind == "module":
+        depths = [path.count(".") + 1 for path in module_paths(node) if fnmatch.fnmatchcase(path, glob)]
+        return (2, max(depths), literal) if depths else None
+    return (1, 0, literal) if _op_matches(op_name(node), packet_name(node), glob) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _literal_chars(glob: str) -> int:
+    """Precedence 3: characters of a glob that are not wildcards."""
+    return sum(1 for ch in glob if ch not in "*?[]")
+
+
+def _apply_callable(graph: torch.fx.Graph, rule: Callable) -> tuple[dict[str, Device], list[str]]:
+    """Rule 3 for a callable: it claims an op by answering a device; one that answers
+    None for every op is reported like a pattern that matched nothing."""
     node_device: dict[str, Device] = {}
+    claimed = False
     for node in _placeable_nodes(graph, node_device):
         try:
             answer = rule(node)
@@ -305,7 +379,9 @@ def _apply_callable(graph: torch.fx.Graph, rule: Callable) -> dict[str, Device]:
             raise PlacementError(
                 f"the placement callable returned {answer!r} for node {node.name!r}: {exc}"
             ) from None
-    return node_device
+        claimed = True
+    name = getattr(rule, "__qualname__", type(rule).__name__)
+    return node_device, [] if claimed else [f"the callable {name} (it answered None for every op)"]
 
 
 def _follow_producers(graph: torch.fx.Graph, node_device: dict[str, Device]) -> None:

@@ -125,24 +125,37 @@ def tiny_results(
     strategies: Optional[Sequence[Strategy]] = None,
     seed: int = 0,
     progress: Progress = None,
+    captured: Any = None,
 ) -> list[StrategyResult]:
     """Capture, place, propagate, plan and run every strategy on a small MoE model.
 
     Default strategies: ``strategy_variants(prefetch=True)``; the prefetching ones run on
     the model built with ``expert_prefetch=True`` (same weights) and are compared with the
     same eager outputs.
+
+    ``captured``: a step captured elsewhere (``workbench.hf.capture_decode``: anything with
+    ``program``, ``inputs`` and ``eager()``) to run instead of the built-in decoder; its
+    default strategies are ``strategy_variants()`` (no routing hints to prefetch from).
     """
     progress = progress or _quiet
-    config = config or MoEConfig.tiny()
-    model = QwenMoEDecoder(config, seed=seed).eval()
-    inputs = model.example_inputs()
-    with torch.no_grad():
-        expected = model(*inputs)
+    if captured is not None:
+        inputs, expected = captured.inputs, captured.eager()
 
-    def make(hinted: bool):
-        return (QwenMoEDecoder(config, seed=seed, expert_prefetch=True).eval() if hinted else model), inputs
+        def programs(strategy: Strategy) -> Any:
+            return captured.program
 
-    programs = _Programs(make, shape_only=False)
+        strategies = strategies or strategy_variants()
+    else:
+        config = config or MoEConfig.tiny()
+        model = QwenMoEDecoder(config, seed=seed).eval()
+        inputs = model.example_inputs()
+        with torch.no_grad():
+            expected = model(*inputs)
+
+        def make(hinted: bool):
+            return (QwenMoEDecoder(config, seed=seed, expert_prefetch=True).eval() if hinted else model), inputs
+
+        programs = _Programs(make, shape_only=False)
     results = []
     for strategy in progress(strategies or strategy_variants(prefetch=True), "tiny model: strategies"):
         dg = strategy.apply(programs(strategy))
@@ -239,6 +252,7 @@ def full_size_results(
     strategies: Optional[Sequence[Strategy]] = None,
     prefetch_hit_rate: Optional[float] = None,
     progress: Progress = None,
+    captured: Any = None,
 ) -> list[StrategyResult]:
     """Shape-only analysis of the published configuration: plan every strategy and time its
     decode step with the cost model under each link. Allocates no weights.
@@ -246,9 +260,14 @@ def full_size_results(
     Prefetching strategies are timed with ``CostModel.prefetch_hit_rate`` set to
     ``prefetch_hit_rate``; None means the tiny model's ``measured_hit_rate()`` (the
     full-size weights are not there to measure).
+
+    ``captured``: a shape-only step captured elsewhere (``workbench.hf.capture_decode`` of a
+    meta model: anything with a ``program``) to analyse instead of the built-in decoder;
+    its default strategies are ``strategy_variants()``.
     """
     progress = progress or _quiet
-    config = config or MoEConfig.full()
+    if captured is not None:
+        strategies = strategies or strategy_variants()
     chosen = list(strategies or strategy_variants(prefetch=True))
     rate = None
     if any(s.prefetch for s in chosen):
@@ -256,10 +275,10 @@ def full_size_results(
 
     def make(hinted: bool):
         with torch.device("meta"):
-            model = QwenMoEDecoder(config, expert_prefetch=hinted)
+            model = QwenMoEDecoder(config or MoEConfig.full(), expert_prefetch=hinted)
             return model, model.example_inputs()
 
-    programs = _Programs(make, shape_only=True)
+    programs = _Programs(make, shape_only=True) if captured is None else (lambda strategy: captured.program)
     results = []
     for strategy in progress(chosen, "full size: strategies"):
         memory = plan(strategy.apply(programs(strategy)), algorithm)

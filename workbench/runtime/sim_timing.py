@@ -257,10 +257,15 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_pla
             if step.slot_write == "copy" and not in_place_writes:
                 clock.add_slot_copy(step, step.slot_copy_bytes)
     for write in state_writes(plan, steps):  # a program's state, written back after the call
-        nbytes = node_nbytes(nodes[write.value], unbounded="hint")
-        cost = bind_cost if write.device.is_host else copy_cost
-        clock.add(write.step, lambda cost=cost, step=write.step, nbytes=nbytes: cost(model, step, nbytes))
+        clock.add(write.step, _write_back_cost(model, write.step, write.device, node_nbytes(nodes[write.value], unbounded="hint")))
     return clock.timeline()
+
+
+def _write_back_cost(model: CostModel, step: Step, device: Device, nbytes: int) -> CostFn:
+    """A state write-back: a host copy on the cpu, an h2d onto a device."""
+    if device.is_host:
+        return lambda: bind_cost(model, step, nbytes)
+    return lambda: copy_cost(model, step, nbytes)
 
 
 def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> CostFn:

@@ -1,0 +1,269 @@
+"""Routed experts of a mixture-of-experts model, found by what they are, not by a path.
+
+``find_experts(model_or_program)`` → ``ExpertMap``: per MoE layer, the module that holds
+the routed experts, the names of their weights, the number of experts and the router
+that scores them. Strategies, the placement explorer and streaming read it, so the same
+code works on the built-in decoder (``layers.N.mlp.experts``), on transformers models
+(``model.layers.N.mlp.experts``) and on any model shaped like either.
+
+Rules:
+1. Routed experts are held one of two ways:
+   a. *stacked*: a module's parameters of three or more dims share a leading dimension
+      E >= 2, one slab per expert (``w1 [E, 2I, H]``, ``gate_up_proj [E, 2I, H]``);
+      its two-dim parameters of leading dimension E (per-expert biases) belong to them;
+   b. *one module per expert*: a module list (children ``0 … E-1``, E >= 2) whose
+      children hold the same parameter names and shapes (Mixtral-style ``experts.3.w1``).
+2. They are routed: a router — a two-dim parameter of shape ``(E, H)`` outside the
+   container but inside its parent module — scores the E experts from width-H hidden
+   states, H being one of the experts' weight dimensions. The router is what tells
+   experts apart from a stack of decoder layers, a depthwise convolution's ``[C, 1, K]``
+   weight, or a shared expert (which has no router of its own width).
+3. When the expert count is known — ``num_experts=``, or the model's config
+   (``num_experts``, ``num_local_experts`` or ``n_routed_experts``, also under
+   ``text_config``) — E must equal it.
+4. Names are those of the object given: an ``nn.Module``'s parameter names, or a
+   ``Program``'s (which its graph's module stacks use too), so ``module`` paths match
+   ``place``'s ``module:`` patterns and ``weights`` match ``propagate``'s
+   ``stream_constants``.
+5. One ``ExpertLayer`` per container, in parameter order (layer order); dense layers
+   have none, and a dense model gives an empty map.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Iterator, Mapping, Optional
+
+import pandas as pd
+import torch
+import torch.fx
+
+from .capture import Program
+from .errors import WorkbenchError
+from .place import module_paths
+
+__all__ = ["ExpertLayer", "ExpertMap", "ExpertDiscoveryError", "find_experts", "config_expert_count"]
+
+#: Config keys that hold the routed-expert count, in the order they are looked up.
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)(?=\.|$)")
+_INDEXED = re.compile(r"^(?P<list>.+)\.(?P<index>\d+)\.(?P<rest>[^\d].*)$")
+
+
+class ExpertDiscoveryError(WorkbenchError, ValueError):
+    """``find_experts`` was given something it cannot search, or a bad expert count."""
+
+
+@dataclass(frozen=True)
+class ExpertLayer:
+    """The routed experts of one MoE layer."""
+
+    layer: Optional[int]  # index of the decoder layer: the last number in the container's path (3), if any
+    module: str  # module path of the container, e.g. "model.layers.3.mlp.experts"
+    weights: tuple[str, ...]  # names of the experts' parameters (stacked, or every expert's)
+    num_experts: int  # E
+    router: str  # name of the (E, H) parameter that scores them
+    layout: str  # "stacked" (weights [E, ...]) or "modules" (one submodule per expert)
+    expert_nbytes: int  # bytes of one expert's weights (what streaming one expert moves)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all E experts' weights."""
+        return self.expert_nbytes * self.num_experts
+
+    def holds(self, path: str) -> bool:
+        """True for the container's path and every path below it."""
+        return path == self.module or path.startswith(self.module + ".")
+
+
+@dataclass(frozen=True)
+class ExpertMap:
+    """Every MoE layer's routed experts, in layer order (empty for a dense model)."""
+
+    layers: tuple[ExpertLayer, ...]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __iter__(self) -> Iterator[ExpertLayer]:
+        return iter(self.layers)
+
+    def __bool__(self) -> bool:
+        return bool(self.layers)
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """Module paths of the containers, one per MoE layer."""
+        return tuple(layer.module for layer in self.layers)
+
+    @property
+    def weights(self) -> tuple[str, ...]:
+        """Names of every routed expert's parameters, all layers."""
+        return tuple(w for layer in self.layers for w in layer.weights)
+
+    @property
+    def num_experts(self) -> Optional[int]:
+        """E when every layer has the same count (None for an empty map)."""
+        counts = {layer.num_experts for layer in self.layers}
+        if len(counts) > 1:
+            raise ExpertDiscoveryError(f"layers have different expert counts {sorted(counts)}; read layers[i].num_experts")
+        return counts.pop() if counts else None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all routed experts' weights."""
+        return sum(layer.nbytes for layer in self.layers)
+
+    def layer_of(self, node: torch.fx.Node) -> Optional[ExpertLayer]:
+        """The layer whose container ``node`` was traced in (None if outside every one)."""
+        by_module = self._by_module
+        for path in reversed(module_paths(node)):  # innermost first
+            prefix = path
+            while prefix:  # the path, then each enclosing module's
+                if prefix in by_module:
+                    return by_module[prefix]
+                prefix = prefix.rpartition(".")[0]
+        return None
+
+    @cached_property
+    def _by_module(self) -> dict[str, ExpertLayer]:
+        return {layer.module: layer for layer in self.layers}
+
+    def contains(self, node: torch.fx.Node) -> bool:
+        """True when ``node`` is an op of a routed experts' container."""
+        return self.layer_of(node) is not None
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per MoE layer: container, layout, experts, router, weights, bytes."""
+        rows = [
+            {
+                "layer": layer.layer,
+                "module": layer.module,
+                "layout": layer.layout,
+                "num_experts": layer.num_experts,
+                "router": layer.router,
+                "weights": ", ".join(w.removeprefix(layer.module + ".") for w in layer.weights),
+                "KiB_per_expert": round(layer.expert_nbytes / 2**10, 2),
+                "MiB_all_experts": round(layer.nbytes / 2**20, 3),
+            }
+            for layer in self.layers
+        ]
+        columns = ["layer", "module", "layout", "num_experts", "router", "weights", "KiB_per_expert", "MiB_all_experts"]
+        return pd.DataFrame(rows, columns=columns)
+
+
+def config_expert_count(config: Any) -> Optional[int]:
+    """The routed-expert count a model config declares (rule 3), or None."""
+    for source in (config, getattr(config, "text_config", None)):
+        if source is None:
+            continue
+        for key in EXPERT_COUNT_KEYS:
+            value = source.get(key) if isinstance(source, Mapping) else getattr(source, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def find_experts(model: torch.nn.Module | Program, num_experts: Optional[int] = None) -> ExpertMap:
+    """The routed experts of ``model`` (an ``nn.Module`` or a captured ``Program``).
+
+    Args:
+        model: the model, or its captured program (names are then the program's).
+        num_experts: the expected expert count; default: the model's config, if any.
+    """
+    if num_experts is not None and (isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 2):
+        raise ExpertDiscoveryError(f"num_experts must be an integer >= 2, got {num_experts!r}")
+    if isinstance(model, Program):
+        shapes = {fqn: _shape_of(model.constant_tensor(name)) for name, fqn in model.constants.items()
+                  if model.constant_kinds[name] == "parameter"}
+    elif isinstance(model, torch.nn.Module):
+        shapes = {fqn: _shape_of(p) for fqn, p in model.named_parameters()}
+        if num_experts is None:
+            num_experts = config_expert_count(getattr(model, "config", None))
+    else:
+        raise ExpertDiscoveryError(
+            f"find_experts takes an nn.Module or a Program from workbench.capture, got {type(model).__name__}"
+        )
+    candidates = _stacked(shapes) + _module_lists(shapes)
+    order = {fqn: i for i, fqn in enumerate(shapes)}
+    layers = []
+    for module, count, weights, dims, layout in candidates:
+        if num_experts is not None and count != num_experts:
+            continue
+        router = _router(shapes, module, count, dims)
+        if router is None:
+            continue
+        nbytes = sum(shapes[w][1] for w in weights)
+        index = _LAYER_INDEX.findall(module)
+        layer = int(index[-1]) if index else None
+        layers.append(ExpertLayer(layer, module, tuple(weights), count, router, layout, nbytes // count))
+    layers.sort(key=lambda layer: order[layer.weights[0]])
+    return ExpertMap(tuple(layers))
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def _shape_of(t: torch.Tensor) -> tuple[tuple[int, ...], int]:
+    return tuple(t.shape), t.numel() * t.element_size()
+
+
+def _parent(path: str) -> str:
+    return path.rpartition(".")[0]
+
+
+def _stacked(shapes: Mapping[str, tuple[tuple[int, ...], int]]) -> list[tuple[str, int, list[str], set[int], str]]:
+    """Rule 1a: (module, E, weights, weight dims, "stacked") per module holding stacked slabs."""
+    by_module: dict[str, list[str]] = defaultdict(list)
+    for fqn in shapes:
+        by_module[_parent(fqn)].append(fqn)
+    found = []
+    for module, names in by_module.items():
+        slabs = [n for n in names if len(shapes[n][0]) >= 3]
+        leading = {shapes[n][0][0] for n in slabs}
+        if len(leading) != 1:
+            continue
+        (count,) = leading
+        if count < 2:
+            continue
+        weights = [n for n in names if len(shapes[n][0]) >= 2 and shapes[n][0][0] == count]
+        dims = {d for n in slabs for d in shapes[n][0][1:]}
+        found.append((module, count, weights, dims, "stacked"))
+    return found
+
+
+def _module_lists(shapes: Mapping[str, tuple[tuple[int, ...], int]]) -> list[tuple[str, int, list[str], set[int], str]]:
+    """Rule 1b: (module, E, weights, weight dims, "modules") per list of identical experts."""
+    members: dict[str, dict[int, dict[str, tuple[int, ...]]]] = defaultdict(lambda: defaultdict(dict))
+    for fqn, (shape, _nbytes) in shapes.items():
+        m = _INDEXED.match(fqn)
+        if m is not None:
+            members[m["list"]][int(m["index"])][m["rest"]] = shape
+    found = []
+    for module, experts in members.items():
+        count = len(experts)
+        if count < 2 or set(experts) != set(range(count)):
+            continue
+        first = experts[0]
+        if any(e != first for e in experts.values()) or not any(len(s) >= 2 for s in first.values()):
+            continue
+        prefix = module + "."
+        weights = [fqn for fqn in shapes if fqn.startswith(prefix)]
+        dims = {d for s in first.values() if len(s) >= 2 for d in s}
+        found.append((module, count, weights, dims, "modules"))
+    return found
+
+
+def _router(shapes: Mapping[str, tuple[tuple[int, ...], int]], module: str, count: int, dims: set[int]) -> Optional[str]:
+    """Rule 2: the (E, H) parameter in the container's parent, outside the container."""
+    parent, inside = _parent(module), module + "."
+    scope = parent + "." if parent else ""
+    for fqn, (shape, _nbytes) in shapes.items():
+        if fqn.startswith(scope) and not fqn.startswith(inside) and len(shape) == 2:
+            if shape[0] == count and shape[1] in dims:
+                return fqn
+    return None

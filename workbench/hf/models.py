@@ -1,0 +1,96 @@
+"""Build a transformers causal LM from a configuration with seeded random weights.
+
+Rules:
+1. Weights are a pure function of (configuration, seed): transformers initialises them
+   from torch's global generator, so the build runs inside ``torch.random.fork_rng`` with
+   ``torch.manual_seed(seed)``; the caller's random state is left as it was.
+2. ``shape_only=True`` builds under ``torch.device("meta")``: no weight memory, for
+   published sizes (tens or hundreds of billions of parameters).
+3. Never from a hub: ``AutoModelForCausalLM.from_config``, never ``from_pretrained``.
+4. A model instance given by the caller is used as it is: its weights are the caller's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+
+from ..arguments import check_flag
+from ..experts import find_experts
+from .configs import HFError, load_config
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = ["EXPERT_IMPLEMENTATIONS", "check_model", "load_model"]
+
+#: transformers' expert forms that torch.export can capture ("eager" loops over experts
+#: with data-dependent shapes and does not export).
+EXPERT_IMPLEMENTATIONS = ("grouped_mm", "batched_mm")
+
+
+def load_model(
+    source: Any,
+    *,
+    seed: int = 0,
+    shape_only: bool = False,
+    dtype: Optional[torch.dtype] = None,
+    experts_implementation: Optional[str] = None,
+) -> "PreTrainedModel":
+    """A causal LM from ``source``, in eval mode.
+
+    Args:
+        source: a transformers model instance (used as it is, rule 4), or anything
+            ``load_config`` takes: a config object, a mapping, a JSON path, a family name.
+        seed: seeds the random weights (rule 1).
+        shape_only: build on the meta device, allocating nothing (rule 2).
+        dtype: parameter dtype; default: the configuration's ``dtype`` (float32 if unset).
+        experts_implementation: ``"grouped_mm"`` (transformers' default) or ``"batched_mm"``.
+    """
+    from transformers import AutoModelForCausalLM, PreTrainedModel
+
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise HFError(f"seed must be an integer, got {seed!r}")
+    check_flag(shape_only, "shape_only")
+    if experts_implementation is not None and experts_implementation not in EXPERT_IMPLEMENTATIONS:
+        raise HFError(
+            f"experts_implementation {experts_implementation!r} cannot be captured; use one of "
+            f"{', '.join(EXPERT_IMPLEMENTATIONS)} (transformers' 'eager' loops over experts with "
+            "data-dependent shapes, which torch.export refuses)"
+        )
+    if isinstance(source, PreTrainedModel):
+        if experts_implementation is not None and find_experts(source):
+            source.set_experts_implementation(experts_implementation)
+        return check_model(source)
+    cfg = load_config(source)
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    if shape_only:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg, **kwargs)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(cfg, **kwargs)
+    if experts_implementation is not None and find_experts(model):
+        model.set_experts_implementation(experts_implementation)
+    return model.eval()
+
+
+def check_model(model: Any) -> "PreTrainedModel":
+    """Rule 4: a transformers causal LM as given, or a clear error."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel):
+        raise HFError(
+            f"expected a transformers model (a PreTrainedModel such as Qwen3MoeForCausalLM), got "
+            f"{type(model).__name__}; build one with workbench.hf.build_model(config)"
+        )
+    if getattr(model.config, "_experts_implementation", None) == "eager" and find_experts(model):
+        raise HFError(
+            "this model's experts_implementation is 'eager', which loops over experts with data-dependent "
+            f"shapes and does not export; call model.set_experts_implementation('grouped_mm') (or one of "
+            f"{', '.join(EXPERT_IMPLEMENTATIONS)}) first"
+        )
+    return model
+

@@ -1,0 +1,257 @@
+"""Capturable steps of a transformers causal LM: prefill, and one decode step whose cache
+is plain tensors.
+
+How a model is wrapped: ``PrefillStep`` and ``DecodeStep`` are modules that register the
+model's own children (``model``, ``lm_head``) as theirs and keep the model itself as a
+plain attribute, so parameter names and module paths in the captured graph are exactly
+the model's (``model.layers.3.mlp.experts.gate_up_proj``), and no weight is held twice.
+
+- ``PrefillStep(model)(input_ids) -> logits``: the model with ``use_cache=False``.
+- ``DecodeStep(model, cache)(input_ids, cache_position, *states) -> (logits, *states)``:
+  ``states`` are the cache's state tensors (``workbench.hf.cache``); the forward rebuilds a
+  cache object of the template's structure around them, runs the model on it, and returns
+  the updated states — so the skip-copy flags act on the cache as they do on the built-in
+  decoder's explicit caches, and no transformers cache type ever crosses the graph's
+  boundary (no pytree registration, no ``lift_fresh_copy`` of a cache object).
+
+Rules:
+1. Example token ids are a pure function of ``seed``; the decode step's cache is filled by
+   an eager prefill of ``past`` such tokens (on meta tensors for a shape-only model, whose
+   grouped expert matmul has no float32 meta kernel: that prefill runs the experts as
+   ``batched_mm``, which leaves every cache shape the same).
+2. ``cache="static"`` (default) gives fixed-size caches of ``max_cache_len`` positions —
+   inputs and outputs have equal shapes, like the built-in decoder's; ``"dynamic"`` gives
+   caches of ``past`` positions that come back with ``past + 1``.
+3. A captured decode step never mutates its inputs: a state transformers updates in place
+   is cloned inside the step; if the capture still finds an input written in place (an
+   in-place op on it or on a view of it, in a layer type not known to be in-place), the
+   step is captured again with that state cloned too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+from torch.export.graph_signature import OutputKind
+
+from ..capture import Program, capture
+from .cache import CacheSlot, cache_slots, read_states, rebuild
+from .configs import HFError
+from .models import check_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = ["CapturedStep", "DecodeStep", "PrefillStep", "capture_decode", "capture_prefill", "example_tokens"]
+
+CACHE_KINDS = ("static", "dynamic")
+
+
+class _ModelStep(torch.nn.Module):
+    """A module that owns the model's children under their own names (see module docstring)."""
+
+    hf_model: "PreTrainedModel"  # the wrapped model, a plain attribute
+
+    def __init__(self, model: "PreTrainedModel") -> None:
+        super().__init__()
+        for name, child in model.named_children():
+            self.add_module(name, child)
+        for name, param in model.named_parameters(recurse=False):
+            self.register_parameter(name, param)
+        for name, buf in model.named_buffers(recurse=False):
+            self.register_buffer(name, buf)
+        object.__setattr__(self, "hf_model", check_model(model))  # not a submodule: no second copy
+
+
+class PrefillStep(_ModelStep):
+    """``(input_ids) -> logits`` of the whole sequence, without a cache."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V)
+        return self.hf_model(input_ids=input_ids, use_cache=False).logits
+
+
+class DecodeStep(_ModelStep):
+    """``(input_ids, cache_position, *states) -> (logits, *states)`` for one new token."""
+
+    def __init__(self, model: "PreTrainedModel", cache: Any, in_place: tuple[str, ...] = ()) -> None:
+        super().__init__(model)
+        self.template = cache  # structure and configuration of the cache; its tensors are not read
+        self.slots: tuple[CacheSlot, ...] = cache_slots(cache, in_place)
+
+    def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor, *states: torch.Tensor) -> tuple:
+        if len(states) != len(self.slots):
+            raise HFError(
+                f"expected {len(self.slots)} cache states ({', '.join(s.name for s in self.slots[:3])}, ...), "
+                f"got {len(states)}; use DecodeStep.example_states()"
+            )
+        cache = rebuild(self.template, self.slots, states)
+        out = self.hf_model(input_ids=input_ids, cache=cache, use_cache=True, cache_position=cache_position)
+        return (out.logits, *read_states(cache, self.slots))  # (B, 1, V), states
+
+    def example_states(self) -> tuple[torch.Tensor, ...]:
+        """Copies of the template cache's states: inputs of this step."""
+        return tuple(t.clone() for t in read_states(self.template, self.slots))
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.slots)
+
+
+@dataclass(frozen=True, eq=False)
+class CapturedStep:
+    """A captured prefill or decode step: its program, the module captured, its inputs."""
+
+    kind: str  # "prefill" or "decode"
+    program: Program
+    module: torch.nn.Module  # the PrefillStep or DecodeStep that was captured
+    inputs: tuple[torch.Tensor, ...]  # example inputs (meta tensors when shape-only)
+    state_names: tuple[str, ...] = ()  # decode: the cache state of each input after the first two
+
+    def eager(self) -> Any:
+        """The step run eagerly on its inputs: what planned execution must equal."""
+        if self.program.shape_only:
+            raise HFError("a shape-only step has no weights to run")
+        with torch.no_grad():
+            return self.module(*self.inputs)
+
+
+def example_tokens(vocab_size: int, batch: int, length: int, seed: int = 0, device: Any = "cpu") -> torch.Tensor:
+    """Rule 1: seeded token ids ``(batch, length)``."""
+    for name, value in (("batch", batch), ("length", length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise HFError(f"{name} must be a positive integer, got {value!r}")
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(vocab_size, (batch, length), generator=gen).to(device)
+
+
+def capture_prefill(model: "PreTrainedModel", *, tokens: int = 8, batch: int = 1, seed: int = 0) -> CapturedStep:
+    """Capture ``PrefillStep(model)`` on ``tokens`` seeded token ids (shape-only when the
+    model lives on the meta device)."""
+    step = PrefillStep(model)
+    ids = example_tokens(_vocab(model), batch, tokens, seed, _device(model))
+    program = capture(step, (ids,), shape_only=_device(model).type == "meta")
+    return CapturedStep("prefill", program, step, (ids,))
+
+
+def capture_decode(
+    model: "PreTrainedModel",
+    cache: Any = "static",
+    *,
+    past: int = 8,
+    batch: int = 1,
+    max_cache_len: Optional[int] = None,
+    seed: int = 0,
+) -> CapturedStep:
+    """Capture one decode step at position ``past`` (shape-only for a meta model).
+
+    Args:
+        model: a transformers causal LM (``workbench.hf.load_model``).
+        cache: ``"static"`` or ``"dynamic"`` (rule 2) — filled by a prefill of ``past``
+            seeded tokens — or a populated transformers cache, whose structure and
+            contents are used (``past`` is then its length).
+        past: tokens already in the cache (a given cache's own length, unless it is a
+            shape-only static cache, whose length is a meta tensor).
+        batch: sequences decoded together.
+        max_cache_len: positions of a static cache (default ``past + 1``).
+        seed: seeds the prefill and the new token.
+    """
+    check_model(model)
+    device = _device(model)
+    built = isinstance(cache, str)
+    if built:
+        cache = prefill_cache(model, cache, past=past, batch=batch, max_cache_len=max_cache_len, seed=seed)
+    step = DecodeStep(model, cache)  # checks the cache
+    if not built:
+        length = cache.get_seq_length()  # a meta tensor in a shape-only static cache: `past` stands
+        past = past if isinstance(length, torch.Tensor) and length.is_meta else int(length)
+    states = step.example_states()
+    rows = next((t.shape[0] for t in states if t.dim() > 0), batch)  # a given cache sets the batch
+    token = example_tokens(_vocab(model), rows, 1, seed + 1, device)
+    inputs = (token, torch.tensor([past], device=device), *states)
+    program = capture(step, inputs, shape_only=device.type == "meta")
+    written = _inputs_written_in_place(program)
+    if written:  # rule 3: capture again, cloning those states too
+        names = [step.slots[i - 2].name for i in written]
+        step = DecodeStep(model, cache, in_place=tuple(names))
+        program = capture(step, inputs, shape_only=device.type == "meta")
+        if _inputs_written_in_place(program):
+            raise HFError(f"the decode step still writes its inputs in place after cloning {names}")
+    return CapturedStep("decode", program, step, inputs, step.state_names)
+
+
+def prefill_cache(
+    model: "PreTrainedModel",
+    kind: str = "static",
+    *,
+    past: int = 8,
+    batch: int = 1,
+    max_cache_len: Optional[int] = None,
+    seed: int = 0,
+) -> Any:
+    """Rule 1: a ``kind`` cache filled by an eager prefill of ``past`` seeded tokens."""
+    from transformers import DynamicCache, StaticCache
+
+    if kind not in CACHE_KINDS:
+        raise HFError(f"cache must be one of {', '.join(CACHE_KINDS)} or a transformers Cache, got {kind!r}")
+    length = past + 1 if max_cache_len is None else max_cache_len
+    if kind == "static" and (isinstance(length, bool) or not isinstance(length, int) or length <= past):
+        raise HFError(f"max_cache_len must be an integer > past={past} (room for the new token), got {max_cache_len!r}")
+    config = model.config
+    cache = StaticCache(config=config, max_cache_len=length) if kind == "static" else DynamicCache(config=config)
+    ids = example_tokens(_vocab(model), batch, past, seed, _device(model))
+    meta = _device(model).type == "meta"
+    previous = config._experts_implementation
+    try:
+        if meta and previous == "grouped_mm":
+            model.set_experts_implementation("batched_mm")
+        with torch.no_grad():
+            model(input_ids=ids, cache=cache, use_cache=True)
+    finally:
+        if meta and previous == "grouped_mm":
+            model.set_experts_implementation(previous)
+    return cache
+
+
+def _inputs_written_in_place(program: Program) -> list[int]:
+    """Indices of user inputs the program writes: recorded as input mutations, or (in
+    torch.export's default, non-functional IR) the target of an in-place op, directly or
+    through views of it."""
+    position = {name: i for i, name in enumerate(program.user_inputs)}
+    written = {
+        position[spec.target]
+        for spec in program.exported.graph_signature.output_specs
+        if spec.kind == OutputKind.USER_INPUT_MUTATION and spec.target in position
+    }
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        for i, arg in enumerate(node.target._schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+                base = _aliased_base(value)
+                if isinstance(base, torch.fx.Node) and base.name in position:
+                    written.add(position[base.name])
+    return sorted(written)
+
+
+def _aliased_base(value: Any) -> Any:
+    """The value a view (or an in-place result) aliases, followed back to its base."""
+    while (
+        isinstance(value, torch.fx.Node)
+        and value.op == "call_function"
+        and isinstance(value.target, torch._ops.OpOverload)
+        and value.target._schema.returns
+        and value.target._schema.returns[0].alias_info is not None
+    ):
+        value = value.args[0]
+    return value
+
+
+def _vocab(model: "PreTrainedModel") -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
