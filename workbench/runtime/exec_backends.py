@@ -6,6 +6,8 @@ real GPU lives here, behind the same small surface:
 - ``arena(device, buffer)``: the flat uint8 tensor over an arena (sim: a CPU view of a
   sim allocation; cuda: a CUDA tensor over CuPy memory via DLPack, zero-copy).
 - ``compute(device)``: the context device ops run in (cuda: that device's compute stream).
+- ``copy_stream_context(device)``: the context a copy-stream op runs in (cuda: that
+  device's copy stream, so it is ordered with the copies).
 - ``copy_stream(device)``: the stream copies on that lane are issued on (sim: None).
 - ``patch_kwargs``: factory ops of device steps allocate on the device they run on.
 - ``device_of``, ``as_tensor``: what a caller's tensor is and where it lives.
@@ -108,6 +110,9 @@ class SimExecBackend(_ExecBackend):
     def compute(self, device: Device) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
+    def copy_stream_context(self, device: Device) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
     def copy_stream(self, device: Device) -> Optional[Any]:
         return None
 
@@ -172,6 +177,12 @@ class CudaExecBackend(_ExecBackend):
         stack = contextlib.ExitStack()
         stack.enter_context(torch.cuda.device(device.index))
         stack.enter_context(torch.cuda.stream(self.streams.compute(device.index)))
+        return stack
+
+    def copy_stream_context(self, device: Device) -> contextlib.AbstractContextManager:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.cuda.device(device.index))
+        stack.enter_context(torch.cuda.stream(self.streams.copy(device.index)))
         return stack
 
     def copy_stream(self, device: Device) -> Optional[Any]:

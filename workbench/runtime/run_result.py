@@ -8,7 +8,7 @@ from typing import Any, Optional
 from .cost_model import CostModel
 from .timeline import Timeline
 
-__all__ = ["PrefetchStat", "RunResult", "SlotWrites"]
+__all__ = ["PrefetchStat", "RowMaskStat", "RunResult", "SlotWrites"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,20 @@ class PrefetchStat:
 
 
 @dataclass(frozen=True)
+class RowMaskStat:
+    """What one row mask of a call held (``node_facts.RowShare``: the steps charged by it
+    ran ``true_rows`` or ``rows - true_rows`` of their rows). Rule: ``0 <= true_rows <= rows``."""
+
+    node: str  # the mask's node name
+    rows: int  # entries of the mask
+    true_rows: int  # entries that were True
+
+    @property
+    def true_share(self) -> float:
+        return self.true_rows / self.rows if self.rows else 0.0
+
+
+@dataclass(frozen=True)
 class SlotWrites:
     """How a call's computed values reached their planned slots (or caller-owned buffers).
 
@@ -66,7 +80,8 @@ class RunResult:
     ``timeline`` holds one event per copy and compute step of the call (modeled on
     ``sim``, measured with CUDA events on ``cuda``); ``load_timeline`` the placement of
     the constants when the session was loaded (once per session, shared by its calls).
-    ``prefetch`` says, per reuse copy, how many selected rows the prefetch already held.
+    ``prefetch`` says, per reuse copy, how many selected rows the prefetch already held;
+    ``row_masks``, per row mask (``workbench.runtime.node_facts``), how many rows it selected.
     """
 
     outputs: Any
@@ -76,6 +91,7 @@ class RunResult:
     cost_model: Optional[CostModel] = None  # the model that timed a sim run (None on cuda)
     prefetch: tuple[PrefetchStat, ...] = ()  # one per reuse copy of the call, in issue order
     slot_writes: SlotWrites = SlotWrites(0, 0, 0)  # how computed values reached their slots
+    row_masks: tuple[RowMaskStat, ...] = ()  # one per row mask of the call, in issue order
 
     @property
     def prefetch_hit_rate(self) -> Optional[float]:

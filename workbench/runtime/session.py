@@ -411,6 +411,7 @@ class Session:
             cost_model=self.cost_model if self.backend == "sim" else None,
             prefetch=call.prefetch_stats(),
             slot_writes=call.slot_writes(),
+            row_masks=call.row_mask_stats(),
         )
 
     def _check_model(self) -> None:

@@ -31,6 +31,12 @@ Rules:
    has a second event right after its op, on the same lane, with activity
    ``slot_copy``: a memory copy kernel (or, on the host, a memcpy) that reads and writes
    its bytes once, launched like any other device operation (rule 6).
+8. A copy-stream op (``Step.stream_bytes``) lasts as a memory copy of its bytes on its
+   device (each byte read and written once, ``compute_time_us``), on the copy lane.
+9. A step with a ``share`` (``node_facts.RowShare``) is charged that share of its op's
+   time, bytes and FLOPs: in a run the share its mask really selects (``scaled``), in
+   ``estimate`` the expected share, the mask being True with probability
+   ``CostModel.prefetch_hit_rate`` (the expected hit rate, as for reuse copies).
 """
 
 from __future__ import annotations
@@ -51,7 +57,17 @@ from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
 
-__all__ = ["SimClock", "cached_op_cost", "default_cost_model", "estimate", "expected_link_bytes", "reuse_cost", "step_dtype"]
+__all__ = [
+    "SimClock",
+    "cached_op_cost",
+    "default_cost_model",
+    "estimate",
+    "expected_link_bytes",
+    "reuse_cost",
+    "scaled",
+    "step_dtype",
+    "stream_cost",
+]
 
 #: A step's cost, computed when the clock places it: (µs, bytes, flops).
 CostFn = Callable[[], tuple[float, int, int]]
@@ -148,6 +164,18 @@ def slot_copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, in
     return model.compute_time_us(0, 2 * int(nbytes), device), int(nbytes), 0
 
 
+def stream_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
+    """(µs, bytes, flops) of a copy-stream op moving ``nbytes`` within device memory (rule 8)."""
+    device = event_of(step)[1][0]
+    return model.compute_time_us(0, 2 * int(nbytes), device), int(nbytes), 0
+
+
+def scaled(cost: tuple[float, int, int], share: float) -> tuple[float, int, int]:
+    """Rule 9: a cost for ``share`` of the rows (time, bytes and FLOPs alike)."""
+    duration, nbytes, flops = cost
+    return duration * share, int(round(nbytes * share)), int(round(flops * share))
+
+
 def op_step_cost(model: CostModel, step: Step, target: Any, args: tuple, kwargs: dict, out: Any) -> tuple[float, int, int]:
     """(µs, bytes touched, flops) of a compute or host step (rule 2)."""
     cost = cached_op_cost(target, args, kwargs)
@@ -236,7 +264,8 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_pla
     copies of the traced values, so it works on shape-only plans (a full-size model) and
     gives, for a program with static shapes, exactly the timeline ``run(plan, ...,
     backend="sim")`` records — except reuse copies, whose bytes depend on which rows the
-    prefetch holds: they are charged ``cost_model.prefetch_hit_rate`` (rule 1).
+    prefetch holds, and steps charged by a row share, whose rows depend on a mask: both
+    are charged the expected ``cost_model.prefetch_hit_rate`` (rules 1, 9).
 
     ``in_place_writes=True`` models a runtime whose kernels all write their planned
     memory directly — a compiled program, such as ExecuTorch's — instead of this
@@ -278,6 +307,10 @@ def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> CostFn:
     if step.copy is not None:  # its record holds the bytes it moves
         nbytes = step.copy.nbytes
         return lambda: copy_cost(model, step, nbytes)
+    if step.stream_bytes is not None:  # rule 8
+        moved = step.stream_bytes
+        return lambda: stream_cost(model, step, moved)
     args = torch.fx.node.map_arg(node.args, value_of)
     kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
-    return lambda: op_step_cost(model, step, node.target, args, kwargs, value_of(node))
+    share = 1.0 if step.share is None else step.share.expected_share(model.prefetch_hit_rate)  # rule 9
+    return lambda: scaled(op_step_cost(model, step, node.target, args, kwargs, value_of(node)), share)

@@ -23,7 +23,9 @@ Rules:
      pessimistic bound of ``CostModel``; ``walkthrough.capacity_sweep`` passes the rate
      measured on the tiny model); expert caches with the hit rate of their policy and slot count
      replayed over ``trace`` (default: a synthetic trace shaped like the config, Zipf
-     1.0, reuse 0.3 — labelled synthetic). The row says where the rate comes from.
+     1.0, reuse 0.3 — labelled synthetic): for ``on_miss="host_compute"`` the same
+     rate decides the share of rows the host computes (``cache_graph`` rule 5). The row
+     says where the rate comes from.
   4. The same arguments give the same ``points`` and ``best`` on every executor.
 """
 
@@ -77,11 +79,16 @@ class SweepError(WorkbenchError, ValueError):
     """A sweep that cannot run as asked."""
 
 
-def cache_grid(config: MoEConfig, policies: Sequence[str] = ("lru", "lfu", "static_hot")) -> dict[str, dict[str, Any]]:
-    """Expert caches of k, E/16, E/8, E/4, E/2 and 3E/4 slots per layer (those in [k, E])."""
+def cache_grid(
+    config: MoEConfig,
+    policies: Sequence[str] = ("lru", "lfu", "static_hot"),
+    on_miss: Sequence[str] = ("copy", "host_compute"),
+) -> dict[str, dict[str, Any]]:
+    """Expert caches of k, E/16, E/8, E/4, E/2 and 3E/4 slots per layer (those in [k, E]),
+    each policy, a miss copied over the link or computed on the host."""
     E, k = config.num_experts, config.num_experts_per_tok
     slots = sorted({s for s in (k, E // 16, E // 8, E // 4, E // 2, 3 * E // 4) if k <= s <= E})
-    return {"expert_cache": {"slots_per_layer": slots, "policy": list(policies)}}
+    return {"expert_cache": {"slots_per_layer": slots, "policy": list(policies), "on_miss": list(on_miss)}}
 
 
 def default_grid(config: MoEConfig) -> dict[str, dict[str, Any]]:
