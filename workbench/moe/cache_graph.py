@@ -338,7 +338,9 @@ def _fake_mode(program: Program) -> Any:
         mode = getattr(value_of(node), "fake_mode", None)
         if mode is not None:
             return mode
-    raise ValueError("the program's graph carries no fake tensors to size new buffers with")
+    raise CacheGraphError(
+        "the program's graph carries no fake tensors to size the cache buffers with; give a Program from workbench.capture"
+    )
 
 
 # -- host compute (rule 5) -------------------------------------------------------------------

@@ -38,7 +38,7 @@ import pandas as pd
 import torch
 
 from ..copy_ops import is_copy_node
-from ..errors import WorkbenchError
+from ..errors import ArgumentTypeError, WorkbenchError
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRole
 from ..runtime import CostModel, Event, RunResult, Timeline, device_of, load, to_device, to_host
@@ -150,7 +150,7 @@ def decode(
 ) -> DecodeResult:
     """Run ``n_tokens`` greedy decode steps of ``plan`` in one session (module rules)."""
     if not isinstance(plan, MemoryPlan):
-        raise TypeError(f"decode expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
+        raise ArgumentTypeError(f"decode expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
     dg = plan.device_graph
     names = dg.program.user_inputs
     if len(names) < 2:

@@ -38,7 +38,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from ..errors import WorkbenchError
+from ..errors import ArgumentTypeError, WorkbenchError
 from ..models import MoEConfig, QwenMoEDecoder
 from .experts import expert_map, expert_modules
 
@@ -268,7 +268,10 @@ def record_decode(
     and record its routing; returns ``(trace, tokens fed)``. Needs ``n_tokens <=
     max_seq_len`` (the full-attention KV cache has that many slots)."""
     if not isinstance(model, QwenMoEDecoder):
-        raise TypeError(f"model must be a QwenMoEDecoder, got {type(model).__name__}")
+        raise ArgumentTypeError(
+            f"record_decode drives the built-in QwenMoEDecoder, got {type(model).__name__}; for another MoE, run it "
+            "inside `with RoutingRecorder(model) as rec:` and take rec.trace()"
+        )
     limit = model.config.max_seq_len
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or not 1 <= n_tokens <= limit:
         raise TraceError(f"n_tokens must be an integer in [1, max_seq_len={limit}], got {n_tokens!r}")
@@ -352,7 +355,7 @@ def synthetic_trace_for(
 ) -> RoutingTrace:
     """``synthetic_trace`` shaped like ``config`` (its layers, experts and top-k)."""
     if not isinstance(config, MoEConfig):
-        raise TypeError(f"config must be a MoEConfig, got {type(config).__name__}")
+        raise ArgumentTypeError(f"config must be a MoEConfig (e.g. MoEConfig.full()), got {type(config).__name__}")
     return synthetic_trace(
         num_tokens, config.num_hidden_layers, config.num_experts, config.num_experts_per_tok,
         zipf=zipf, reuse=reuse, seed=seed,

@@ -116,9 +116,15 @@ class ExpertCache(Strategy):
         assert spec is not None  # the factory always sets it
         hinted = any(n.op == "call_function" and n.target is SELECT_ROWS for n in program.graph.nodes)
         if hinted != self.prefetch:
+            how = (
+                "capture the built-in QwenMoEDecoder(config, expert_prefetch=True); transformers models carry no "
+                "hints, so cache them with prefetch=False"
+                if self.prefetch
+                else "capture the model without them (QwenMoEDecoder(config)), or pass prefetch=True"
+            )
             raise StrategyError(
-                f"{self.label}: {'needs' if self.prefetch else 'must not have'} routing hints; capture "
-                f"QwenMoEDecoder(config, expert_prefetch={self.prefetch})"
+                f"{self.label}: prefetch={self.prefetch} {'needs' if self.prefetch else 'must not have'} routing "
+                f"hints (select_rows ops) in the program; {how}"
             )
         try:
             cached = cached_program(program, spec)
