@@ -1,5 +1,6 @@
-"""What the executor costs per step, beside the kernels: a chain of tiny ops and the tiny
-MoE decode step, run through a ``Session`` and eagerly through torch.
+"""What the executor costs per step, beside the kernels: a chain of tiny ops, small decoder
+blocks (the calibration's op mix) and the tiny MoE decode step, run through a ``Session``
+and eagerly through torch.
 
     python benchmarks/executor_overhead.py [--backend sim|cuda] [--profile 25] [--repeats 20]
 
@@ -7,7 +8,7 @@ For each workload it prints the median span (``RunResult.time_us``) and host wal
 per call, per step, and the same model run eagerly by torch on the same device (per
 op), so the executor's own share stands out. ``--profile N`` adds the N functions with
 the most own time under ``cProfile`` over the timed calls (where the host time goes).
-The chain's slope over its length is what ``workbench.calibrate`` stores as
+The decoder blocks' slope over their steps is what ``workbench.calibrate`` stores as
 ``executor_overhead`` (plus the launch). On ``cuda`` it first prints what single runtime
 calls cost the host here (median µs of 300 calls each): the floor under any step.
 """
@@ -32,7 +33,7 @@ import workbench as wb  # noqa: E402
 from workbench.models import MoEConfig, QwenMoEDecoder  # noqa: E402
 from workbench.runtime import cuda_available, cuda_unavailable_reason, stage_inputs  # noqa: E402
 from workbench.runtime.executor import load  # noqa: E402
-from workbench.runtime.executor_probe import TinyOpChain  # noqa: E402
+from workbench.runtime.executor_probe import DecoderOpMix, TinyOpChain  # noqa: E402
 from workbench.strategies import strategy_variants  # noqa: E402
 
 
@@ -149,6 +150,9 @@ def main() -> int:
     on_device = lambda program: wb.propagate(wb.place(program, lambda node: "cuda:0"))  # noqa: E731
     for n in (16, 64, 256):
         measure(f"chain {n}", TinyOpChain(n).eval(), (torch.zeros(1),), on_device, args.backend, args.repeats, 0)
+    for n in (2, 8):
+        x = torch.randn(4, 64, generator=torch.Generator().manual_seed(1))
+        measure(f"blocks {n}", DecoderOpMix(n).eval(), (x,), on_device, args.backend, args.repeats, 0)
     torch.manual_seed(0)
     moe = QwenMoEDecoder(MoEConfig.tiny()).eval()
     strategy = strategy_variants()[0]

@@ -270,12 +270,12 @@ def test_executor_overhead_delays_the_host_by_that_much_per_step_in_eager_mode(p
 
 def test_a_sim_run_charges_the_executor_overhead_as_its_estimate_does():
     """On sim, a run with a model that has ``executor_overhead`` records the timeline
-    ``estimate`` predicts, and a chain of tiny ops costs launch + executor overhead per step."""
-    from workbench.runtime.executor_probe import executor_step_seconds
+    ``estimate`` predicts, and decoder blocks cost launch + executor overhead per step."""
+    from workbench.runtime.executor_probe import executor_steps
 
     model = dataclasses.replace(CostModel.preset("h200"), executor_overhead=17e-6)
-    short, long = executor_step_seconds("sim", 8, 1, model), executor_step_seconds("sim", 40, 1, model)
-    assert (long[0] - short[0]) / 32 == pytest.approx(model.launch_overhead + model.executor_overhead, rel=1e-9)
+    (n1, short), (n2, long) = executor_steps("sim", 1, 1, model), executor_steps("sim", 3, 1, model)
+    assert (long[0] - short[0]) / (n2 - n1) == pytest.approx(model.launch_overhead + model.executor_overhead, rel=1e-9)
     net, inputs = example("residual")
     plan = wb.plan(wb.propagate(wb.place(wb.capture(net, inputs), {"cuda:0": ["*"]})), "greedy")
     ran = wb.run(plan, *inputs, backend="sim", cost_model=model)

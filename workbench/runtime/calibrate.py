@@ -23,9 +23,10 @@ Rules:
    copies). Plain pageable copies are fitted and saved for comparison.
 3. Launches: ``launch_overhead`` is the slope of the host time to issue n tiny kernels
    one by one against n; ``graph_launch_overhead`` the host time of one graph replay.
-   ``executor_overhead`` is the slope of the span of a chain of n tiny ops run through
-   the workbench executor (``executor_probe``) against n, less ``launch_overhead``:
-   what the executor adds per step (below a nanosecond counts as none).
+   ``executor_overhead`` is the slope of the span of n small decoder blocks run through
+   the workbench executor (``executor_probe``) against their number of steps, less
+   ``launch_overhead``: what the executor adds per step of a decoder's op mix (below a
+   nanosecond counts as none).
 4. Kernels back to back (graph replay, device time from the first kernel's start to the
    last one's end, or between CUDA events — a constant that cancels in a slope): the
    slope over k of a chain of k tiny kernels is the per-kernel floor ``kernel_gap +
@@ -124,7 +125,7 @@ class CalibrationPlan:
     matmul_sizes: tuple[int, ...] = (2048, 4096, 8192)  # square matmul sides, every dtype class
     host_copy_sizes: tuple[int, ...] = (16 << 20, 64 << 20, 256 << 20)  # bytes
     host_matmul_sizes: tuple[int, ...] = (256, 512, 1024)  # fp32 matmul sides on the host
-    executor_chains: tuple[int, ...] = (16, 64)  # tiny ops per chain run through the executor
+    executor_blocks: tuple[int, ...] = (2, 8)  # decoder blocks run through the executor
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -133,7 +134,7 @@ class CalibrationPlan:
             if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
                 raise CalibrationError(f"CalibrationPlan.{f.name} must be positive integers, got {value!r}")
         for name in ("launch_counts", "graph_kernels", "chain_kernels", "kernel_copy_sizes", "matmul_sizes",
-                     "host_copy_sizes", "host_matmul_sizes", "copy_sizes", "executor_chains"):  # fmt: skip
+                     "host_copy_sizes", "host_matmul_sizes", "copy_sizes", "executor_blocks"):  # fmt: skip
             if len(set(getattr(self, name))) < 2:
                 raise CalibrationError(f"CalibrationPlan.{name} needs at least two different values to fit a slope")
 
@@ -226,8 +227,9 @@ def run_probes(probe: Probe, plan: CalibrationPlan) -> tuple[Sample, ...]:
         samples.append(Sample("host_copy", n, 2 * n, probe.host_copy(n, plan.repeats_for(n))))
     for n in plan.host_matmul_sizes:
         samples.append(Sample("host_matmul", n, _mm_flops(n, torch.float32), probe.host_matmul(n, r)))
-    for n in plan.executor_chains:
-        samples.append(Sample("executor_step", n, n, probe.executor_steps(n, r)))
+    for n in plan.executor_blocks:
+        steps, seconds = probe.executor_steps(n, r)
+        samples.append(Sample("executor_step", n, steps, seconds))
     return tuple(samples)
 
 

@@ -25,7 +25,7 @@ from ..devices import CPU, Device
 from ..kernels.copies import CopyEngine
 from .cost_model import CostModel
 from .cuda import require_cuda
-from .executor_probe import executor_step_seconds
+from .executor_probe import executor_steps
 from .sim_timing import SimClock, copy_cost, op_step_cost
 from .steps import HOST_LANE, Step
 
@@ -64,7 +64,7 @@ class Probe(Protocol):
     def copy_kernel(self, nbytes: int, repeats: int) -> tuple[float, ...]: ...
     def matmul(self, dtype: torch.dtype, n: int, repeats: int) -> Optional[tuple[float, ...]]: ...
     def host_op(self, repeats: int) -> tuple[float, ...]: ...
-    def executor_steps(self, n: int, repeats: int) -> tuple[float, ...]: ...
+    def executor_steps(self, n: int, repeats: int) -> tuple[int, tuple[float, ...]]: ...
     def host_copy(self, nbytes: int, repeats: int) -> tuple[float, ...]: ...
     def host_matmul(self, n: int, repeats: int) -> tuple[float, ...]: ...
     def machine(self) -> dict[str, Any]: ...
@@ -160,8 +160,8 @@ class SimProbe:
     def host_matmul(self, n: int, repeats: int) -> tuple[float, ...]:
         return (self._one(*self._kernel(0, self._aten.mm.default, matmul_args(n, torch.float32), "cpu")),) * repeats
 
-    def executor_steps(self, n: int, repeats: int) -> tuple[float, ...]:
-        return executor_step_seconds("sim", n, repeats, self.model.with_launch_mode("eager"))
+    def executor_steps(self, n: int, repeats: int) -> tuple[int, tuple[float, ...]]:
+        return executor_steps("sim", n, repeats, self.model.with_launch_mode("eager"))
 
     def machine(self) -> dict[str, Any]:
         return {"simulated": self.model.name, "torch": torch.__version__}
@@ -334,9 +334,9 @@ class CudaProbe:
         with _ieee_fp32():
             return self._device_seconds(lambda: torch.mm(a, b, out=out), repeats)
 
-    def executor_steps(self, n: int, repeats: int) -> tuple[float, ...]:
+    def executor_steps(self, n: int, repeats: int) -> tuple[int, tuple[float, ...]]:
         with torch.cuda.device(self.device):
-            return executor_step_seconds("cuda", n, repeats)
+            return executor_steps("cuda", n, repeats)
 
     def host_op(self, repeats: int) -> tuple[float, ...]:
         a, b, n = torch.zeros(TINY_ELEMENTS), torch.empty(TINY_ELEMENTS), 1000
