@@ -108,3 +108,18 @@ def test_ids_by_value_fill_the_kernels_struct_and_no_more():
     assert f"#define WB_INLINE_IDS {INLINE_IDS}\n" in GATHER_SOURCE
     with pytest.raises(KernelArgumentError, match=str(INLINE_IDS)):
         inline_ids(np.arange(INLINE_IDS + 1))
+
+
+@given(st.lists(st.integers(1, 4), min_size=2, max_size=4), st.data())
+def test_row_contiguity_from_strides_agrees_with_torch(shape, data):
+    """Reading row contiguity off the shape and strides gives torch's answer for
+    src[0].is_contiguous() on slices and permutations of a tensor."""
+    from workbench.kernels.copies import rows_contiguous
+
+    t = torch.zeros(*shape)
+    order = [0] + data.draw(st.permutations(list(range(1, len(shape)))))
+    view = t.permute(*order)
+    dim = data.draw(st.integers(1, len(shape) - 1))
+    stop = data.draw(st.integers(1, view.shape[dim]))
+    view = view.narrow(dim, 0, stop)
+    assert rows_contiguous(view.shape, view.stride()) == view[0].is_contiguous()

@@ -39,9 +39,10 @@ Rules:
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -117,7 +118,7 @@ def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np
         if indices.device.type != "cpu":
             raise KernelArgumentError("gather_row_offsets takes host indices; device indices are offset on the device")
         indices = indices.numpy()
-    idx = np.asarray(indices)
+    idx = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
     if idx.ndim != 1:
         raise KernelArgumentError(f"indices must be 1-D, got shape {tuple(idx.shape)}")
     if idx.size and not np.issubdtype(idx.dtype, np.integer):
@@ -157,6 +158,14 @@ def dma_runs(ids: np.ndarray) -> tuple[tuple[int, int, int], ...]:
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     if not ids.size:
         return ()
+    if ids.size <= 64:  # a router's top-k: plain Python is quicker than numpy's set-up
+        runs, values = [], ids.tolist()
+        start = 0
+        for k in range(1, len(values) + 1):
+            if k == len(values) or values[k] != values[k - 1] + 1:
+                runs.append((start, values[start], k - start))
+                start = k
+        return tuple(runs)
     breaks = np.flatnonzero(np.diff(ids) != 1) + 1
     starts = np.concatenate(([0], breaks))
     ends = np.concatenate((breaks, [ids.size]))
@@ -359,6 +368,9 @@ class _RawStream:
         return (0, self.ptr)
 
 
+_EXTERNAL_STREAMS: dict[int, Any] = {}  # raw cudaStream_t → its CuPy wrapper
+
+
 def _stream(stream: Any) -> tuple[Any, bool]:
     """(a CuPy stream for ``stream``, whether to synchronize before returning) — rule 4."""
     cp = _cp()
@@ -367,11 +379,18 @@ def _stream(stream: Any) -> tuple[Any, bool]:
     if isinstance(stream, cp.cuda.Stream):
         return stream, False
     ptr = stream_ptr(stream)
-    if hasattr(cp.cuda.Stream, "from_external"):
-        return cp.cuda.Stream.from_external(_RawStream(ptr)), False
-    with warnings.catch_warnings():  # CuPy < 14 has only ExternalStream
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return cp.cuda.ExternalStream(ptr), False
+    wrapped = _EXTERNAL_STREAMS.get(ptr)
+    if wrapped is None:  # a non-owning wrapper of a raw stream: made once per stream
+        if hasattr(cp.cuda.Stream, "from_external"):
+            wrapped = cp.cuda.Stream.from_external(_RawStream(ptr))
+        else:
+            with warnings.catch_warnings():  # CuPy < 14 has only ExternalStream
+                warnings.simplefilter("ignore", DeprecationWarning)
+                wrapped = cp.cuda.ExternalStream(ptr)
+        if len(_EXTERNAL_STREAMS) >= 256:
+            _EXTERNAL_STREAMS.clear()
+        _EXTERNAL_STREAMS[ptr] = wrapped
+    return wrapped, False
 
 
 def _host_u8(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -436,6 +455,17 @@ class MappedHost:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def rows_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether each ``src[i]`` is contiguous, read off the strides (no tensor is made):
+    dimensions of size 1 may have any stride, the others the row-major ones."""
+    expected = 1
+    for extent, stride in zip(reversed(shape[1:]), reversed(strides[1:])):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
 
 
 def _device_array(cp: Any, indices: Any) -> Any:
@@ -748,10 +778,12 @@ class CopyEngine:
         checks and its device address are worked out here once. Sizes are in bytes;
         ``src_span`` is how far the kernel may read past ``src_dev_ptr``.
         """
-        num_rows = src.shape[0]
-        row_bytes = (src[0].numel() if num_rows else 0) * src.element_size()
-        row_stride = src.stride(0) * src.element_size()
-        if num_rows and not src[0].is_contiguous():
+        shape, strides, size = src.shape, src.stride(), src.element_size()
+        num_rows = shape[0]
+        row_elements = math.prod(shape[1:])
+        row_bytes = (row_elements if num_rows else 0) * size
+        row_stride = strides[0] * size
+        if num_rows and row_elements > 1 and not rows_contiguous(shape, strides):
             raise KernelArgumentError("each row of src (src[i]) must be contiguous")
         if src.device.type == "cpu":
             src_dev_ptr = device_address(src.data_ptr())
