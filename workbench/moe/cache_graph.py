@@ -85,7 +85,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 
 from ..capture import Program
-from ..copy_ops import GATHER_H2D, GATHER_REUSE, SELECT_ROWS
+from ..copy_ops import GATHER_REUSE, SELECT_ROWS
 from ..devices import CPU, CopyKind, Device
 from ..errors import WorkbenchError
 from ..experts import ExpertLayer

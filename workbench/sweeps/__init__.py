@@ -41,7 +41,6 @@ import numpy as np
 import pandas as pd
 
 from ..capture import Program
-from ..errors import WorkbenchError
 from ..models import MoEConfig, QwenMoEDecoder
 from ..moe.cache_policies import replay, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
