@@ -27,6 +27,11 @@ Rules:
    ``MAX_CACHED_ROWS``): on a match the row is copied from the prefetched device buffer
    ``cached`` (its first matching slot), else from the source as in rule 5. It records
    per row whether it hit, so the caller learns how many rows crossed the link.
+7. The routed gather writes ``len(indices)`` rows in one launch: output row j < n, with
+   n = ``*count`` read on the device (clamped to [0, rows]), is the source row
+   ``indices[j]`` as in rule 5; the rows from n on are zeros and read nothing. The block
+   of row 0 records n, so the caller learns how many rows crossed without the host
+   waiting for ``count`` before the launch.
 """
 
 from __future__ import annotations
@@ -138,7 +143,38 @@ def gather_launch_config(
     return (min(most, wanted), n_rows, 1), (threads, 1, 1)
 
 
-_GATHER_SOURCE = r"""
+# Each block row (grid.y) writes one output row; thread i of the row's blocks moves items
+# i, i + step, ... of it (16-byte items for v16, bytes for b1).
+_ROW_COPY_SOURCE = r"""
+__device__ __forceinline__ void wb_copy_v16(
+    uint4* __restrict__ d, const uint4* __restrict__ s, long long i, long long n, long long step)
+{
+    // Four independent loads before their stores keep more reads in flight.
+    for (; i + 3 * step < n; i += 4 * step) {
+        const uint4 a = s[i], b = s[i + step], c = s[i + 2 * step], e = s[i + 3 * step];
+        d[i] = a; d[i + step] = b; d[i + 2 * step] = c; d[i + 3 * step] = e;
+    }
+    for (; i < n; i += step) d[i] = s[i];
+}
+
+__device__ __forceinline__ void wb_zero_v16(uint4* __restrict__ d, long long i, long long n, long long step)
+{
+    for (; i < n; i += step) d[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+__device__ __forceinline__ void wb_copy_b1(
+    unsigned char* __restrict__ d, const unsigned char* __restrict__ s, long long i, long long n, long long step)
+{
+    for (; i < n; i += step) d[i] = s[i];
+}
+
+__device__ __forceinline__ void wb_zero_b1(unsigned char* __restrict__ d, long long i, long long n, long long step)
+{
+    for (; i < n; i += step) d[i] = 0;
+}
+"""
+
+_GATHER_SOURCE = _ROW_COPY_SOURCE + r"""
 extern "C" __global__ void wb_gather_rows_v16(
     const unsigned char* __restrict__ src, long long src_span,
     const long long* __restrict__ offsets, unsigned char* __restrict__ dst, long long row_bytes)
@@ -146,20 +182,13 @@ extern "C" __global__ void wb_gather_rows_v16(
     const long long row = blockIdx.y;
     const long long off = offsets[row];
     uint4* d = reinterpret_cast<uint4*>(dst + row * row_bytes);
-    const long long n = row_bytes >> 4;
     const long long step = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (off < 0 || off > src_span - row_bytes) {  // bad index: zeros, and no stray read
-        for (; i < n; i += step) d[i] = make_uint4(0u, 0u, 0u, 0u);
+        wb_zero_v16(d, i, row_bytes >> 4, step);
         return;
     }
-    const uint4* s = reinterpret_cast<const uint4*>(src + off);
-    // Four independent loads before their stores keep more reads in flight.
-    for (; i + 3 * step < n; i += 4 * step) {
-        const uint4 a = s[i], b = s[i + step], c = s[i + 2 * step], e = s[i + 3 * step];
-        d[i] = a; d[i + step] = b; d[i + 2 * step] = c; d[i + 3 * step] = e;
-    }
-    for (; i < n; i += step) d[i] = s[i];
+    wb_copy_v16(d, reinterpret_cast<const uint4*>(src + off), i, row_bytes >> 4, step);
 }
 
 extern "C" __global__ void wb_gather_rows_b1(
@@ -170,20 +199,19 @@ extern "C" __global__ void wb_gather_rows_b1(
     const long long off = offsets[row];
     unsigned char* d = dst + row * row_bytes;
     const long long step = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (off < 0 || off > src_span - row_bytes) {
-        for (; i < row_bytes; i += step) d[i] = 0;
+        wb_zero_b1(d, i, row_bytes, step);
         return;
     }
-    const unsigned char* s = src + off;
-    for (; i < row_bytes; i += step) d[i] = s[i];
+    wb_copy_b1(d, src + off, i, row_bytes, step);
 }
 """
 
 
 # Rule 6. One block row per output row (grid.y); every thread of it scans the few cached
 # ids (the same addresses for the whole warp, so the loads are broadcast from cache).
-_GATHER_REUSE_SOURCE = r"""
+_GATHER_REUSE_SOURCE = _ROW_COPY_SOURCE + r"""
 __device__ __forceinline__ int wb_cached_slot(
     const long long* __restrict__ cached_index, int n_cached, long long id)
 {
@@ -193,37 +221,37 @@ __device__ __forceinline__ int wb_cached_slot(
     return -1;
 }
 
+// Where output row ``row`` comes from: the prefetched buffer (a hit, flagged), the mapped
+// host source (a miss), or nowhere (a bad index: the row is zeroed).
+__device__ __forceinline__ const unsigned char* wb_reuse_source(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ index,
+    const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
+    long long row_bytes, int* __restrict__ hit_flags)
+{
+    const long long row = blockIdx.y;
+    const long long id = index[row];
+    const int slot = wb_cached_slot(cached_index, n_cached, id);
+    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
+    if (slot >= 0) return cached + (long long)slot * row_bytes;  // prefetched: device memory
+    const long long off = id * row_stride;
+    if (id < 0 || off > src_span - row_bytes) return nullptr;  // bad index: zeros, and no stray read
+    return src + off;  // missed: over the link from mapped host memory
+}
+
 extern "C" __global__ void wb_gather_reuse_rows_v16(
     const unsigned char* __restrict__ src, long long src_span, long long row_stride,
     const long long* __restrict__ index,
     const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
     unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)
 {
-    const long long row = blockIdx.y;
-    const long long id = index[row];
-    const int slot = wb_cached_slot(cached_index, n_cached, id);
-    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
-    uint4* d = reinterpret_cast<uint4*>(dst + row * row_bytes);
-    const long long n = row_bytes >> 4;
+    const unsigned char* from = wb_reuse_source(
+        src, src_span, row_stride, index, cached, cached_index, n_cached, row_bytes, hit_flags);
+    uint4* d = reinterpret_cast<uint4*>(dst + (long long)blockIdx.y * row_bytes);
     const long long step = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned char* from;
-    if (slot >= 0) {
-        from = cached + (long long)slot * row_bytes;  // prefetched: device memory
-    } else {
-        const long long off = id * row_stride;
-        if (id < 0 || off > src_span - row_bytes) {  // bad index: zeros, and no stray read
-            for (; i < n; i += step) d[i] = make_uint4(0u, 0u, 0u, 0u);
-            return;
-        }
-        from = src + off;  // missed: over the link from mapped host memory
-    }
-    const uint4* s = reinterpret_cast<const uint4*>(from);
-    for (; i + 3 * step < n; i += 4 * step) {
-        const uint4 a = s[i], b = s[i + step], c = s[i + 2 * step], e = s[i + 3 * step];
-        d[i] = a; d[i + step] = b; d[i + 2 * step] = c; d[i + 3 * step] = e;
-    }
-    for (; i < n; i += step) d[i] = s[i];
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (from == nullptr) wb_zero_v16(d, i, row_bytes >> 4, step);
+    else wb_copy_v16(d, reinterpret_cast<const uint4*>(from), i, row_bytes >> 4, step);
 }
 
 extern "C" __global__ void wb_gather_reuse_rows_b1(
@@ -232,25 +260,61 @@ extern "C" __global__ void wb_gather_reuse_rows_b1(
     const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
     unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)
 {
-    const long long row = blockIdx.y;
-    const long long id = index[row];
-    const int slot = wb_cached_slot(cached_index, n_cached, id);
-    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
-    unsigned char* d = dst + row * row_bytes;
+    const unsigned char* from = wb_reuse_source(
+        src, src_span, row_stride, index, cached, cached_index, n_cached, row_bytes, hit_flags);
+    unsigned char* d = dst + (long long)blockIdx.y * row_bytes;
     const long long step = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned char* s;
-    if (slot >= 0) {
-        s = cached + (long long)slot * row_bytes;
-    } else {
-        const long long off = id * row_stride;
-        if (id < 0 || off > src_span - row_bytes) {
-            for (; i < row_bytes; i += step) d[i] = 0;
-            return;
-        }
-        s = src + off;
-    }
-    for (; i < row_bytes; i += step) d[i] = s[i];
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (from == nullptr) wb_zero_b1(d, i, row_bytes, step);
+    else wb_copy_b1(d, from, i, row_bytes, step);
+}
+"""
+
+
+# Rule 7. A row at or past the device-side count is padding: zeros, no read.
+_GATHER_ROUTED_SOURCE = _ROW_COPY_SOURCE + r"""
+// Where output row ``row`` comes from: the mapped host source, or nowhere (padding past
+// the count, or a bad index: the row is zeroed). Row 0 records the count it used.
+__device__ __forceinline__ const unsigned char* wb_routed_source(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ index, const long long* __restrict__ count,
+    long long row_bytes, long long* __restrict__ moved)
+{
+    const long long row = blockIdx.y;
+    const long long rows = (long long)gridDim.y;
+    const long long n = *count < 0 ? 0 : (*count > rows ? rows : *count);
+    if (row == 0 && blockIdx.x == 0 && threadIdx.x == 0) *moved = n;
+    if (row >= n) return nullptr;
+    const long long id = index[row];
+    const long long off = id * row_stride;
+    if (id < 0 || off > src_span - row_bytes) return nullptr;
+    return src + off;
+}
+
+extern "C" __global__ void wb_gather_routed_rows_v16(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ index, const long long* __restrict__ count,
+    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
+{
+    const unsigned char* from = wb_routed_source(src, src_span, row_stride, index, count, row_bytes, moved);
+    uint4* d = reinterpret_cast<uint4*>(dst + (long long)blockIdx.y * row_bytes);
+    const long long step = (long long)gridDim.x * blockDim.x;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (from == nullptr) wb_zero_v16(d, i, row_bytes >> 4, step);
+    else wb_copy_v16(d, reinterpret_cast<const uint4*>(from), i, row_bytes >> 4, step);
+}
+
+extern "C" __global__ void wb_gather_routed_rows_b1(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ index, const long long* __restrict__ count,
+    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
+{
+    const unsigned char* from = wb_routed_source(src, src_span, row_stride, index, count, row_bytes, moved);
+    unsigned char* d = dst + (long long)blockIdx.y * row_bytes;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (from == nullptr) wb_zero_b1(d, i, row_bytes, step);
+    else wb_copy_b1(d, from, i, row_bytes, step);
 }
 """
 
@@ -557,6 +621,54 @@ class CopyEngine:
             if sync:
                 s.synchronize()
         return flags
+
+    def gather_routed_rows(self, dst_ptr: int, src: torch.Tensor, indices: Any, count: Any, stream: Any = None) -> Any:
+        """Rows ``src[indices[j]]`` to ``dst[j]`` for ``j < count``, zeros for the other
+        rows, in one launch (rule 7).
+
+        ``src`` as for ``gather_rows``; ``indices`` host ints or a CUDA/CuPy int array (one
+        slot per output row); ``count`` a one-element CUDA/CuPy integer array, read on the
+        device. Returns a CuPy int64 array of one element, the rows that crossed, filled
+        when the launch completes on ``stream``.
+        """
+        cp = _cp()
+        if not isinstance(src, torch.Tensor) or src.dim() < 1:
+            raise KernelArgumentError("src must be a torch tensor with at least one dimension (the rows)")
+        num_rows, row_bytes, row_stride, src_dev_ptr, src_span = self._gather_source(src)
+        s, sync = _stream(stream)
+        with self._device, s:
+            ids = self._device_ids(cp, indices, num_rows, "indices")
+            n = int(ids.size)
+            moved = cp.zeros(1, dtype=cp.int64)
+            if n == 0 or row_bytes == 0:
+                return moved
+            if n > MAX_GATHER_ROWS:
+                raise KernelArgumentError(f"at most {MAX_GATHER_ROWS} rows per gather, got {n}")
+            real = self._device_count(cp, count)
+            variant = gather_variant(src_dev_ptr, dst_ptr, row_bytes, row_stride)
+            grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
+            self._kernel(_GATHER_ROUTED_SOURCE, f"wb_gather_routed_rows_{variant}")(
+                grid,
+                block,
+                (
+                    np.uint64(src_dev_ptr), np.int64(src_span), np.int64(row_stride), ids, real,
+                    np.uint64(dst_ptr), np.int64(row_bytes), moved,
+                ),
+            )  # fmt: skip
+            if sync:
+                s.synchronize()
+        return moved
+
+    @staticmethod
+    def _device_count(cp: Any, count: Any) -> Any:
+        """A routed gather's row count as a one-element int64 device array (rule 7)."""
+        if isinstance(count, torch.Tensor):
+            if count.device.type != "cuda":
+                raise KernelArgumentError("count must live on the GPU (the kernel reads it there), got a host tensor")
+            count = cp.from_dlpack(count.reshape(1))
+        if not isinstance(count, cp.ndarray) or count.size != 1 or count.dtype.kind not in "iu":
+            raise KernelArgumentError("count must be a one-element integer array on the GPU")
+        return cp.ascontiguousarray(count.reshape(1).astype(cp.int64))
 
     @staticmethod
     def _gather_source(src: torch.Tensor) -> tuple[int, int, int, int, int]:
