@@ -29,7 +29,7 @@ from workbench.compare import (  # noqa: E402 - after the skip, on purpose
 )
 from workbench.compare import lowering  # noqa: E402
 from workbench.executorch import executorch_api  # noqa: E402
-from workbench.place import PlacementError, _matches  # noqa: E402
+from workbench.place import PlacementError, pattern_matches  # noqa: E402
 
 slow_et = [pytest.mark.executorch, pytest.mark.slow]
 
@@ -240,10 +240,10 @@ def test_edge_ops_match_by_their_aten_name():
     graph = torch.fx.Graph()
     a = graph.placeholder("a")
     node = graph.call_function(exir_ops.edge.aten.add.Tensor, (a, a))
-    assert _matches(node, "op", "aten.add")
-    assert _matches(node, "op", "aten.add.Tensor")
-    assert _matches(node, "op", "aten.*")
-    assert not _matches(node, "op", "aten.addmm")
+    assert pattern_matches(node, "op", "aten.add")
+    assert pattern_matches(node, "op", "aten.add.Tensor")
+    assert pattern_matches(node, "op", "aten.*")
+    assert not pattern_matches(node, "op", "aten.addmm")
 
 
 @pytest.mark.executorch

@@ -10,7 +10,7 @@ import torch.fx
 import workbench as wb
 from workbench import Device
 from workbench.examples import example
-from workbench.place import _fuse
+from workbench.place import fuse_delegates
 
 from conftest import captured, moe_tiny
 from workbench.place import module_paths
@@ -274,7 +274,7 @@ def test_fusion_is_acyclic_and_complete(seed):
     """Rule 4: every device op is in exactly one delegate of its device, and contracting
     each delegate to one node leaves the graph acyclic (so delegates can run in order)."""
     graph, place = _random_graph(60, seed)
-    groups = _fuse(graph, place)
+    groups = fuse_delegates(graph, place)
     names = [n for _, ns in groups for n in ns]
     assert sorted(names) == sorted(n for n, d in place.items() if not d.is_host)
     for device, ns in groups:
@@ -290,7 +290,7 @@ def test_fusion_refuses_a_cycle():
     b = g.call_function(torch.ops.aten.neg.default, (a,))
     c = g.call_function(torch.ops.aten.add.Tensor, (a, b))
     g.output(c)
-    groups = _fuse(g, {a.name: CUDA0, b.name: wb.CPU, c.name: CUDA0})
+    groups = fuse_delegates(g, {a.name: CUDA0, b.name: wb.CPU, c.name: CUDA0})
     assert [ns for _, ns in groups] == [[a.name], [c.name]]
 
 
@@ -348,6 +348,6 @@ def test_wrapped_ops_are_named_and_placed_like_the_op_they_wrap():
     x = g.placeholder("x")
     node = g.call_function(add, (x, x))
     assert op_name(node) == "aten.add.Tensor" and packet_name(node) == "aten.add"
-    from workbench.place import _matches
+    from workbench.place import pattern_matches
 
-    assert _matches(node, "op", "aten.add") and not _matches(node, "op", "aten.mul")
+    assert pattern_matches(node, "op", "aten.add") and not pattern_matches(node, "op", "aten.mul")

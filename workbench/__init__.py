@@ -27,23 +27,29 @@ from .planning.plan_file import load_plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
 from .runtime.calibrate import calibrate
 from .runtime.executor import RunResult, Session, estimate, load, run
-from .moe.decode import DecodeResult, decode
-from .sweeps import SweepResult, sweep
 
-#: Names served by ``workbench.views``, imported when first asked for.
-_VIEW_NAMES = ("BufferView", "GraphView", "PlacementExplorer", "TimelineView", "explore", "to_chrome_trace", "to_dot")
-
-#: ExecuTorch entry points and their modules, imported when first asked for (``executorch`` is optional).
-_EXECUTORCH_NAMES = {"from_executorch": ".executorch", "compare_with_executorch": ".compare"}
+#: Names served by other modules, imported when first asked for: the views (widgets and
+#: plotting), the ExecuTorch entry points (``executorch`` is optional), and the MoE
+#: capacity tools (compiled cache-policy replay); a script that only plans never pays for them.
+_LAZY_NAMES = {
+    **dict.fromkeys(
+        ("BufferView", "GraphView", "PlacementExplorer", "TimelineView", "explore", "to_chrome_trace", "to_dot"),
+        ".views",
+    ),
+    "from_executorch": ".executorch",
+    "compare_with_executorch": ".compare",
+    "decode": ".moe.decode",
+    "DecodeResult": ".moe.decode",
+    "sweep": ".sweeps",
+    "SweepResult": ".sweeps",
+}
 
 
 def __getattr__(name: str) -> Any:
     if name == "views":
         return import_module(".views", __name__)
-    if name in _VIEW_NAMES:
-        return getattr(import_module(".views", __name__), name)
-    if name in _EXECUTORCH_NAMES:
-        return getattr(import_module(_EXECUTORCH_NAMES[name], __name__), name)
+    if name in _LAZY_NAMES:
+        return getattr(import_module(_LAZY_NAMES[name], __name__), name)
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
 
 

@@ -64,8 +64,10 @@ __all__ = [
     "Placement",
     "PlacementError",
     "PlacementWarning",
+    "fuse_delegates",
     "module_paths",
     "parse_rules",
+    "pattern_matches",
     "place",
     "report_no_claim",
 ]
@@ -201,7 +203,7 @@ def _place(program: Program, rules: Rules, strict: bool, partitioner: str) -> Pl
     if partitioner == "fx":
         groups = _fx_partition(program.graph_module, node_device)
     else:
-        groups = _fuse(graph, node_device)
+        groups = fuse_delegates(graph, node_device)
     delegates = tuple(
         Delegate(f"delegate_{i}", device, tuple(nodes)) for i, (device, nodes) in enumerate(groups)
     )
@@ -266,7 +268,8 @@ def _op_matches(full: str, packet: str, glob: str) -> bool:
     return fnmatch.fnmatchcase(full, glob) or fnmatch.fnmatchcase(packet, glob)
 
 
-def _matches(node: torch.fx.Node, kind: str, glob: str) -> bool:
+def pattern_matches(node: torch.fx.Node, kind: str, glob: str) -> bool:
+    """True when a parsed pattern (``kind`` "op", "module" or "node", and its glob) claims ``node``."""
     return _specificity(node, kind, glob) is not None
 
 
@@ -395,7 +398,7 @@ def _follow_producers(graph: torch.fx.Graph, node_device: dict[str, Device]) -> 
 # --- fusion ------------------------------------------------------------------------
 
 
-def _fuse(graph: torch.fx.Graph, node_device: Mapping[str, Device]) -> list[tuple[Device, list[str]]]:
+def fuse_delegates(graph: torch.fx.Graph, node_device: Mapping[str, Device]) -> list[tuple[Device, list[str]]]:
     """Group device ops into acyclic delegates in one pass over the graph, O(nodes + edges).
 
     Each node gets a *stage*; delegates are the connected groups of same-device ops on

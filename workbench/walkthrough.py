@@ -39,6 +39,7 @@ import torch
 
 from .anchors import anchors_table
 from .capture import capture
+from .errors import ArgumentValueError
 from .models import MoEConfig, QwenMoEDecoder
 from .planning.memory_plan import MemoryPlan, plan
 from .devices import CPU, Device
@@ -172,7 +173,7 @@ def measured_hit_rate(config: Optional[MoEConfig] = None, *, tokens: int = 256, 
     ``expert_prefetch=True``: for each token and each layer with a hint, |chosen ∩
     predicted| / k, averaged. Per token, so it is what a batch-1 decode step sees."""
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ValueError(f"tokens must be a positive integer, got {tokens!r}")
+        raise ArgumentValueError(f"tokens must be a positive integer, got {tokens!r}")
     config = config or MoEConfig.tiny()
     model = QwenMoEDecoder(config, seed=seed, expert_prefetch=True).eval()
     k = config.num_experts_per_tok
@@ -192,7 +193,7 @@ def measured_hit_rate(config: Optional[MoEConfig] = None, *, tokens: int = 256, 
         for h in hooks:
             h.remove()
     if not seen:
-        raise ValueError("the model has a single layer: no layer is predicted by another")
+        raise ArgumentValueError("the model has a single layer: no layer is predicted by another, so there is no hit rate to measure")
     hits = sum(int((chosen[:, :, None] == predicted[:, None, :]).any(-1).sum()) for chosen, predicted in seen)
     return hits / (len(seen) * tokens * k)
 
@@ -348,7 +349,7 @@ def prefetch_sensitivity(
             if s.name == "expert_streaming" and s.prefetch == prefetch and s.skip_copies == skip_copies:
                 return r
         want = expert_streaming(skip_copies=skip_copies, prefetch=prefetch).label
-        raise ValueError(f"results hold no {want!r}; run full_size_results with that strategy")
+        raise ArgumentValueError(f"results hold no {want!r}; run full_size_results with that strategy")
 
     def timeline_of(result: StrategyResult, link: str, rate: Optional[float]):
         cached = (result.estimates or {}).get(link)

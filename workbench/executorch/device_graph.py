@@ -48,6 +48,7 @@ from ..copy_ops import OP_FOR_KIND
 from ..devices import CopyKind, Device
 from ..place import Delegate, Placement
 from ..propagate import CopyRecord, DeviceGraph
+from .errors import UnsupportedProgram
 from .operators import argument_count, functional_overload, torch_overload
 from .ops import DTYPES, EXECUTORCH_CALL, EXECUTORCH_CALL_ONE, output_spec
 from .program import ExecuTorchProgram, ProgramCall, ProgramTensor, TensorList
@@ -136,7 +137,7 @@ class _GraphBuilder:
 
     def _hold(self, node: torch.fx.Node, t: ProgramTensor) -> None:
         if node.name != t.name:  # the plain data and the graph must name a value alike
-            raise RuntimeError(f"torch.fx renamed {t.name!r} to {node.name!r}; the import's namer must avoid it")
+            raise UnsupportedProgram(f"torch.fx renamed {t.name!r} to {node.name!r}; the import's namer must avoid it")
         node.meta["val"] = _meta(t)
         self.nodes[t.index] = node
         self.device[node.name] = t.device

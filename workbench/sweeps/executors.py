@@ -15,6 +15,8 @@ import os
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from typing import Any, Callable, Optional
 
+from ..errors import ArgumentValueError
+
 __all__ = ["InlineExecutor", "process_pool"]
 
 
@@ -33,5 +35,5 @@ class InlineExecutor(Executor):
 def process_pool(workers: Optional[int] = None) -> ProcessPoolExecutor:
     """A pool of ``workers`` processes (default: the CPU count) started with ``spawn``."""
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+        raise ArgumentValueError(f"workers must be a positive integer, got {workers!r}")
     return ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn"))

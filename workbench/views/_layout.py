@@ -56,7 +56,7 @@ import torch.fx
 from ..devices import Device
 from ..errors import WorkbenchWarning
 from ._graphviz import GraphvizUnavailable, dot_positions
-from ._inputs import ViewOptionError
+from ._inputs import UnknownNameError, ViewOptionError
 from ._style import copy_label, format_bytes
 from ._upstream import CopyRecord, DeviceGraph, node_nbytes
 
@@ -179,7 +179,7 @@ class GraphLayout:
         for n in self.nodes:
             if n.id == node_id:
                 return n
-        raise KeyError(f"no layout node {node_id!r}")
+        raise UnknownNameError(f"no layout node {node_id!r}; drawn nodes are {', '.join(n.id for n in self.nodes[:8])}…")
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per drawn node."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..devices import Device
+from ._inputs import ViewOptionError
 from ._upstream import format_bytes, format_us  # noqa: F401  (re-exported for the views)
 
 CPU_COLOUR = "#4E79A7"
@@ -47,7 +48,7 @@ def copy_colour(kind: str) -> str:
     try:
         return COPY_COLOURS[kind]
     except KeyError:
-        raise ValueError(f"unknown copy kind {kind!r}; valid kinds are {', '.join(COPY_COLOURS)}") from None
+        raise ViewOptionError(f"unknown copy kind {kind!r}; valid kinds are {', '.join(COPY_COLOURS)}") from None
 
 
 def colour_for_key(key: str) -> str:
@@ -59,7 +60,7 @@ def colour_for_key(key: str) -> str:
         return copy_colour(value)
     if key == "constant":
         return CONSTANT_COLOUR
-    raise ValueError(f"unknown colour key {key!r}; keys look like 'device:cuda:0', 'copy:h2d' or 'constant'")
+    raise ViewOptionError(f"unknown colour key {key!r}; keys look like 'device:cuda:0', 'copy:h2d' or 'constant'")
 
 
 def timeline_colour(kind: str, device: str) -> str:
