@@ -14,7 +14,8 @@ Rules:
    ``skip_h2d_for_method_inputs``, outputs and state updates come back to the host
    unless ``skip_d2h_for_method_outputs`` (outputs only).
 3. Copies: one record per copy node of the graph, and only those; each record's kind,
-   role, devices, inputs and bytes are those of its node.
+   role, devices, inputs and bytes are those of its node (a routed copy's slots and
+   routing too).
 4. Reads: every op other than a copy reads values on its own device, constants resident
    there, or (metadata-only ops) anything; residency is exactly where constants are read
    for their data (a metadata-only read holds a constant nowhere).
@@ -44,6 +45,7 @@ from torch.export.graph_signature import OutputKind
 
 from ..copy_ops import GATHER_H2D, GATHER_REUSE, GATHER_ROUTED, KIND_FOR_OP, is_copy_node
 from ..devices import CPU, CopyKind, Device, host_first
+from ..expert_ops import routing_of
 from ..graph_values import node_nbytes, output_values, reads_metadata_only, value_of
 from ..propagate import CopyRecord, CopyRole, DeviceGraph
 from .buffers import MAX_ALIGNMENT, Buffer, aligned_size
@@ -121,7 +123,7 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, wher
         role_ok = record.role is CopyRole.REUSE
         inputs = (record.value, record.index, record.prefetch, record.prefetch_index, str(record.src), str(record.dst))
     elif node.target is GATHER_ROUTED:
-        role_ok = record.role is CopyRole.ROUTED and record.slots == _rows(node)
+        role_ok = record.role is CopyRole.ROUTED
         inputs = (record.value, record.index, record.count, str(record.src), str(record.dst))
     elif node.target is GATHER_H2D:
         role_ok = record.role in (CopyRole.GATHER, CopyRole.PREFETCH)
@@ -146,6 +148,10 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, wher
         if extra is not None and dg.node_device.get(extra) != record.dst:
             return f"{where} reads {extra!r} on {record.dst}, but it lives on {dg.node_device.get(extra)}"
     nodes = {n.name: n for n in dg.graph.nodes}
+    if record.role is CopyRole.ROUTED and record.slots != _rows(node):
+        return f"{where}.slots is {record.slots}, but node {node.name!r} gathers {_rows(node)} rows"
+    if record.role is CopyRole.ROUTED and record.index is not None and record.routing != routing_of(nodes[record.index]):
+        return f"{where}.routing is {record.routing}, but the router behind {record.index!r} gives {routing_of(nodes[record.index])}"
     moved = node_nbytes(nodes[record.value] if record.role is CopyRole.PLAIN else node, unbounded="hint")
     if record.nbytes != moved:
         return f"{where}.nbytes is {record.nbytes}, but the copy moves {moved} bytes"
