@@ -5,7 +5,7 @@
 #
 # Parts (each guarded: a failure or timeout is logged and the next part still runs), with
 # their time limits; the limits and the set-up add up to under 8 minutes:
-#   1. pytest -m gpu on the runtime tests (160 s)    -> $OUT/gpu_tests.log
+#   1. pytest -m gpu on every test file with gpu tests (160 s) -> $OUT/gpu_tests.log
 #   2. benchmarks/copy_bandwidth.py up to 256 MiB (100 s)
 #                                                     -> $OUT/copy_bandwidth.csv
 #   3. workbench.calibrate(backend="cuda"), benchmarks/calibrate.py (100 s)
@@ -15,6 +15,8 @@
 #      vs modeled (the H200 datasheet preset, and the preset part 3 measured) (90 s)
 #                                                     -> $OUT/moe_cuda_vs_sim.csv,
 #                                                        $OUT/moe_timelines.csv (measured events)
+#   5. benchmarks/executor_overhead.py on cuda: the executor's cost per step against eager
+#      torch, with a cProfile of the MoE step (60 s) -> $OUT/run.log
 # The output of parts 2-4 goes to $OUT/run.log; $OUT/env.txt holds versions, the GPU as
 # nvidia-smi reports it and, at the end, each part's exit code and seconds. Seven files
 # in all (the device machine returns at most 8), each truncated to 15 MiB.
@@ -50,7 +52,10 @@ log_code() {  # part name, exit code, seconds
 
 # -- 1. GPU tests ---------------------------------------------------------------------------
 t0=$SECONDS
-timeout 160 "$PY" -m pytest -m gpu tests/runtime -rA -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log"
+# Only the files that hold gpu tests are collected, and without the notebook options of the
+# project's pytest configuration (nbval need not be installed on the GPU machine).
+mapfile -t GPU_TESTS < <(grep -rl "mark.gpu" tests --include='*.py' | sort)
+timeout 160 "$PY" -m pytest -o addopts="" -m gpu "${GPU_TESTS[@]}" -rA -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log"
 log_code gpu_tests "${PIPESTATUS[0]}" $((SECONDS - t0))
 cap "$OUT/gpu_tests.log"
 
@@ -75,6 +80,7 @@ cat > "$SCRIPT" <<'PYEOF'
 (CUDA events, median of repeats after a warm-up call) vs the cost model (estimate) with
 the H200 datasheet preset and, when part 3 wrote one, the measured preset."""
 import csv
+import dataclasses
 import glob
 import statistics
 import sys
@@ -105,6 +111,8 @@ expected = model(*inputs)
 models = {"h200": CostModel.preset("h200", link="pcie_gen5")}
 if measured_files:
     models["measured"] = CostModel.load(measured_files[0])
+    # the same machine with a compiled runtime's issue cost: what the executor's own work adds
+    models["measured_no_executor"] = dataclasses.replace(models["measured"], executor_overhead=0.0)
     print(f"measured preset: {measured_files[0]}", flush=True)
 rows, events = [], []
 for strategy in strategy_variants():
@@ -140,6 +148,7 @@ for strategy in strategy_variants():
             modeled_over_measured=round(modeled["h200"].span_us / measured, 3) if measured else "",
             modeled_measured_us=round(modeled["measured"].span_us, 2) if "measured" in modeled else "",
             measured_preset_over_measured=round(modeled["measured"].span_us / measured, 3) if "measured" in modeled and measured else "",
+            modeled_measured_no_executor_us=round(modeled["measured_no_executor"].span_us, 2) if "measured" in modeled else "",
             measured_compute_us=round(totals["compute"], 2),
             modeled_compute_us=round(mtotals["compute"], 2),
             measured_copy_us=round(totals["h2d"] + totals["d2h"] + totals["d2d"], 2),
@@ -178,6 +187,13 @@ timeout 90 "$PY" "$SCRIPT" "$OUT" cuda 20 2>&1 | tee -a "$LOG"
 log_code moe_cuda_vs_sim "${PIPESTATUS[0]}" $((SECONDS - t0))
 cap "$OUT/moe_cuda_vs_sim.csv" "$OUT/moe_timelines.csv" "$LOG" "$ENV"
 rm -f "$SCRIPT"
+
+# -- 5. executor overhead per step ---------------------------------------------------------------
+t0=$SECONDS
+echo "## executor overhead" >> "$LOG"
+timeout 60 "$PY" benchmarks/executor_overhead.py --backend cuda --repeats 20 --profile 30 2>&1 | tee -a "$LOG"
+log_code executor_overhead "${PIPESTATUS[0]}" $((SECONDS - t0))
+cap "$LOG" "$ENV"
 
 echo "done; results in $OUT:"
 ls -la "$OUT"

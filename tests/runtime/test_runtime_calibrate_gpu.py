@@ -2,6 +2,7 @@
 the measured preset records the machine. Skipped without a GPU."""
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -34,10 +35,12 @@ def probe():
 
 @pytest.mark.parametrize("path", ["h2d_pinned", "h2d_staged", "h2d_plain", "d2h_pinned", "d2h_staged", "d2h_plain", "d2d"])
 def test_every_copy_path_takes_positive_time_growing_with_size(probe, path):
-    """Each copy path answers positive seconds per repeat, and 32 MiB takes longer than 64 KiB."""
-    small, big = probe.copy(path, 64 << 10, 3), probe.copy(path, 32 << 20, 3)
-    assert len(small) == len(big) == 3 and min(small) > 0
-    assert min(big) > max(small)
+    """Each copy path answers positive seconds per repeat, and 32 MiB takes longer than
+    64 KiB (medians of 5: a device copy's fixed cost is close to 32 MiB's own time on HBM,
+    so single repeats may overlap)."""
+    small, big = probe.copy(path, 64 << 10, 5), probe.copy(path, 32 << 20, 5)
+    assert len(small) == len(big) == 5 and min(small) > 0
+    assert statistics.median(big) > statistics.median(small)
 
 
 def test_graph_replay_of_tiny_kernels_is_cheaper_per_kernel_than_eager_issue(probe):

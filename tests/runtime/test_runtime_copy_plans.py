@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 import torch
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workbench.kernels.copies import INLINE_IDS, KernelArgumentError, GATHER_SOURCE, inline_ids
 from workbench.kernels import (
+    dma_runs,
     gather_launch_config,
     gather_row_offsets,
     gather_variant,
@@ -76,3 +81,45 @@ def test_launch_config_covers_rows_and_never_oversubscribes():
     assert small[0] == 1  # one 16-byte item per row needs one block
     with pytest.raises(ValueError, match="n_rows"):
         gather_launch_config(16, 0, "v16", 132)
+
+
+@given(st.lists(st.integers(0, 40), max_size=24))
+def test_dma_runs_cover_every_output_row_once_with_consecutive_source_rows(ids):
+    """The runs of a DMA gather tile the output rows in order, each run reads consecutive
+    source rows, and expanding the runs gives back the ids; no two neighbouring runs
+    could have been one copy."""
+    runs = dma_runs(np.array(ids, dtype=np.int64))
+    expanded, next_out = [], 0
+    for out_row, first, rows in runs:
+        assert out_row == next_out and rows >= 1
+        expanded += list(range(first, first + rows))
+        next_out += rows
+    assert expanded == ids
+    for (_, a, n), (_, b, _) in zip(runs, runs[1:]):
+        assert a + n != b
+
+
+def test_ids_by_value_fill_the_kernels_struct_and_no_more():
+    """Host ids packed for the inline gather kernels keep their order in a struct of
+    exactly the size the kernel source declares; more ids than it holds are refused."""
+    packed = inline_ids(np.array([7, 0, 3]))
+    assert packed.dtype.itemsize == 8 * INLINE_IDS
+    assert packed["v"][:3].tolist() == [7, 0, 3] and (packed["v"][3:] == -1).all()
+    assert f"#define WB_INLINE_IDS {INLINE_IDS}\n" in GATHER_SOURCE
+    with pytest.raises(KernelArgumentError, match=str(INLINE_IDS)):
+        inline_ids(np.arange(INLINE_IDS + 1))
+
+
+@given(st.lists(st.integers(1, 4), min_size=2, max_size=4), st.data())
+def test_row_contiguity_from_strides_agrees_with_torch(shape, data):
+    """Reading row contiguity off the shape and strides gives torch's answer for
+    src[0].is_contiguous() on slices and permutations of a tensor."""
+    from workbench.kernels.copies import rows_contiguous
+
+    t = torch.zeros(*shape)
+    order = [0] + data.draw(st.permutations(list(range(1, len(shape)))))
+    view = t.permute(*order)
+    dim = data.draw(st.integers(1, len(shape) - 1))
+    stop = data.draw(st.integers(1, view.shape[dim]))
+    view = view.narrow(dim, 0, stop)
+    assert rows_contiguous(view.shape, view.stride()) == view[0].is_contiguous()

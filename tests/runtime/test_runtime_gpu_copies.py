@@ -118,6 +118,65 @@ def test_gather_from_registered_pageable_memory_and_device_indices(engine):
     assert bytes(cp.asnumpy(dst)) == bytes(expected.numpy())
 
 
+@pytest.mark.parametrize("method", ["kernel", "dma", "auto"])
+@pytest.mark.parametrize("strided", [False, True])
+def test_every_gather_method_matches_index_select(engine, method, strided):
+    """Kernel, DMA (runs of consecutive ids become one copy) and auto gathers of host ids
+    equal index_select, from a source whose rows are packed or spaced apart."""
+    import cupy as cp
+
+    row_bytes = 4096
+    table = _random_bytes(32 * 2 * row_bytes, 5).reshape(32, 2 * row_bytes).pin_memory()
+    experts = table[:, :row_bytes] if strided else table.reshape(64, row_bytes)
+    idx = torch.tensor([4, 5, 6, 0, 31, 7, 8, 3])
+    dst = cp.zeros(len(idx) * row_bytes, dtype=cp.uint8)
+    assert engine.gather_rows(dst.data.ptr, experts, idx, method=method) == len(idx) * row_bytes
+    expected = experts.index_select(0, idx).reshape(-1)
+    assert bytes(cp.asnumpy(dst)) == bytes(expected.numpy())
+
+
+def test_host_id_slots_are_not_overwritten_while_a_gather_still_reads_them(engine):
+    """Three times as many gathers as there are id slots (each with more ids than go by
+    value), queued on one stream without a sync in between, each land their own rows: a
+    slot is refilled only after its last gather ran."""
+    import cupy as cp
+
+    from workbench.kernels.copies import ID_RING_SLOTS, INLINE_IDS
+
+    rows = _random_bytes(64 * 1024, 6).reshape(64, 1024).pin_memory()
+    stream = cp.cuda.Stream(non_blocking=True)
+    count = INLINE_IDS + 6
+    picks = [torch.tensor([(3 * k + j) % 64 for j in range(count)]) for k in range(3 * ID_RING_SLOTS)]
+    dsts = [cp.zeros(count * 1024, dtype=cp.uint8) for _ in picks]
+    for dst, idx in zip(dsts, picks):
+        engine.gather_rows(dst.data.ptr, rows, idx, stream, method="kernel")
+    stream.synchronize()
+    for dst, idx in zip(dsts, picks):
+        assert bytes(cp.asnumpy(dst)) == bytes(rows.index_select(0, idx).reshape(-1).numpy())
+
+
+def test_gather_takes_int32_device_ids_and_more_host_ids_than_a_slot_holds(engine):
+    """int32 ids on the device and 5000 host ids (over a slot's capacity) gather correctly;
+    a DMA gather with device ids is refused, saying why."""
+    import cupy as cp
+
+    from workbench.kernels.copies import ID_RING_CAPACITY, KernelArgumentError
+
+    rows = _random_bytes(128 * 32, 7).reshape(128, 32).pin_memory()
+    ids = cp.asarray([127, 0, 64], dtype=cp.int32)
+    dst = cp.zeros(3 * 32, dtype=cp.uint8)
+    engine.gather_rows(dst.data.ptr, rows, ids)
+    assert bytes(cp.asnumpy(dst)) == bytes(rows.index_select(0, torch.tensor([127, 0, 64])).reshape(-1).numpy())
+    many = torch.arange(ID_RING_CAPACITY + 904) % 128
+    big = cp.zeros(len(many) * 32, dtype=cp.uint8)
+    engine.gather_rows(big.data.ptr, rows, many, method="kernel")
+    assert bytes(cp.asnumpy(big)) == bytes(rows.index_select(0, many).reshape(-1).numpy())
+    with pytest.raises(KernelArgumentError, match="host"):
+        engine.gather_rows(dst.data.ptr, rows, ids, method="dma")
+    with pytest.raises(KernelArgumentError, match="method"):
+        engine.gather_rows(dst.data.ptr, rows, [0], method="fast")
+
+
 def test_gather_refuses_unpinned_host_memory_and_bad_indices(engine):
     """An unpinned source and an out-of-range host index are errors, not garbage reads."""
     import cupy as cp

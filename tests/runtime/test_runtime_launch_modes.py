@@ -248,3 +248,36 @@ def test_compute_time_of_a_device_kernel_has_a_floor_and_no_launch():
     assert m.compute_time_us(0, 0, "cuda:0") == 2.0
     assert m.compute_time_us(0, 10**9, "cuda:0", torch.float32) == pytest.approx(1e9 / m.device_memory_bandwidth * 1e6)
     assert m.compute_time_us(0, 0, "cpu") == m.host_op_overhead * 1e6
+
+
+@settings(max_examples=40, deadline=None)
+@given(programs(), st.floats(0.0, 50e-6))
+def test_executor_overhead_delays_the_host_by_that_much_per_step_in_eager_mode(program, overhead):
+    """With ``executor_overhead`` no event starts earlier than without it and the host
+    thread ends no earlier; without host steps (whose waits for the device can absorb
+    it) the host ends exactly that much per step later; graph replay is unaffected."""
+    base, steps, durations = program
+    slow = dataclasses.replace(base, executor_overhead=overhead)
+    fast_clock, slow_clock = _schedule(base, steps, durations), _schedule(slow, steps, durations)
+    assert slow_clock.host_us >= fast_clock.host_us - 1e-9
+    if not any(s.event == "host" for s in steps):
+        assert slow_clock.host_us == pytest.approx(fast_clock.host_us + len(steps) * overhead * 1e6, abs=1e-6)
+    fast_events = {e.node: e for e in fast_clock.timeline()}
+    assert all(e.start_us >= fast_events[e.node].start_us - 1e-9 for e in slow_clock.timeline())
+    graph = [e.start_us for e in _schedule(base.with_launch_mode("graph"), steps, durations).timeline()]
+    assert graph == [e.start_us for e in _schedule(slow.with_launch_mode("graph"), steps, durations).timeline()]
+
+
+def test_a_sim_run_charges_the_executor_overhead_as_its_estimate_does():
+    """On sim, a run with a model that has ``executor_overhead`` records the timeline
+    ``estimate`` predicts, and decoder blocks cost launch + executor overhead per step."""
+    from workbench.runtime.executor_probe import executor_steps
+
+    model = dataclasses.replace(CostModel.preset("h200"), executor_overhead=17e-6)
+    (n1, short), (n2, long) = executor_steps("sim", 1, 1, model), executor_steps("sim", 3, 1, model)
+    assert (long[0] - short[0]) / (n2 - n1) == pytest.approx(model.launch_overhead + model.executor_overhead, rel=1e-9)
+    net, inputs = example("residual")
+    plan = wb.plan(wb.propagate(wb.place(wb.capture(net, inputs), {"cuda:0": ["*"]})), "greedy")
+    ran = wb.run(plan, *inputs, backend="sim", cost_model=model)
+    key = lambda tl: [(e.node, e.kind, round(e.start_us, 6), round(e.end_us, 6)) for e in tl]  # noqa: E731
+    assert key(ran.timeline) == key(estimate(plan, model))

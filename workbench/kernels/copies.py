@@ -21,7 +21,15 @@ Rules:
    a pinned, mapped host tensor (or device memory) through its device address. It uses
    16-byte loads when the source, destination, row size and row stride are all 16-byte
    aligned, else byte loads. A row whose offset is out of bounds is written as zeros and
-   never read (host indices are checked before launch and raise instead).
+   never read (host indices are checked before launch and raise instead). The kernel
+   reads the row ids where they are: device ids in place (no conversion kernels); up to
+   ``INLINE_IDS`` host ids by value in the launch's parameters; more host ids from a
+   slot of a small ring of pinned, mapped buffers (no upload, no host sync), a slot
+   being refilled only after the event recorded behind its last gather completed.
+   Host ids of rows of at least ``dma_row_bytes`` are copied by the copy engines
+   instead, one ``cudaMemcpyAsync`` per run of consecutive ids (``dma_runs``): for big
+   rows the DMA engines' bandwidth beats the kernel's loads over the link, and the
+   per-copy launch cost is small beside the row's own time.
 6. The reuse gather writes the same rows in one launch, but each output row first scans
    ``cached_indices`` (a prefetch's row ids; a linear scan, at most
    ``MAX_CACHED_ROWS``): on a match the row is copied from the prefetched device buffer
@@ -31,11 +39,13 @@ Rules:
    n = ``*count`` read on the device (clamped to [0, rows]), is the source row
    ``indices[j]`` as in rule 5; the rows from n on are zeros and read nothing. The block
    of row 0 records n, so the caller learns how many rows crossed without the host
-   waiting for ``count`` before the launch.
+   waiting for ``count`` before the launch. Its ids and count are device arrays (a
+   router's choice, on the device), so it always runs as one kernel, never by DMA.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -44,7 +54,7 @@ import numpy as np
 import torch
 
 from ..runtime.cuda import cupy_module, pinned_host_tensor, stream_ptr
-from ..errors import ArgumentTypeError, WorkbenchError
+from ..errors import ArgumentTypeError, WorkbenchError, WorkbenchWarning
 
 #: Bytes per pinned staging buffer (two are used in turn).
 DEFAULT_CHUNK_BYTES = 8 << 20
@@ -54,10 +64,23 @@ GATHER_THREADS = 256
 MAX_GATHER_ROWS = 65535
 #: Most prefetched rows a reuse gather scans per output row (rule 6; a router's top-k is 8-16).
 MAX_CACHED_ROWS = 1024
+#: Rows of at least this many bytes are gathered by DMA when their ids are on the host (rule 5).
+DEFAULT_DMA_ROW_BYTES = 256 << 10
+#: Ways a gather may copy: ``"auto"`` (rule 5 chooses), ``"kernel"`` or ``"dma"`` (host ids only).
+GATHER_METHODS: tuple[str, ...] = ("auto", "kernel", "dma")
+#: Most host row ids passed by value in a gather launch's parameters (rule 5; 512 bytes).
+INLINE_IDS = 64
+#: Slots of the ring of pinned buffers host row ids are read from, and ids per slot (rule 5).
+ID_RING_SLOTS = 8
+ID_RING_CAPACITY = 4096
 
 
 class KernelArgumentError(WorkbenchError, ValueError):
     """An argument a copy kernel (or its launch plan) cannot take; the message says what is valid."""
+
+
+class KernelWarning(WorkbenchWarning):
+    """A copy kernel took a slower path than it should have (the message says why)."""
 
 
 class GatherIndexError(WorkbenchError, IndexError):
@@ -101,7 +124,7 @@ def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np
         if indices.device.type != "cpu":
             raise KernelArgumentError("gather_row_offsets takes host indices; device indices are offset on the device")
         indices = indices.numpy()
-    idx = np.asarray(indices)
+    idx = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
     if idx.ndim != 1:
         raise KernelArgumentError(f"indices must be 1-D, got shape {tuple(idx.shape)}")
     if idx.size and not np.issubdtype(idx.dtype, np.integer):
@@ -112,6 +135,47 @@ def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np
         bad = idx[(idx < 0) | (idx >= num_rows)]
         raise GatherIndexError(f"gather indices {bad[:8].tolist()} are out of range; valid: 0..{num_rows - 1}")
     return idx.astype(np.int64) * np.int64(row_stride_bytes)
+
+
+def gather_row_ids(indices: Any, num_rows: int) -> np.ndarray:
+    """``indices`` as checked int64 row ids of a source of ``num_rows`` rows (see
+    ``gather_row_offsets`` for what is accepted)."""
+    return gather_row_offsets(indices, num_rows, 1)
+
+
+#: The by-value parameter of the inline gather kernels: ``struct { long long v[INLINE_IDS]; }``.
+INLINE_IDS_DTYPE = np.dtype([("v", np.int64, (INLINE_IDS,))])
+
+
+def inline_ids(ids: np.ndarray) -> np.void:
+    """Up to ``INLINE_IDS`` row ids as the struct the inline gather kernels take by value
+    (unused entries are -1, never read: the grid has one row per id)."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if ids.size > INLINE_IDS:
+        raise KernelArgumentError(f"at most {INLINE_IDS} ids go by value, got {ids.size}")
+    packed = np.full(1, -1, dtype=INLINE_IDS_DTYPE)
+    packed["v"][0, : ids.size] = ids
+    return packed[0]
+
+
+def dma_runs(ids: np.ndarray) -> tuple[tuple[int, int, int], ...]:
+    """``(first output row, first source row, rows)`` per run of consecutive ids: the
+    copies a DMA gather issues (rule 5), in output order, covering every row once."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if not ids.size:
+        return ()
+    if ids.size <= 64:  # a router's top-k: plain Python is quicker than numpy's set-up
+        runs, values = [], ids.tolist()
+        start = 0
+        for k in range(1, len(values) + 1):
+            if k == len(values) or values[k] != values[k - 1] + 1:
+                runs.append((start, values[start], k - start))
+                start = k
+        return tuple(runs)
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [ids.size]))
+    return tuple((int(a), int(ids[a]), int(b - a)) for a, b in zip(starts, ends))
 
 
 def gather_variant(src_ptr: int, dst_ptr: int, row_bytes: int, row_stride_bytes: int) -> str:
@@ -143,12 +207,23 @@ def gather_launch_config(
     return (min(most, wanted), n_rows, 1), (threads, 1, 1)
 
 
-# Each block row (grid.y) writes one output row; thread i of the row's blocks moves items
-# i, i + step, ... of it (16-byte items for v16, bytes for b1).
-_ROW_COPY_SOURCE = r"""
-__device__ __forceinline__ void wb_copy_v16(
-    uint4* __restrict__ d, const uint4* __restrict__ s, long long i, long long n, long long step)
+GATHER_SOURCE = r"""
+#define WB_INLINE_IDS 64
+__device__ __forceinline__ void wb_gather_rows_v16_body(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    long long id, unsigned char* __restrict__ dst, long long row_bytes)
 {
+    const long long row = blockIdx.y;
+    const long long off = id * row_stride;
+    uint4* d = reinterpret_cast<uint4*>(dst + row * row_bytes);
+    const long long n = row_bytes >> 4;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id < 0 || off > src_span - row_bytes) {  // bad index: zeros, and no stray read
+        for (; i < n; i += step) d[i] = make_uint4(0u, 0u, 0u, 0u);
+        return;
+    }
+    const uint4* s = reinterpret_cast<const uint4*>(src + off);
     // Four independent loads before their stores keep more reads in flight.
     for (; i + 3 * step < n; i += 4 * step) {
         const uint4 a = s[i], b = s[i + step], c = s[i + 2 * step], e = s[i + 3 * step];
@@ -157,61 +232,60 @@ __device__ __forceinline__ void wb_copy_v16(
     for (; i < n; i += step) d[i] = s[i];
 }
 
-__device__ __forceinline__ void wb_zero_v16(uint4* __restrict__ d, long long i, long long n, long long step)
-{
-    for (; i < n; i += step) d[i] = make_uint4(0u, 0u, 0u, 0u);
-}
-
-__device__ __forceinline__ void wb_copy_b1(
-    unsigned char* __restrict__ d, const unsigned char* __restrict__ s, long long i, long long n, long long step)
-{
-    for (; i < n; i += step) d[i] = s[i];
-}
-
-__device__ __forceinline__ void wb_zero_b1(unsigned char* __restrict__ d, long long i, long long n, long long step)
-{
-    for (; i < n; i += step) d[i] = 0;
-}
-"""
-
-_GATHER_SOURCE = _ROW_COPY_SOURCE + r"""
-extern "C" __global__ void wb_gather_rows_v16(
-    const unsigned char* __restrict__ src, long long src_span,
-    const long long* __restrict__ offsets, unsigned char* __restrict__ dst, long long row_bytes)
+__device__ __forceinline__ void wb_gather_rows_b1_body(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    long long id, unsigned char* __restrict__ dst, long long row_bytes)
 {
     const long long row = blockIdx.y;
-    const long long off = offsets[row];
-    uint4* d = reinterpret_cast<uint4*>(dst + row * row_bytes);
+    const long long off = id * row_stride;
+    unsigned char* d = dst + row * row_bytes;
     const long long step = (long long)gridDim.x * blockDim.x;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (off < 0 || off > src_span - row_bytes) {  // bad index: zeros, and no stray read
-        wb_zero_v16(d, i, row_bytes >> 4, step);
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id < 0 || off > src_span - row_bytes) {
+        for (; i < row_bytes; i += step) d[i] = 0;
         return;
     }
-    wb_copy_v16(d, reinterpret_cast<const uint4*>(src + off), i, row_bytes >> 4, step);
+    const unsigned char* s = src + off;
+    for (; i < row_bytes; i += step) d[i] = s[i];
+}
+
+extern "C" __global__ void wb_gather_rows_v16(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ ids, unsigned char* __restrict__ dst, long long row_bytes)
+{
+    wb_gather_rows_v16_body(src, src_span, row_stride, ids[blockIdx.y], dst, row_bytes);
 }
 
 extern "C" __global__ void wb_gather_rows_b1(
-    const unsigned char* __restrict__ src, long long src_span,
-    const long long* __restrict__ offsets, unsigned char* __restrict__ dst, long long row_bytes)
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ ids, unsigned char* __restrict__ dst, long long row_bytes)
 {
-    const long long row = blockIdx.y;
-    const long long off = offsets[row];
-    unsigned char* d = dst + row * row_bytes;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (off < 0 || off > src_span - row_bytes) {
-        wb_zero_b1(d, i, row_bytes, step);
-        return;
-    }
-    wb_copy_b1(d, src + off, i, row_bytes, step);
+    wb_gather_rows_b1_body(src, src_span, row_stride, ids[blockIdx.y], dst, row_bytes);
+}
+
+// The same gathers with at most WB_INLINE_IDS row ids passed by value in the launch's
+// parameters: no buffer to fill, no event to wait for (rule 5).
+struct wb_inline_ids { long long v[WB_INLINE_IDS]; };
+
+extern "C" __global__ void wb_gather_rows_inline_v16(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const wb_inline_ids ids, unsigned char* __restrict__ dst, long long row_bytes)
+{
+    wb_gather_rows_v16_body(src, src_span, row_stride, ids.v[blockIdx.y], dst, row_bytes);
+}
+
+extern "C" __global__ void wb_gather_rows_inline_b1(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const wb_inline_ids ids, unsigned char* __restrict__ dst, long long row_bytes)
+{
+    wb_gather_rows_b1_body(src, src_span, row_stride, ids.v[blockIdx.y], dst, row_bytes);
 }
 """
 
 
 # Rule 6. One block row per output row (grid.y); every thread of it scans the few cached
 # ids (the same addresses for the whole warp, so the loads are broadcast from cache).
-_GATHER_REUSE_SOURCE = _ROW_COPY_SOURCE + r"""
+GATHER_REUSE_SOURCE = r"""
 __device__ __forceinline__ int wb_cached_slot(
     const long long* __restrict__ cached_index, int n_cached, long long id)
 {
@@ -221,37 +295,37 @@ __device__ __forceinline__ int wb_cached_slot(
     return -1;
 }
 
-// Where output row ``row`` comes from: the prefetched buffer (a hit, flagged), the mapped
-// host source (a miss), or nowhere (a bad index: the row is zeroed).
-__device__ __forceinline__ const unsigned char* wb_reuse_source(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const long long* __restrict__ index,
-    const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
-    long long row_bytes, int* __restrict__ hit_flags)
-{
-    const long long row = blockIdx.y;
-    const long long id = index[row];
-    const int slot = wb_cached_slot(cached_index, n_cached, id);
-    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
-    if (slot >= 0) return cached + (long long)slot * row_bytes;  // prefetched: device memory
-    const long long off = id * row_stride;
-    if (id < 0 || off > src_span - row_bytes) return nullptr;  // bad index: zeros, and no stray read
-    return src + off;  // missed: over the link from mapped host memory
-}
-
 extern "C" __global__ void wb_gather_reuse_rows_v16(
     const unsigned char* __restrict__ src, long long src_span, long long row_stride,
     const long long* __restrict__ index,
     const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
     unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)
 {
-    const unsigned char* from = wb_reuse_source(
-        src, src_span, row_stride, index, cached, cached_index, n_cached, row_bytes, hit_flags);
-    uint4* d = reinterpret_cast<uint4*>(dst + (long long)blockIdx.y * row_bytes);
+    const long long row = blockIdx.y;
+    const long long id = index[row];
+    const int slot = wb_cached_slot(cached_index, n_cached, id);
+    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
+    uint4* d = reinterpret_cast<uint4*>(dst + row * row_bytes);
+    const long long n = row_bytes >> 4;
     const long long step = (long long)gridDim.x * blockDim.x;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (from == nullptr) wb_zero_v16(d, i, row_bytes >> 4, step);
-    else wb_copy_v16(d, reinterpret_cast<const uint4*>(from), i, row_bytes >> 4, step);
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned char* from;
+    if (slot >= 0) {
+        from = cached + (long long)slot * row_bytes;  // prefetched: device memory
+    } else {
+        const long long off = id * row_stride;
+        if (id < 0 || off > src_span - row_bytes) {  // bad index: zeros, and no stray read
+            for (; i < n; i += step) d[i] = make_uint4(0u, 0u, 0u, 0u);
+            return;
+        }
+        from = src + off;  // missed: over the link from mapped host memory
+    }
+    const uint4* s = reinterpret_cast<const uint4*>(from);
+    for (; i + 3 * step < n; i += 4 * step) {
+        const uint4 a = s[i], b = s[i + step], c = s[i + 2 * step], e = s[i + 3 * step];
+        d[i] = a; d[i + step] = b; d[i + 2 * step] = c; d[i + 3 * step] = e;
+    }
+    for (; i < n; i += step) d[i] = s[i];
 }
 
 extern "C" __global__ void wb_gather_reuse_rows_b1(
@@ -260,66 +334,60 @@ extern "C" __global__ void wb_gather_reuse_rows_b1(
     const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
     unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)
 {
-    const unsigned char* from = wb_reuse_source(
-        src, src_span, row_stride, index, cached, cached_index, n_cached, row_bytes, hit_flags);
-    unsigned char* d = dst + (long long)blockIdx.y * row_bytes;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (from == nullptr) wb_zero_b1(d, i, row_bytes, step);
-    else wb_copy_b1(d, from, i, row_bytes, step);
-}
-"""
-
-
-# Rule 7. A row at or past the device-side count is padding: zeros, no read.
-_GATHER_ROUTED_SOURCE = _ROW_COPY_SOURCE + r"""
-// Where output row ``row`` comes from: the mapped host source, or nowhere (padding past
-// the count, or a bad index: the row is zeroed). Row 0 records the count it used.
-__device__ __forceinline__ const unsigned char* wb_routed_source(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const long long* __restrict__ index, const long long* __restrict__ count,
-    long long row_bytes, long long* __restrict__ moved)
-{
     const long long row = blockIdx.y;
-    const long long rows = (long long)gridDim.y;
-    const long long n = *count < 0 ? 0 : (*count > rows ? rows : *count);
-    if (row == 0 && blockIdx.x == 0 && threadIdx.x == 0) *moved = n;
-    if (row >= n) return nullptr;
     const long long id = index[row];
-    const long long off = id * row_stride;
-    if (id < 0 || off > src_span - row_bytes) return nullptr;
-    return src + off;
-}
-
-extern "C" __global__ void wb_gather_routed_rows_v16(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const long long* __restrict__ index, const long long* __restrict__ count,
-    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
-{
-    const unsigned char* from = wb_routed_source(src, src_span, row_stride, index, count, row_bytes, moved);
-    uint4* d = reinterpret_cast<uint4*>(dst + (long long)blockIdx.y * row_bytes);
+    const int slot = wb_cached_slot(cached_index, n_cached, id);
+    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
+    unsigned char* d = dst + row * row_bytes;
     const long long step = (long long)gridDim.x * blockDim.x;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (from == nullptr) wb_zero_v16(d, i, row_bytes >> 4, step);
-    else wb_copy_v16(d, reinterpret_cast<const uint4*>(from), i, row_bytes >> 4, step);
-}
-
-extern "C" __global__ void wb_gather_routed_rows_b1(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const long long* __restrict__ index, const long long* __restrict__ count,
-    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
-{
-    const unsigned char* from = wb_routed_source(src, src_span, row_stride, index, count, row_bytes, moved);
-    unsigned char* d = dst + (long long)blockIdx.y * row_bytes;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (from == nullptr) wb_zero_b1(d, i, row_bytes, step);
-    else wb_copy_b1(d, from, i, row_bytes, step);
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned char* s;
+    if (slot >= 0) {
+        s = cached + (long long)slot * row_bytes;
+    } else {
+        const long long off = id * row_stride;
+        if (id < 0 || off > src_span - row_bytes) {
+            for (; i < row_bytes; i += step) d[i] = 0;
+            return;
+        }
+        s = src + off;
+    }
+    for (; i < row_bytes; i += step) d[i] = s[i];
 }
 """
 
 
 # -- GPU parts -------------------------------------------------------------------------------
+
+
+# Rule 7: the gather kernels' row bodies, with the id of a row past the count replaced by
+# -1, which the bodies write as zeros without reading the source.
+GATHER_ROUTED_SOURCE = GATHER_SOURCE + r"""
+__device__ __forceinline__ long long wb_routed_id(
+    const long long* __restrict__ ids, const long long* __restrict__ count, long long* __restrict__ moved)
+{
+    const long long rows = (long long)gridDim.y;
+    const long long n = *count < 0 ? 0 : (*count > rows ? rows : *count);
+    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.x == 0) *moved = n;
+    return (long long)blockIdx.y < n ? ids[blockIdx.y] : -1;
+}
+
+extern "C" __global__ void wb_gather_routed_rows_v16(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ ids, const long long* __restrict__ count,
+    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
+{
+    wb_gather_rows_v16_body(src, src_span, row_stride, wb_routed_id(ids, count, moved), dst, row_bytes);
+}
+
+extern "C" __global__ void wb_gather_routed_rows_b1(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ ids, const long long* __restrict__ count,
+    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
+{
+    wb_gather_rows_b1_body(src, src_span, row_stride, wb_routed_id(ids, count, moved), dst, row_bytes);
+}
+"""
 
 
 def _cp() -> Any:
@@ -336,6 +404,9 @@ class _RawStream:
         return (0, self.ptr)
 
 
+_EXTERNAL_STREAMS: dict[int, Any] = {}  # raw cudaStream_t → its CuPy wrapper
+
+
 def _stream(stream: Any) -> tuple[Any, bool]:
     """(a CuPy stream for ``stream``, whether to synchronize before returning) — rule 4."""
     cp = _cp()
@@ -344,11 +415,18 @@ def _stream(stream: Any) -> tuple[Any, bool]:
     if isinstance(stream, cp.cuda.Stream):
         return stream, False
     ptr = stream_ptr(stream)
-    if hasattr(cp.cuda.Stream, "from_external"):
-        return cp.cuda.Stream.from_external(_RawStream(ptr)), False
-    with warnings.catch_warnings():  # CuPy < 14 has only ExternalStream
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return cp.cuda.ExternalStream(ptr), False
+    wrapped = _EXTERNAL_STREAMS.get(ptr)
+    if wrapped is None:  # a non-owning wrapper of a raw stream: made once per stream
+        if hasattr(cp.cuda.Stream, "from_external"):
+            wrapped = cp.cuda.Stream.from_external(_RawStream(ptr))
+        else:
+            with warnings.catch_warnings():  # CuPy < 14 has only ExternalStream
+                warnings.simplefilter("ignore", DeprecationWarning)
+                wrapped = cp.cuda.ExternalStream(ptr)
+        if len(_EXTERNAL_STREAMS) >= 256:
+            _EXTERNAL_STREAMS.clear()
+        _EXTERNAL_STREAMS[ptr] = wrapped
+    return wrapped, False
 
 
 def _host_u8(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -415,6 +493,55 @@ class MappedHost:
         self.close()
 
 
+def rows_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether each ``src[i]`` is contiguous, read off the strides (no tensor is made):
+    dimensions of size 1 may have any stride, the others the row-major ones."""
+    expected = 1
+    for extent, stride in zip(reversed(shape[1:]), reversed(strides[1:])):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def _device_array(cp: Any, indices: Any) -> Any:
+    """Device row ids as a 1-D contiguous int64 CuPy array (no copy when they already are
+    one), or None for host ids."""
+    if isinstance(indices, torch.Tensor) and indices.device.type == "cuda":
+        indices = cp.from_dlpack(indices.reshape(-1))
+    if not isinstance(indices, cp.ndarray):
+        return None
+    if indices.ndim != 1:
+        raise KernelArgumentError(f"indices must be 1-D, got shape {indices.shape}")
+    return cp.ascontiguousarray(indices.astype(cp.int64, copy=False))
+
+
+class _IdRing:
+    """Pinned, mapped buffers that gather kernels read host row ids from (rule 5)."""
+
+    def __init__(self, slots: int, capacity: int) -> None:
+        cp = _cp()
+        self._buffers = [pinned_host_tensor(capacity * 8).view(torch.int64) for _ in range(slots)]
+        self._addresses = [device_address(b.data_ptr()) for b in self._buffers]
+        self._events = [cp.cuda.Event(disable_timing=True) for _ in range(slots)]
+        self._recorded = [False] * slots
+        self._next = 0
+
+    def put(self, ids: np.ndarray) -> tuple[int, int]:
+        """Copy ``ids`` into the next free slot; (slot, its device address)."""
+        slot = self._next
+        self._next = (slot + 1) % len(self._buffers)
+        if self._recorded[slot]:
+            self._events[slot].synchronize()  # the kernel that last read this slot is done
+        self._buffers[slot][: ids.size].copy_(torch.from_numpy(ids))
+        return slot, self._addresses[slot]
+
+    def used(self, slot: int, stream: Any) -> None:
+        """Mark ``slot`` busy until the work now queued on ``stream`` completes."""
+        self._events[slot].record(stream)
+        self._recorded[slot] = True
+
+
 class CopyEngine:
     """Copies for one GPU: staging buffers, their events and the gather kernels.
 
@@ -432,6 +559,9 @@ class CopyEngine:
         self._staging: list[torch.Tensor] = []
         self._events: list[Any] = []
         self._kernels: dict[str, Any] = {}
+        self._ids: "_IdRing | None" = None  # pinned slots for host row ids (rule 5)
+        self._inline_ok = True  # host ids may go by value (rule 5)
+        self.dma_row_bytes = DEFAULT_DMA_ROW_BYTES  # rows at least this big gather by DMA (rule 5)
         self.sm_count = int(cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrMultiProcessorCount, device_index))
 
     # -- host -> device ---------------------------------------------------------------------
@@ -535,34 +665,88 @@ class CopyEngine:
                 s.synchronize()
 
     # -- gather -----------------------------------------------------------------------------
-    def gather_rows(self, dst_ptr: int, src: torch.Tensor, indices: Any, stream: Any = None) -> int:
-        """Copy ``src[indices[k]]`` to ``dst[k]`` (contiguous rows at ``dst_ptr``) in one launch.
+    def gather_rows(
+        self, dst_ptr: int, src: torch.Tensor, indices: Any, stream: Any = None, method: str = "auto"
+    ) -> int:
+        """Copy ``src[indices[k]]`` to ``dst[k]`` (contiguous rows at ``dst_ptr``) — rule 5.
 
         ``src`` is a pinned host tensor (mapped; see ``MappedHost``) or a CUDA tensor whose
         rows (first dimension) are each contiguous. ``indices``: host ints (checked) or a
-        CUDA/CuPy int array (not checked; bad rows become zeros — rule 5). Returns the
-        number of bytes written.
+        CUDA/CuPy int array (not checked; bad rows become zeros). ``method``: ``"auto"``
+        (DMA for host ids of rows of at least ``dma_row_bytes``, else one kernel),
+        ``"kernel"``, or ``"dma"`` (host ids only). Returns the number of bytes written.
         """
         cp = _cp()
+        if method not in GATHER_METHODS:
+            raise KernelArgumentError(f"method must be one of {', '.join(map(repr, GATHER_METHODS))}, got {method!r}")
         if not isinstance(src, torch.Tensor) or src.dim() < 1:
             raise KernelArgumentError("src must be a torch tensor with at least one dimension (the rows)")
         num_rows, row_bytes, row_stride, src_dev_ptr, src_span = self._gather_source(src)
+        on_device = _device_array(cp, indices)
+        if on_device is None:
+            host_ids = gather_row_ids(indices, num_rows)
+            n = int(host_ids.size)
+        else:
+            if method == "dma":
+                raise KernelArgumentError("a DMA gather needs its row ids on the host; device ids gather by kernel")
+            n = int(on_device.size)
+        if n == 0 or row_bytes == 0:
+            return 0
         s, sync = _stream(stream)
         with self._device, s:
-            offsets = self._device_ids(cp, indices, num_rows, "indices", scale=row_stride)
-            n = int(offsets.size)
-            if n == 0 or row_bytes == 0:
-                return 0
-            variant = gather_variant(src_dev_ptr, dst_ptr, row_bytes, row_stride)
-            grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
-            self._kernel(_GATHER_SOURCE, f"wb_gather_rows_{variant}")(
-                grid,
-                block,
-                (np.uint64(src_dev_ptr), np.int64(src_span), offsets, np.uint64(dst_ptr), np.int64(row_bytes)),
-            )
+            if on_device is None and (method == "dma" or (method == "auto" and row_bytes >= self.dma_row_bytes)):
+                self._gather_dma(dst_ptr, src.data_ptr(), src.device.type == "cpu", host_ids, row_bytes, row_stride, s)
+            else:
+                slot, name = None, "wb_gather_rows"
+                ids_arg: Any
+                if on_device is not None:
+                    ids_arg = np.uint64(on_device.data.ptr)
+                elif n <= INLINE_IDS and self._inline_ok:
+                    ids_arg, name = inline_ids(host_ids), "wb_gather_rows_inline"
+                elif n <= ID_RING_CAPACITY:
+                    slot, address = self._id_ring().put(host_ids)
+                    ids_arg = np.uint64(address)
+                else:  # too many for a ring slot: upload them (stream-ordered pool memory)
+                    on_device = cp.asarray(host_ids)
+                    ids_arg = np.uint64(on_device.data.ptr)
+                variant = gather_variant(src_dev_ptr, dst_ptr, row_bytes, row_stride)
+                grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
+                args = (np.uint64(src_dev_ptr), np.int64(src_span), np.int64(row_stride), ids_arg,
+                        np.uint64(dst_ptr), np.int64(row_bytes))  # fmt: skip
+                try:
+                    self._kernel(GATHER_SOURCE, f"{name}_{variant}")(grid, block, args)
+                except TypeError as exc:  # a CuPy that cannot pass a struct by value
+                    if name != "wb_gather_rows_inline":
+                        raise
+                    self._inline_ok = False
+                    warnings.warn(
+                        f"this CuPy cannot pass gather ids by value ({exc}); host ids go through pinned buffers",
+                        KernelWarning,
+                        stacklevel=2,
+                    )
+                    return self.gather_rows(dst_ptr, src, indices, stream, method)
+                if slot is not None:
+                    self._id_ring().used(slot, s)
             if sync:
                 s.synchronize()
         return n * row_bytes
+
+    @staticmethod
+    def _gather_dma(
+        dst_ptr: int, src_ptr: int, on_host: bool, ids: np.ndarray, row_bytes: int, row_stride: int, s: Any
+    ) -> None:
+        """Rule 5's DMA gather: one copy per run of consecutive ids (a run of rows is
+        contiguous in the source only when its stride is the row size)."""
+        rt = _cp().cuda.runtime
+        kind = rt.memcpyHostToDevice if on_host else rt.memcpyDeviceToDevice  # named: cheaper than memcpyDefault
+        runs = dma_runs(ids) if row_stride == row_bytes else tuple((k, int(i), 1) for k, i in enumerate(ids))
+        for out_row, first, rows in runs:
+            rt.memcpyAsync(dst_ptr + out_row * row_bytes, src_ptr + first * row_stride, rows * row_bytes, kind, s.ptr)
+
+    def _id_ring(self) -> "_IdRing":
+        if self._ids is None:
+            self._ids = _IdRing(ID_RING_SLOTS, ID_RING_CAPACITY)
+        return self._ids
 
     def gather_reuse_rows(
         self,
@@ -609,7 +793,7 @@ class CopyEngine:
                 raise KernelArgumentError(f"at most {MAX_GATHER_ROWS} rows per gather, got {n}")
             variant = gather_reuse_variant(src_dev_ptr, cached.data_ptr(), dst_ptr, row_bytes, row_stride)
             grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
-            self._kernel(_GATHER_REUSE_SOURCE, f"wb_gather_reuse_rows_{variant}")(
+            self._kernel(GATHER_REUSE_SOURCE, f"wb_gather_reuse_rows_{variant}")(
                 grid,
                 block,
                 (
@@ -647,7 +831,7 @@ class CopyEngine:
             real = self._device_count(cp, count)
             variant = gather_variant(src_dev_ptr, dst_ptr, row_bytes, row_stride)
             grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
-            self._kernel(_GATHER_ROUTED_SOURCE, f"wb_gather_routed_rows_{variant}")(
+            self._kernel(GATHER_ROUTED_SOURCE, f"wb_gather_routed_rows_{variant}")(
                 grid,
                 block,
                 (
@@ -668,20 +852,22 @@ class CopyEngine:
             count = cp.from_dlpack(count.reshape(1))
         if not isinstance(count, cp.ndarray) or count.size != 1 or count.dtype.kind not in "iu":
             raise KernelArgumentError("count must be a one-element integer array on the GPU")
-        return cp.ascontiguousarray(count.reshape(1).astype(cp.int64))
+        return cp.ascontiguousarray(count.reshape(1).astype(cp.int64, copy=False))
 
     @staticmethod
     def _gather_source(src: torch.Tensor) -> tuple[int, int, int, int, int]:
         """``(num_rows, row_bytes, row_stride, src_dev_ptr, src_span)`` of a gather's ``src``.
 
-        Both gathers read their source the same way (rule 5), so its row geometry, its
+        Every gather reads its source the same way (rule 5), so its row geometry, its
         checks and its device address are worked out here once. Sizes are in bytes;
         ``src_span`` is how far the kernel may read past ``src_dev_ptr``.
         """
-        num_rows = src.shape[0]
-        row_bytes = (src[0].numel() if num_rows else 0) * src.element_size()
-        row_stride = src.stride(0) * src.element_size()
-        if num_rows and not src[0].is_contiguous():
+        shape, strides, size = src.shape, src.stride(), src.element_size()
+        num_rows = shape[0]
+        row_elements = math.prod(shape[1:])
+        row_bytes = (row_elements if num_rows else 0) * size
+        row_stride = strides[0] * size
+        if num_rows and row_elements > 1 and not rows_contiguous(shape, strides):
             raise KernelArgumentError("each row of src (src[i]) must be contiguous")
         if src.device.type == "cpu":
             src_dev_ptr = device_address(src.data_ptr())
@@ -701,7 +887,7 @@ class CopyEngine:
         if isinstance(indices, cp.ndarray):
             if indices.ndim != 1:
                 raise KernelArgumentError(f"{what} must be 1-D, got shape {indices.shape}")
-            ids = indices.astype(cp.int64)
+            ids = indices.astype(cp.int64, copy=False)
             return ids * scale if scale != 1 else cp.ascontiguousarray(ids)
         return cp.asarray(gather_row_offsets(indices, num_rows, scale))  # checks: 1-D ints in range
 

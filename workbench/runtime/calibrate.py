@@ -23,6 +23,10 @@ Rules:
    copies). Plain pageable copies are fitted and saved for comparison.
 3. Launches: ``launch_overhead`` is the slope of the host time to issue n tiny kernels
    one by one against n; ``graph_launch_overhead`` the host time of one graph replay.
+   ``executor_overhead`` is the slope of the span of n small decoder blocks run through
+   the workbench executor (``executor_probe``) against their number of steps, less
+   ``launch_overhead``: what the executor adds per step of a decoder's op mix (below a
+   nanosecond counts as none).
 4. Kernels back to back (graph replay, device time from the first kernel's start to the
    last one's end, or between CUDA events — a constant that cancels in a slope): the
    slope over k of a chain of k tiny kernels is the per-kernel floor ``kernel_gap +
@@ -121,6 +125,7 @@ class CalibrationPlan:
     matmul_sizes: tuple[int, ...] = (2048, 4096, 8192)  # square matmul sides, every dtype class
     host_copy_sizes: tuple[int, ...] = (16 << 20, 64 << 20, 256 << 20)  # bytes
     host_matmul_sizes: tuple[int, ...] = (256, 512, 1024)  # fp32 matmul sides on the host
+    executor_blocks: tuple[int, ...] = (2, 8)  # decoder blocks run through the executor
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -129,7 +134,7 @@ class CalibrationPlan:
             if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
                 raise CalibrationError(f"CalibrationPlan.{f.name} must be positive integers, got {value!r}")
         for name in ("launch_counts", "graph_kernels", "chain_kernels", "kernel_copy_sizes", "matmul_sizes",
-                     "host_copy_sizes", "host_matmul_sizes", "copy_sizes"):  # fmt: skip
+                     "host_copy_sizes", "host_matmul_sizes", "copy_sizes", "executor_blocks"):  # fmt: skip
             if len(set(getattr(self, name))) < 2:
                 raise CalibrationError(f"CalibrationPlan.{name} needs at least two different values to fit a slope")
 
@@ -222,6 +227,9 @@ def run_probes(probe: Probe, plan: CalibrationPlan) -> tuple[Sample, ...]:
         samples.append(Sample("host_copy", n, 2 * n, probe.host_copy(n, plan.repeats_for(n))))
     for n in plan.host_matmul_sizes:
         samples.append(Sample("host_matmul", n, _mm_flops(n, torch.float32), probe.host_matmul(n, r)))
+    for n in plan.executor_blocks:
+        steps, seconds = probe.executor_steps(n, r)
+        samples.append(Sample("executor_step", n, steps, seconds))
     return tuple(samples)
 
 
@@ -242,12 +250,12 @@ def fit_model(
         found = _fit(samples, probe, relative=True)
         if found is not None:
             fits[probe] = found
-    for probe in ("launch_eager", "chain_tiny", "chain_copy", "copy_kernel", "host_copy", "host_matmul"):
+    affine = ("launch_eager", "chain_tiny", "chain_copy", "copy_kernel", "host_copy", "host_matmul", "executor_step")
+    for probe in affine:
         found = _fit(samples, probe, relative=False)
         if found is not None:
             fits[probe] = found
-    missing = [p for p in (*COPY_PATHS, "launch_eager", "chain_tiny", "chain_copy", "copy_kernel", "host_copy",
-                           "host_matmul") if p not in fits]  # fmt: skip
+    missing = [p for p in (*COPY_PATHS, *affine) if p not in fits]
     if missing:
         raise CalibrationError(f"samples lack the probes {missing}; measure them (see CalibrationPlan)")
     flat = [p for p in (*COPY_PATHS, "copy_kernel", "host_copy", "host_matmul") if fits[p].slope_s <= 0]
@@ -261,6 +269,8 @@ def fit_model(
     shares = [fits[f"{k}_staged"].rate / fits[f"{k}_pinned"].rate for k in ("h2d", "d2h")]
     values["pageable_factor"] = min(1.0, sum(shares) / len(shares))
     values["launch_overhead"] = max(0.0, fits["launch_eager"].slope_s)
+    extra = fits["executor_step"].slope_s - values["launch_overhead"]
+    values["executor_overhead"] = extra if extra > 1e-9 else 0.0
     values["graph_launch_overhead"] = statistics.median(
         t for s in samples if s.probe == "launch_graph" for t in s.seconds
     )
@@ -439,6 +449,7 @@ def _figures(model: CostModel) -> dict[str, float]:
         "bf16 TFLOP/s": round(model.device_flops_bf16 / 1e12, 1),
         "fp32 TFLOP/s": round(model.device_flops_fp32 / 1e12, 1),
         "launch µs": round(model.launch_overhead * 1e6, 2),
+        "executor µs/step": round(model.executor_overhead * 1e6, 2),
         "graph launch µs": round(model.graph_launch_overhead * 1e6, 2),
         "kernel floor µs": round((model.kernel_gap + model.min_kernel_time) * 1e6, 2),
     }

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 import torch.fx
@@ -157,7 +157,10 @@ class Call:
         """Run every step with the flattened user inputs; the outputs and the timeline."""
         self.clock.begin()
         self.inputs = flat
-        user = iter(flat)
+        with self.exec.calling():
+            return self._execute(iter(flat))
+
+    def _execute(self, user: Iterator[Any]) -> tuple[Any, Timeline]:
         for entry in self.s.entries:
             node = entry.node
             try:

@@ -59,6 +59,12 @@ What each figure means physically, and where the presets' values come from:
   driver — the host's issue rate in eager mode. 3.8 µs: back-to-back stream launches
   of a short kernel ran at 3.8 µs per kernel in NVIDIA's "Getting Started with CUDA
   Graphs" (V100, CUDA 10); a host-side figure, taken for every GPU here.
+- ``executor_overhead``: host time the workbench executor adds to every step it runs in
+  eager mode, besides the launch itself (an interpreter over the planned graph: reading
+  the step's arguments, binding its result, recording its timing events). 0 in the
+  datasheet presets, which model a compiled runtime that issues kernels back to back;
+  ``workbench.calibrate`` measures it, so a measured preset predicts runs of this
+  executor on that machine (set it to 0 to forecast a compiled runtime there).
 - ``graph_launch_overhead``: host time to launch one instantiated CUDA graph (one driver
   call, whatever its size). 2.5 µs, an estimate: of the order of one kernel launch.
 - ``kernel_gap``: device time between the end of one kernel and the start of the next
@@ -185,8 +191,8 @@ _HOSTS: dict[str, dict[str, float]] = {
 
 # Figures that may be 0 (a fixed cost can vanish); every other number must be > 0.
 _MAY_BE_ZERO = frozenset(
-    {"h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "graph_launch_overhead",
-     "kernel_gap", "min_kernel_time", "host_op_overhead"}
+    {"h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "executor_overhead",
+     "graph_launch_overhead", "kernel_gap", "min_kernel_time", "host_op_overhead"}
 )  # fmt: skip
 
 
@@ -251,6 +257,7 @@ class CostModel:
     # Launch (rules 6, 7).
     launch_mode: str = "eager"  # "eager": one host launch per kernel; "graph": one per captured graph
     launch_overhead: float = 3.8e-6  # s of host time per kernel launch (eager)
+    executor_overhead: float = 0.0  # s of host time the workbench executor adds per step (eager)
     graph_launch_overhead: float = 2.5e-6  # s of host time per graph launch (graph)
     kernel_gap: float = 0.4e-6  # s between back-to-back kernels on one stream
     min_kernel_time: float = 1.0e-6  # s, the shortest a kernel runs

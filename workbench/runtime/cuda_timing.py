@@ -20,6 +20,9 @@ Rules:
 6. ``split(step, nbytes)`` marks, between ``before`` and ``after``, where the op ended
    and the copy of its result into its planned slot began: the step becomes two events,
    the op and a ``slot_copy`` of ``nbytes``.
+7. Timing events come from a pool kept by the streams and are reused call after call
+   (``finish`` has synchronized, so every event of the call has completed): creating a
+   CUDA event is a driver call that would otherwise be paid twice per step.
 """
 
 from __future__ import annotations
@@ -41,12 +44,22 @@ class ClockError(WorkbenchError, RuntimeError):
 
 
 class CudaStreams:
-    """A compute and a copy stream per device index (rule 1)."""
+    """A compute and a copy stream per device index (rule 1), and the pool of timing
+    events (rule 7)."""
 
     def __init__(self, indices: Iterable[int]) -> None:
         self.indices = tuple(sorted(set(indices)))
         self._compute = {i: torch.cuda.Stream(device=i) for i in self.indices}
         self._copy = {i: torch.cuda.Stream(device=i) for i in self.indices}
+        self._free_events: list[Any] = []
+
+    def event(self) -> Any:
+        """A timing event from the pool (rule 7)."""
+        return self._free_events.pop() if self._free_events else torch.cuda.Event(enable_timing=True)
+
+    def release(self, events: Iterable[Any]) -> None:
+        """Give completed events back to the pool (rule 7)."""
+        self._free_events.extend(events)
 
     def compute(self, index: int) -> "torch.cuda.Stream":
         return self._compute[index]
@@ -85,7 +98,7 @@ class CudaClock:
         """Rule 4."""
         self._streams.synchronize()
         for i in self._streams.indices:
-            event = torch.cuda.Event(enable_timing=True)
+            event = self._streams.event()
             event.record(self._streams.compute(i))
             self._start[i] = event
         for event in self._start.values():
@@ -107,7 +120,7 @@ class CudaClock:
             dep_lane, event = self._ends.get(dep, (HOST_LANE, None))
             if event is not None and dep_lane != lane:
                 stream.wait_event(event)
-        start = torch.cuda.Event(enable_timing=True)
+        start = self._streams.event()
         start.record(stream)
         self._open = (step, start)
 
@@ -119,7 +132,7 @@ class CudaClock:
         if lane == HOST_LANE:
             self._splits[step.name] = (time.perf_counter(), int(nbytes))
             return
-        mark = torch.cuda.Event(enable_timing=True)
+        mark = self._streams.event()
         mark.record(self._streams.for_lane(lane))
         self._splits[step.name] = (mark, int(nbytes))
 
@@ -136,7 +149,7 @@ class CudaClock:
             self._records.append((step, start, time.perf_counter(), nbytes, cost))
             self._ends[step.name] = (lane, None)
             return
-        end = torch.cuda.Event(enable_timing=True)
+        end = self._streams.event()
         end.record(self._streams.for_lane(lane))
         self._records.append((step, start, end, nbytes, cost))
         self._ends[step.name] = (lane, end)
@@ -158,7 +171,20 @@ class CudaClock:
             if split is not None:
                 _, s1 = self._times(lane, split[0], end)
                 events.append(Event(kind, step.name, device, stream, max(t0, t1), max(t0, t1, s1), split[1], 0, step.index, "slot_copy"))
+        self._recycle()
         return Timeline(events)
+
+    def _recycle(self) -> None:
+        """Rule 7: every device mark of this call has completed; back to the pool."""
+        used = [*self._start.values(), *(m for m, _ in self._splits.values())]
+        for step, start, end, _, _ in self._records:
+            if event_of(step)[1] != HOST_LANE:
+                used += [start, end]
+        self._streams.release(e for e in used if isinstance(e, torch.cuda.Event))
+        self._records.clear()
+        self._splits.clear()
+        self._ends.clear()
+        self._start.clear()
 
     def _times(self, lane: Lane, start: Any, end: Any) -> tuple[float, float]:
         """µs since the call began of two marks of ``lane`` (rule 4)."""

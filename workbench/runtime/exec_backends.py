@@ -6,6 +6,8 @@ real GPU lives here, behind the same small surface:
 - ``arena(device, buffer)``: the flat uint8 tensor over an arena (sim: a CPU view of a
   sim allocation; cuda: a CUDA tensor over CuPy memory via DLPack, zero-copy).
 - ``compute(device)``: the context device ops run in (cuda: that device's compute stream).
+- ``calling()``: the context a whole call runs in (cuda: the first device's compute
+  stream is made current once, so ``compute`` for that device costs nothing per op).
 - ``copy_stream(device)``: the stream copies on that lane are issued on (sim: None).
 - ``patch_kwargs``: factory ops of device steps allocate on the device they run on.
 - ``device_of``, ``as_tensor``: what a caller's tensor is and where it lives.
@@ -33,7 +35,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import torch
 
@@ -114,6 +116,9 @@ class SimExecBackend(_ExecBackend):
     def compute(self, device: Device) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
+    def calling(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
     def copy_stream(self, device: Device) -> Optional[Any]:
         return None
 
@@ -177,6 +182,7 @@ class CudaExecBackend(_ExecBackend):
     def __init__(self, registry: AllocatorRegistry, indices: Iterable[int]) -> None:
         self.registry = registry
         self.streams = CudaStreams(indices)
+        self._current: Optional[int] = None  # the device whose compute stream ``calling`` made current
 
     def arena(self, device: Device, buffer: Any) -> torch.Tensor:
         if buffer is not None:
@@ -184,11 +190,26 @@ class CudaExecBackend(_ExecBackend):
         return torch.empty(0, dtype=torch.uint8, device="cpu" if device.is_host else f"cuda:{device.index}")
 
     def compute(self, device: Device) -> contextlib.AbstractContextManager:
-        if device.is_host:
+        if device.is_host or device.index == self._current:
             return contextlib.nullcontext()
+        return self._on_compute_stream(device.index)
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """The first device's compute stream current for the whole call: a device op then
+        switches no device and no stream (each a runtime call) on its way in and out."""
+        index = self.streams.indices[0]
+        with self._on_compute_stream(index):
+            self._current = index
+            try:
+                yield
+            finally:
+                self._current = None
+
+    def _on_compute_stream(self, index: int) -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
-        stack.enter_context(torch.cuda.device(device.index))
-        stack.enter_context(torch.cuda.stream(self.streams.compute(device.index)))
+        stack.enter_context(torch.cuda.device(index))
+        stack.enter_context(torch.cuda.stream(self.streams.compute(index)))
         return stack
 
     def copy_stream(self, device: Device) -> Optional[Any]:

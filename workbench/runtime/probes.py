@@ -16,6 +16,7 @@ import platform
 import re
 import subprocess
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
@@ -24,6 +25,7 @@ from ..devices import CPU, Device
 from ..kernels.copies import CopyEngine
 from .cost_model import CostModel
 from .cuda import require_cuda
+from .executor_probe import executor_steps
 from .sim_timing import SimClock, copy_cost, op_step_cost
 from .steps import HOST_LANE, Step
 
@@ -62,6 +64,7 @@ class Probe(Protocol):
     def copy_kernel(self, nbytes: int, repeats: int) -> tuple[float, ...]: ...
     def matmul(self, dtype: torch.dtype, n: int, repeats: int) -> Optional[tuple[float, ...]]: ...
     def host_op(self, repeats: int) -> tuple[float, ...]: ...
+    def executor_steps(self, n: int, repeats: int) -> tuple[int, tuple[float, ...]]: ...
     def host_copy(self, nbytes: int, repeats: int) -> tuple[float, ...]: ...
     def host_matmul(self, n: int, repeats: int) -> tuple[float, ...]: ...
     def machine(self) -> dict[str, Any]: ...
@@ -87,7 +90,9 @@ class SimProbe:
         self._aten = torch.ops.aten
 
     def _clock(self, mode: str) -> SimClock:
-        return SimClock(self.model.with_launch_mode(mode))
+        """A clock of the bare machine: primitives are timed without the executor's own
+        per-step work, which only ``executor_steps`` sees."""
+        return SimClock(replace(self.model, executor_overhead=0.0).with_launch_mode(mode))
 
     def _kernel(self, index: int, target: Any, args: tuple, device: str = "cuda:0") -> tuple[Step, Callable]:
         """A compute (or host) step running ``target(*args)`` and its cost, as the executor costs it."""
@@ -154,6 +159,9 @@ class SimProbe:
 
     def host_matmul(self, n: int, repeats: int) -> tuple[float, ...]:
         return (self._one(*self._kernel(0, self._aten.mm.default, matmul_args(n, torch.float32), "cpu")),) * repeats
+
+    def executor_steps(self, n: int, repeats: int) -> tuple[int, tuple[float, ...]]:
+        return executor_steps("sim", n, repeats, self.model.with_launch_mode("eager"))
 
     def machine(self) -> dict[str, Any]:
         return {"simulated": self.model.name, "torch": torch.__version__}
@@ -325,6 +333,10 @@ class CudaProbe:
         out = torch.empty(n, n, dtype=dtype, device=self.device)
         with _ieee_fp32():
             return self._device_seconds(lambda: torch.mm(a, b, out=out), repeats)
+
+    def executor_steps(self, n: int, repeats: int) -> tuple[int, tuple[float, ...]]:
+        with torch.cuda.device(self.device):
+            return executor_steps("cuda", n, repeats)
 
     def host_op(self, repeats: int) -> tuple[float, ...]:
         a, b, n = torch.zeros(TINY_ELEMENTS), torch.empty(TINY_ELEMENTS), 1000

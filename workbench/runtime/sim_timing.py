@@ -35,7 +35,9 @@ Rules:
    of them costs the host ``graph_launch_overhead`` and releases them all. A released
    kernel starts once its stream has been free for ``kernel_gap`` (after a previous
    kernel) and its deps have ended; a released copy once its stream is free and its deps
-   have ended.
+   have ended. In eager mode the host also spends ``executor_overhead`` on every step
+   before it issues (or runs) it: the executor's own work per step; a step's slot copy
+   is part of its step and pays none.
 7. A step whose result is copied into its planned slot (``Step.slot_write == "copy"``)
    has a second event right after its op, on the same lane, with activity
    ``slot_copy``: a memory copy kernel (or, on the host, a memcpy) that reads and writes
@@ -208,9 +210,11 @@ class SimClock:
         """Where the host thread stands: the end of its last launch or host step (rule 6)."""
         return self._host_us
 
-    def _release_us(self, kind: str, lane: Lane) -> float:
+    def _release_us(self, kind: str, lane: Lane, new_step: bool = True) -> float:
         """When an operation of ``kind`` on ``lane`` may start as far as the host is
-        concerned; charges its launch (rule 6)."""
+        concerned; charges its launch and, for a new step, the executor's work (rule 6)."""
+        if new_step and self.model.launch_mode == "eager":
+            self._host_us += self.model.executor_overhead * 1e6
         if kind == "host":
             return self._host_us
         device = lane[0]
@@ -228,7 +232,9 @@ class SimClock:
             self._kernel_lanes.add(lane)
         return released
 
-    def _place(self, step: Step, duration: float, deps: list[Event], nbytes: int, flops: int, activity: str) -> Event:
+    def _place(
+        self, step: Step, duration: float, deps: list[Event], nbytes: int, flops: int, activity: str
+    ) -> Event:
         kind, lane = event_of(step)
         event = self._scheduler.schedule(
             kind,
@@ -239,7 +245,7 @@ class SimClock:
             nbytes=nbytes,
             flops=flops,
             activity=activity,
-            not_before_us=self._release_us(kind, lane),
+            not_before_us=self._release_us(kind, lane, new_step=activity != "slot_copy"),
         )
         if kind == "host":  # the host thread ran it: later launches come after it
             self._host_us = event.end_us
