@@ -36,6 +36,12 @@ Rules:
    ``MAX_CACHED_ROWS``): on a match the row is copied from the prefetched device buffer
    ``cached`` (its first matching slot), else from the source as in rule 5. It records
    per row whether it hit, so the caller learns how many rows crossed the link.
+7. The routed gather writes ``len(indices)`` rows in one launch: output row j < n, with
+   n = ``*count`` read on the device (clamped to [0, rows]), is the source row
+   ``indices[j]`` as in rule 5; the rows from n on are zeros and read nothing. The block
+   of row 0 records n, so the caller learns how many rows crossed without the host
+   waiting for ``count`` before the launch. Its ids and count are device arrays (a
+   router's choice, on the device), so it always runs as one kernel, never by DMA.
 """
 
 from __future__ import annotations
@@ -392,6 +398,36 @@ extern "C" __global__ void wb_gather_reuse_rows_b1(
 
 
 # -- GPU parts -------------------------------------------------------------------------------
+
+
+# Rule 7: the gather kernels' row bodies, with the id of a row past the count replaced by
+# -1, which the bodies write as zeros without reading the source.
+GATHER_ROUTED_SOURCE = GATHER_SOURCE + r"""
+__device__ __forceinline__ long long wb_routed_id(
+    const long long* __restrict__ ids, const long long* __restrict__ count, long long* __restrict__ moved)
+{
+    const long long rows = (long long)gridDim.y;
+    const long long n = *count < 0 ? 0 : (*count > rows ? rows : *count);
+    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.x == 0) *moved = n;
+    return (long long)blockIdx.y < n ? ids[blockIdx.y] : -1;
+}
+
+extern "C" __global__ void wb_gather_routed_rows_v16(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ ids, const long long* __restrict__ count,
+    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
+{
+    wb_gather_rows_v16_body(src, src_span, row_stride, wb_routed_id(ids, count, moved), dst, row_bytes);
+}
+
+extern "C" __global__ void wb_gather_routed_rows_b1(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ ids, const long long* __restrict__ count,
+    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
+{
+    wb_gather_rows_b1_body(src, src_span, row_stride, wb_routed_id(ids, count, moved), dst, row_bytes);
+}
+"""
 
 
 def _cp() -> Any:
@@ -817,11 +853,59 @@ class CopyEngine:
                 s.synchronize()
         return flags
 
+    def gather_routed_rows(self, dst_ptr: int, src: torch.Tensor, indices: Any, count: Any, stream: Any = None) -> Any:
+        """Rows ``src[indices[j]]`` to ``dst[j]`` for ``j < count``, zeros for the other
+        rows, in one launch (rule 7).
+
+        ``src`` as for ``gather_rows``; ``indices`` host ints or a CUDA/CuPy int array (one
+        slot per output row); ``count`` a one-element CUDA/CuPy integer array, read on the
+        device. Returns a CuPy int64 array of one element, the rows that crossed, filled
+        when the launch completes on ``stream``.
+        """
+        cp = _cp()
+        if not isinstance(src, torch.Tensor) or src.dim() < 1:
+            raise KernelArgumentError("src must be a torch tensor with at least one dimension (the rows)")
+        num_rows, row_bytes, row_stride, src_dev_ptr, src_span = self._gather_source(src)
+        s, sync = _stream(stream)
+        with self._device, s:
+            ids = self._device_ids(cp, indices, num_rows, "indices")
+            n = int(ids.size)
+            moved = cp.zeros(1, dtype=cp.int64)
+            if n == 0 or row_bytes == 0:
+                return moved
+            if n > MAX_GATHER_ROWS:
+                raise KernelArgumentError(f"at most {MAX_GATHER_ROWS} rows per gather, got {n}")
+            real = self._device_count(cp, count)
+            variant = gather_variant(src_dev_ptr, dst_ptr, row_bytes, row_stride)
+            grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
+            self._kernel(GATHER_ROUTED_SOURCE, f"wb_gather_routed_rows_{variant}")(
+                grid,
+                block,
+                (
+                    np.uint64(src_dev_ptr), np.int64(src_span), np.int64(row_stride), ids, real,
+                    np.uint64(dst_ptr), np.int64(row_bytes), moved,
+                ),
+            )  # fmt: skip
+            if sync:
+                s.synchronize()
+        return moved
+
+    @staticmethod
+    def _device_count(cp: Any, count: Any) -> Any:
+        """A routed gather's row count as a one-element int64 device array (rule 7)."""
+        if isinstance(count, torch.Tensor):
+            if count.device.type != "cuda":
+                raise KernelArgumentError("count must live on the GPU (the kernel reads it there), got a host tensor")
+            count = cp.from_dlpack(count.reshape(1))
+        if not isinstance(count, cp.ndarray) or count.size != 1 or count.dtype.kind not in "iu":
+            raise KernelArgumentError("count must be a one-element integer array on the GPU")
+        return cp.ascontiguousarray(count.reshape(1).astype(cp.int64, copy=False))
+
     @staticmethod
     def _gather_source(src: torch.Tensor) -> tuple[int, int, int, int, int]:
         """``(num_rows, row_bytes, row_stride, src_dev_ptr, src_span)`` of a gather's ``src``.
 
-        Both gathers read their source the same way (rule 5), so its row geometry, its
+        Every gather reads its source the same way (rule 5), so its row geometry, its
         checks and its device address are worked out here once. Sizes are in bytes;
         ``src_span`` is how far the kernel may read past ``src_dev_ptr``.
         """

@@ -38,7 +38,7 @@ from .cupy_allocator import CupyDeviceAllocator
 from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to_host
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
 from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Session, estimate, load, run, steps_of
-from .run_result import SlotWrites
+from .run_result import RoutedStat, SlotWrites
 from .calibrate import Calibration, CalibrationError, CalibrationPlan, calibrate
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "ExecutorError",
     "InputError",
     "PrefetchStat",
+    "RoutedStat",
     "RunResult",
     "SlotWrites",
     "Session",
