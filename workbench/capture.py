@@ -11,7 +11,10 @@ Rules:
 2. A model that updates its own buffers in place (``self.count.add_(1)``, BatchNorm's
    running statistics) or writes a user input in place is captured in functional form:
    each write becomes a new value returned as a buffer (or input) mutation of the
-   signature, which the executor writes back after every call.
+   signature, which the executor writes back after every call. A write is found through
+   any chain of views, including one element of a multi-output view (``x.split(…)[1]
+   .mul_(2)``), which torch.export's default IR leaves unrecorded; a write that is still
+   unrecorded after functionalization is refused (``CaptureError``), never run wrong.
 3. A model with meta weights captured without ``shape_only`` is an error: it has no
    weights to run.
 4. A call's inputs must have the captured structure; a non-tensor input (an ``int``, a
@@ -22,6 +25,7 @@ Rules:
 from __future__ import annotations
 
 import copy
+import operator
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -285,14 +289,52 @@ def _shared_weights(exported: ExportedProgram) -> list[tuple[str, torch.Tensor]]
 
 
 def _base_placeholder(node: torch.fx.Node) -> Optional[torch.fx.Node]:
-    """The placeholder whose storage ``node`` shares through a chain of views or in-place ops."""
+    """The placeholder whose storage ``node`` shares through a chain of views or in-place
+    ops, an element of a multi-output view (``split``, ``unbind``) included (rule 2)."""
     seen = node
     while seen.op != "placeholder":
-        source = aliased_input(seen)
+        if seen.op == "call_function" and seen.target is operator.getitem and isinstance(seen.args[0], torch.fx.Node):
+            source = _list_view_source(seen.args[0])
+        else:
+            source = aliased_input(seen)
         if source is None:
             return None
         seen = source
     return seen
+
+
+def _list_view_source(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The input a multi-output view op (``Tensor(a -> *) self -> Tensor(a)[]``: ``split``,
+    ``unbind``, ``chunk``) returns views of, else None."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or not schema.returns:
+        return None
+    ret = schema.returns[0]
+    if ret.alias_info is None or ret.alias_info.is_write or not isinstance(ret.type, torch.ListType):
+        return None
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and not arg.alias_info.is_write:
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            return value if isinstance(value, torch.fx.Node) else None
+    return None
+
+
+def _unrecorded_writes(exported: ExportedProgram) -> list[str]:
+    """Rule 2's last check: in-place ops that still write a buffer or user input (through
+    views) in a program whose signature should record every such write."""
+    kinds = {spec.arg.name: spec.kind for spec in exported.graph_signature.input_specs}
+    watched = (InputKind.BUFFER, InputKind.USER_INPUT)
+    found = []
+    for node in exported.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if not (is_inplace_op(node.target) or node.target._schema.is_mutable):
+            continue
+        for arg in node.all_input_nodes:
+            base = _base_placeholder(arg)
+            if base is not None and kinds.get(base.name) in watched:
+                found.append(f"{node.name} ({node.target}) writes {base.name!r}")
+    return found
 
 
 def _writes_state(exported: ExportedProgram) -> bool:
@@ -323,12 +365,19 @@ def _functional(exported: ExportedProgram) -> ExportedProgram:
     """Rule 2: the same program with every in-place write of state made a mutation output.
 
     An empty decomposition table functionalizes without decomposing (``aten.linear``
-    stays); a program that turns out to write no state is kept as exported."""
+    stays); a program that turns out to write no state is kept as exported. Either way no
+    in-place write of a buffer or user input may remain."""
     functional = exported.run_decompositions({})
     mutates = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
-    if any(spec.kind in mutates for spec in functional.graph_signature.output_specs):
-        return functional
-    return exported
+    chosen = functional if any(spec.kind in mutates for spec in functional.graph_signature.output_specs) else exported
+    left = _unrecorded_writes(chosen)
+    if left:
+        raise CaptureError(
+            f"the model writes its inputs or buffers in place in a way capture cannot record: {'; '.join(left[:3])}"
+            f"{'' if len(left) <= 3 else f' and {len(left) - 3} more'}. Clone the tensor before writing it "
+            "(x = x.clone()) and return the new value, so the program says what it changes"
+        )
+    return chosen
 
 
 def _expected(val: Any) -> str:

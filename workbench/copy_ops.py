@@ -13,14 +13,30 @@ PyTorch can run, export, serialize and fake-trace:
   Tensor cached_index, str src, str dst) -> Tensor`` rows ``x[index]`` again, but a row
   whose id is in ``cached_index`` comes from ``cached`` (rows ``x[cached_index]`` already
   on the device, e.g. prefetched); only the other rows cross the link
+- ``workbench::gather_h2d_routed_copy(Tensor x, Tensor index, Tensor count, str src,
+  str dst) -> Tensor`` rows ``x[index[j]]`` for ``j < count`` (the distinct experts a
+  router chose, padded to a static length), zeros for the padding rows: only ``count``
+  rows cross the link, and the result keeps its static shape ``index.shape + x.shape[1:]``
 
-and one compute op that is not a copy:
+and compute ops that are not copies:
 
 - ``workbench::select_rows(Tensor x, Tensor index, Tensor hint) -> Tensor`` rows
   ``x[index]`` (``index_select`` along dim 0); ``hint`` predicts ``index`` and does not
   change the value. It exists so that a graph carries the prediction: propagation turns
   a device ``select_rows`` of a streamed host weight into a prefetch of the hinted rows
   plus a reuse copy of the rest.
+- ``workbench::present_groups(Tensor offs, int size) -> (Tensor ids, Tensor count)`` the
+  groups of a grouped matmul that own at least one row, from its cumulative row offsets
+  ``offs`` (E,): ``ids`` (size,) int64 ascending, padded by repeating the last of them;
+  ``count`` () int64, how many there are.
+- ``workbench::unique_ids(Tensor index, int size) -> (Tensor ids, Tensor count, Tensor
+  inverse)`` the distinct ids of ``index`` ascending, padded to ``size`` by repeating the
+  last; ``count`` () int64, how many are distinct; ``inverse`` (``index.shape``, int64)
+  with ``ids[inverse] == index``.
+
+Propagation emits the last three to stream a weight that a grouped or batched expert
+matmul reads whole (``propagate`` rule 10): padding to a static ``size`` keeps every
+shape static (so memory is planned), and the routed copy moves only the real rows.
 
 Run as plain PyTorch, each returns a fresh tensor with the same data (the bytes really
 move, into new memory); the runtime executes the same nodes with real copy kernels on
@@ -151,6 +167,90 @@ def gather_h2d_reuse_copy(
     return out.reshape(_rows_shape(x, index))
 
 
+def _check_size(size: int, op: str) -> None:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ArgumentValueError(f"{op}: size must be an int >= 1 (the static number of slots), got {size!r}")
+
+
+def _check_present(offs: torch.Tensor, size: int) -> None:
+    op = "present_groups"
+    _check_ids(offs, "offs", op, dims=(1,))
+    _check_size(size, op)
+
+
+def _check_unique(index: torch.Tensor, size: int) -> None:
+    op = "unique_ids"
+    _check_ids(index, "index", op, dims=(1, 2, 3))
+    _check_size(size, op)
+
+
+def _check_routed(x: torch.Tensor, index: torch.Tensor, count: torch.Tensor) -> None:
+    op = "gather_h2d_routed_copy"
+    _check_rows_source(x, op)
+    _check_ids(index, "index", op, dims=(1,))
+    if not isinstance(count, torch.Tensor) or count.dtype not in _INDEX_DTYPES or count.numel() != 1:
+        raise ArgumentValueError(
+            f"{op}: count must be a one-element integer tensor (how many rows of index are real), "
+            f"got {_tensor_words(count)}"
+        )
+
+
+def _tensor_words(t: object) -> str:
+    """``tensor (3,) int64`` or the type of a non-tensor: how errors name an argument."""
+    if isinstance(t, torch.Tensor):
+        return f"tensor {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
+    return type(t).__name__
+
+
+def _padded(ids: torch.Tensor, size: int, op: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ids`` (ascending, at most ``size``) padded to ``size`` by repeating the last, and their count."""
+    n = ids.numel()
+    if n > size:
+        raise ArgumentValueError(f"{op}: {n} distinct ids do not fit in size={size} slots")
+    out = torch.zeros(size, dtype=torch.int64, device=ids.device)
+    if n:
+        out[:n] = ids
+        out[n:] = ids[-1]
+    return out, torch.tensor(n, dtype=torch.int64, device=ids.device)
+
+
+@torch.library.custom_op("workbench::present_groups", mutates_args=())
+def present_groups(offs: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The groups owning at least one row, from cumulative row offsets ``offs`` (E,):
+    ``(ids (size,) int64, count () int64)``, ``ids`` ascending and padded with the last one."""
+    _check_present(offs, size)
+    ends = offs.to(torch.int64)  # (E,)
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])  # (E,)
+    return _padded(torch.nonzero(ends > starts).reshape(-1), size, "present_groups")
+
+
+@torch.library.custom_op("workbench::unique_ids", mutates_args=())
+def unique_ids(index: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The distinct ids of ``index``: ``(ids (size,) int64 ascending, padded with the last
+    one; count () int64; inverse (index.shape) int64)``, so that ``ids[inverse] == index``."""
+    _check_unique(index, size)
+    distinct, inverse = torch.unique(index.to(torch.int64), sorted=True, return_inverse=True)
+    ids, count = _padded(distinct, size, "unique_ids")
+    return ids, count, inverse.to(torch.int64).reshape(index.shape)
+
+
+@torch.library.custom_op("workbench::gather_h2d_routed_copy", mutates_args=())
+def gather_h2d_routed_copy(x: torch.Tensor, index: torch.Tensor, count: torch.Tensor, src: str, dst: str) -> torch.Tensor:
+    """Rows ``x[index[j]]`` of the host tensor ``x`` for ``j < count`` into one device
+    tensor of ``len(index)`` rows; the rows from ``count`` on are zeros and never cross."""
+    _check_routed(x, index, count)
+    out = x.new_zeros(_rows_shape(x, index))  # (U, *row)
+    n = routed_count(count, index.numel())
+    if n:
+        out[:n] = torch.index_select(x, 0, index[:n].to(torch.long))
+    return out
+
+
+def routed_count(count: torch.Tensor, slots: int) -> int:
+    """How many rows a routed copy moves: ``count`` clamped to ``[0, slots]``."""
+    return max(0, min(int(count.reshape(-1)[0]), slots))
+
+
 def _register_fakes() -> None:
     for op in (h2d_copy, d2h_copy, d2d_copy):
 
@@ -172,6 +272,22 @@ def _register_fakes() -> None:
         _check_reuse(x, index, cached, cached_index)
         return x.new_empty(_rows_shape(x, index))
 
+    @present_groups.register_fake
+    def _(offs, size):  # noqa: ANN001
+        _check_present(offs, size)
+        return offs.new_empty((size,), dtype=torch.int64), offs.new_empty((), dtype=torch.int64)
+
+    @unique_ids.register_fake
+    def _(index, size):  # noqa: ANN001
+        _check_unique(index, size)
+        ids = index.new_empty((size,), dtype=torch.int64)
+        return ids, index.new_empty((), dtype=torch.int64), index.new_empty(tuple(index.shape), dtype=torch.int64)
+
+    @gather_h2d_routed_copy.register_fake
+    def _(x, index, count, src, dst):  # noqa: ANN001
+        _check_routed(x, index, count)
+        return x.new_empty(_rows_shape(x, index))
+
 
 _register_fakes()
 
@@ -181,7 +297,10 @@ D2H = torch.ops.workbench.d2h_copy.default
 D2D = torch.ops.workbench.d2d_copy.default
 GATHER_H2D = torch.ops.workbench.gather_h2d_copy.default
 GATHER_REUSE = torch.ops.workbench.gather_h2d_reuse_copy.default
+GATHER_ROUTED = torch.ops.workbench.gather_h2d_routed_copy.default
 SELECT_ROWS = torch.ops.workbench.select_rows.default
+PRESENT_GROUPS = torch.ops.workbench.present_groups.default
+UNIQUE_IDS = torch.ops.workbench.unique_ids.default
 
 #: The op that copies a whole value, per copy kind (propagation emits these).
 OP_FOR_KIND = {CopyKind.H2D: H2D, CopyKind.D2H: D2H, CopyKind.D2D: D2D}
@@ -194,6 +313,7 @@ KIND_FOR_OP = {
     D2D: CopyKind.D2D,
     GATHER_H2D: CopyKind.H2D,
     GATHER_REUSE: CopyKind.H2D,
+    GATHER_ROUTED: CopyKind.H2D,
 }
 
 

@@ -20,24 +20,51 @@ Rules:
 7. Parameters, buffers and constants are resident on every device that uses them:
    placed once at load, never copied per call; ``constant_bytes`` counts one copy per
    device. A chain of view ops over a constant (``permute(weight)``) is recomputed on each
-   device that reads it, so it never causes a copy either.
+   device that reads it, so it never causes a copy either. An op that reads only
+   metadata (``aten._assert_tensor_metadata``: shapes, dtypes, never data) uses no
+   device: it makes a constant resident nowhere and never causes a copy.
 8. Copies are real nodes calling ``torch.library`` ops, so the graph still runs as plain
    PyTorch (``DeviceGraph.module()``) and exports (``DeviceGraph.exported_program()``).
 9. Every copy records why it exists: which consumers needed which value on which device.
-10. Streamed constants (``stream_constants``) stay on the host. On a device,
-    ``index_select(w, 0, idx)`` of one becomes ``gather_h2d_copy(w, idx)`` (just the
-    selected rows), and ``select_rows(w, idx, hint)`` becomes a prefetch
-    ``p = gather_h2d_copy(w, hint)`` (named ``…_prefetch``, one per (weight, hint,
-    device)) plus ``gather_h2d_reuse_copy(w, idx, p, hint)``, which takes the rows the
-    prefetch already holds from ``p`` and only the others over the link. Any other
-    device use of a streamed constant copies it whole. On the host, or for a resident
-    weight, ``select_rows`` is an ordinary op (like ``index_select``).
+10. Streamed constants (``stream_constants``) stay on the host; a device op reads just
+    the rows it selects, copied per call:
+    a. ``index_select(w, 0, idx)`` becomes ``gather_h2d_copy(w, idx)`` (the selected
+       rows, one per id).
+    b. ``select_rows(w, idx, hint)`` becomes a prefetch ``p = gather_h2d_copy(w, hint)``
+       (named ``…_prefetch``, one per (weight, hint, device)) plus
+       ``gather_h2d_reuse_copy(w, idx, p, hint)``, which takes the rows the prefetch
+       already holds from ``p`` and only the others over the link.
+    c. A grouped expert matmul ``grouped(x, view(w), offs)`` (``aten._grouped_mm``,
+       ``transformers::grouped_mm_fallback``; ``view`` a chain of view ops that keep
+       dimension 0, such as ``transpose(w, -2, -1)``, or none) multiplies each group's
+       rows by its slab, and a group without rows multiplies nothing. So it becomes
+       ``ids, count = present_groups(offs, U)`` (the groups with rows, padded to the
+       static size U = min(E, S) for S routed rows), ``r = gather_h2d_routed_copy(w, ids,
+       count)`` (only the ``count`` present slabs cross the link; padding rows are
+       zeros), and ``grouped(x, view(r), offs[ids])``: the padding repeats the last
+       present group, whose offset is S, so padding groups are empty and the result is
+       the captured op's, exactly.
+    d. ``index.Tensor(view(w), [ids])`` (a batched expert matmul's gather, one slab per
+       routed row, duplicates included) becomes ``u, count, inverse = unique_ids(ids, U)``
+       (U = min(E, len(ids))), ``r = gather_h2d_routed_copy(w, u, count)`` and
+       ``index.Tensor(view(r), [inverse])``: each distinct slab crosses once, and rows
+       are repeated on the device.
+    ``present_groups`` and ``unique_ids`` are shared per (input, device); a routed copy
+    per (weight, ids, device); the view chain is re-emitted on the routed rows, and a
+    view of a streamed weight read only by rewritten ops is not emitted over the whole
+    weight. The routed copy's record holds ``count`` and the ``routing`` (T tokens, k of
+    E experts each, read from the router's ``topk``), from which estimates charge the
+    expected distinct experts. Any other device use of a streamed constant copies it
+    whole. On the host, or for a resident weight, all of these are ordinary ops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fnmatch
+import math
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
@@ -48,6 +75,7 @@ import pandas as pd
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
+from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
@@ -58,13 +86,16 @@ from .graph_values import (
     node_nbytes,
     op_name,
     output_values,
+    packet_name,
     reads_metadata_only,
+    shape_upper_bound,
     value_of,
 )
-from .copy_ops import GATHER_H2D, GATHER_REUSE, OP_FOR_KIND, SELECT_ROWS
+from .copy_ops import GATHER_H2D, GATHER_REUSE, GATHER_ROUTED, OP_FOR_KIND, PRESENT_GROUPS, SELECT_ROWS, UNIQUE_IDS
 from .arguments import check_flag, describe
 from .devices import CPU, CopyKind, Device, DeviceError, host_first
 from .errors import ArgumentTypeError, WorkbenchError
+from .expert_ops import Routing, grouped_operands, routing_of
 from .json_fields import JsonFieldError, JsonObject
 from .capture import Program
 from .place import Placement
@@ -80,14 +111,18 @@ class CopyRole(str, Enum):
     """What a copy does besides moving bytes (rules 8-10).
 
     ``plain`` moves a whole value; ``gather`` moves the rows of a streamed weight that an
-    index selects; ``prefetch`` moves the rows a routing hint predicts, ahead of time;
-    ``reuse`` moves the selected rows, taking those its prefetch holds from the device.
+    index selects, one per id; ``prefetch`` moves the rows a routing hint predicts, ahead
+    of time; ``reuse`` moves the selected rows, taking those its prefetch holds from the
+    device; ``routed`` moves the distinct rows a router chose: its index holds them
+    padded to a static length, its ``count`` (a device value) says how many are real, and
+    only those cross the link (the padding rows are zeros).
     """
 
     PLAIN = "plain"
     GATHER = "gather"
     PREFETCH = "prefetch"
     REUSE = "reuse"
+    ROUTED = "routed"
 
     def __str__(self) -> str:
         return self.value
@@ -109,22 +144,34 @@ class CopyRecord:
     value: str  # name of the node whose value (or rows, for gathers) is copied
     src: Device  # where the value lives
     dst: Device  # where the consumers need it
-    nbytes: int  # bytes moved per call (upper bound for dynamic sizes; example size if unbounded)
+    nbytes: int  # bytes moved per call: an upper bound for dynamic sizes (example size if unbounded), reuse and routed copies
     consumers: tuple[str, ...]  # nodes reading the copy ("output" for a returned value)
     reason: str  # one sentence: who needs it where, and where it lives
-    role: CopyRole = CopyRole.PLAIN  # plain, gather, prefetch or reuse
-    index: Optional[str] = None  # gather, prefetch, reuse: the node holding the row ids
+    role: CopyRole = CopyRole.PLAIN  # plain, gather, prefetch, reuse or routed
+    index: Optional[str] = None  # gather, prefetch, reuse, routed: the node holding the row ids
     prefetch: Optional[str] = None  # reuse: the prefetch copy whose rows it may take
     prefetch_index: Optional[str] = None  # reuse: the row ids that prefetch holds
+    count: Optional[str] = None  # routed: the node holding how many of the index's rows are real
+    routing: Optional[Routing] = None  # routed: T tokens routed to k of E experts each, if the router was found
+    slots: int = 0  # routed: rows of its result (U: the real ones, then padding); nbytes covers them all
 
     @property
     def is_gather(self) -> bool:
-        """True for copies that move rows selected by an index (gather, prefetch, reuse)."""
+        """True for copies that move rows selected by an index (gather, prefetch, reuse, routed)."""
         return self.role is not CopyRole.PLAIN
 
+    def expected_nbytes(self) -> float:
+        """Bytes a routed copy is expected to move per call under uniform routing (the
+        routing's expected distinct experts, at most ``slots``, times one row's bytes);
+        ``nbytes`` for every other copy, and for a routed copy whose router was not found."""
+        if self.role is not CopyRole.ROUTED or self.routing is None or not self.slots:
+            return float(self.nbytes)
+        return min(float(self.slots), self.routing.expected_distinct()) * (self.nbytes / self.slots)
+
     def inputs(self) -> tuple[str, ...]:
-        """The nodes this copy reads: the value, then its index and prefetch inputs."""
-        return tuple(n for n in (self.value, self.index, self.prefetch, self.prefetch_index) if n is not None)
+        """The nodes this copy reads: the value, then its index, prefetch and count inputs."""
+        extra = (self.value, self.index, self.prefetch, self.prefetch_index, self.count)
+        return tuple(n for n in extra if n is not None)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-able data (devices and kinds as strings)."""
@@ -141,16 +188,24 @@ class CopyRecord:
             "index": self.index,
             "prefetch": self.prefetch,
             "prefetch_index": self.prefetch_index,
+            "count": self.count,
+            "routing": self.routing.to_json() if self.routing is not None else None,
+            "slots": self.slots,
         }
 
     @classmethod
     def from_json(cls, data: Any, path: str = "copy") -> "CopyRecord":
-        """The record ``to_json`` wrote; a missing or mistyped field is a ``JsonFieldError`` naming it."""
+        """The record ``to_json`` wrote; a missing or mistyped field is a ``JsonFieldError``
+        naming it. The routed-copy fields (``count``, ``routing``, ``slots``) may be absent:
+        records written before routed copies existed have none."""
         obj = JsonObject(data, path)
         try:
             kind, role = CopyKind.parse(obj.text("kind")), CopyRole(obj.text("role"))
+            routing = obj.data.get("routing")
+            routed = Routing.from_json(routing, f"{path}.routing") if routing is not None else None
         except (ValueError, DeviceError) as exc:
             raise JsonFieldError(f"{path}: {exc}") from None
+        has = obj.data.__contains__
         return cls(
             name=obj.text("name"),
             kind=kind,
@@ -164,6 +219,9 @@ class CopyRecord:
             index=obj.optional_text("index"),
             prefetch=obj.optional_text("prefetch"),
             prefetch_index=obj.optional_text("prefetch_index"),
+            count=obj.optional_text("count") if has("count") else None,
+            routing=routed,
+            slots=obj.count("slots") if has("slots") else 0,
         )
 
 
@@ -439,6 +497,11 @@ class _Propagator:
         self.constants: dict[torch.fx.Node, None] = {}  # new constant placeholders, in order
         self.streamed = _streamed_constants(self.program, stream)  # names of host-only constants
         self.constant_views = _constant_views(self.program, self.streamed)  # view nodes over constants
+        self.streamed_uses = _streamed_uses(self.program, self.streamed, placement.op_device)  # rule 10c, d
+        self.absorbed_views = _absorbed_views(self.streamed_uses)  # views of streamed weights only rewritten ops read
+        self.distinct_for: dict[tuple[torch.fx.Node, Device], tuple[torch.fx.Node, ...]] = {}  # (selector, device) → ids, count[, inverse]
+        self.routed_for: dict[tuple[torch.fx.Node, torch.fx.Node, Device], torch.fx.Node] = {}  # (weight, ids, device) → routed copy
+        self.offsets_for: dict[tuple[torch.fx.Node, torch.fx.Node], torch.fx.Node] = {}  # (offs, ids) → offs[ids]
 
     def run(self) -> DeviceGraph:
         placed = self.placement.op_device
@@ -453,10 +516,12 @@ class _Propagator:
                 else:
                     self.device[new] = input_devices[old.name]
             elif old.op == "call_function":
-                if old in self.constant_views:
-                    continue  # emitted on demand, on each device that reads it
+                if old in self.constant_views or old in self.absorbed_views:
+                    continue  # emitted on demand: on each device that reads it, over the routed rows
                 target = placed[old.name]
-                if not target.is_host and self._is_streamed_gather(old):
+                if old in self.streamed_uses:  # placed on a device (rule 10c, d)
+                    new = self._routed(old, self.streamed_uses[old], target)
+                elif not target.is_host and self._is_streamed_gather(old):
                     new = self._gather(old, target)
                 elif not target.is_host and self._is_streamed_select(old):
                     new = self._prefetch_and_reuse(old, target)
@@ -599,6 +664,91 @@ class _Propagator:
         new.meta = copy.copy(old.meta)
         return new
 
+    def _routed(self, old: torch.fx.Node, use: "_StreamedUse", target: Device) -> torch.fx.Node:
+        """Rule 10c, d: the captured expert op reading only the routed rows of its weight."""
+        selector = self._read(use.selector, target, old.name)
+        distinct = self._distinct(use, selector, target, old)
+        ids, count = distinct[0], distinct[1]
+        operand = self._replay_views(use, self._routed_copy(use, ids, count, target, old), target, old)
+        if use.form == "grouped":
+            swap = {use.operand: operand, use.selector: self._routed_offsets(use, selector, ids, target, old)}
+        else:
+            swap = {use.operand: operand, use.selector: distinct[2]}
+        return self.graph.node_copy(old, lambda a: swap[a] if a in swap else self._read(a, target, old.name))
+
+    def _distinct(
+        self, use: "_StreamedUse", selector: torch.fx.Node, target: Device, old: torch.fx.Node
+    ) -> tuple[torch.fx.Node, ...]:
+        """``present_groups`` (grouped) or ``unique_ids`` (index) of ``selector`` on
+        ``target``, and its results: ids, count[, inverse] (shared per selector and device)."""
+        key = (selector, target)
+        found = self.distinct_for.get(key)
+        if found is not None:
+            return found
+        op, parts = (PRESENT_GROUPS, ("ids", "count")) if use.form == "grouped" else (UNIQUE_IDS, ("ids", "count", "inverse"))
+        base = self._fresh_name(f"{use.selector.name}_distinct")
+        node = self._emit_op(op, (selector, use.slots), base, target, old)
+        results = []
+        for i, part in enumerate(parts):
+            item = self.graph.create_node("call_function", operator.getitem, (node, i), {}, name=self._fresh_name(f"{base}_{part}"))
+            item.meta = _meta_like(old, value_of(node)[i])
+            self.device[item] = target
+            results.append(item)
+        self.distinct_for[key] = tuple(results)
+        return self.distinct_for[key]
+
+    def _routed_copy(
+        self, use: "_StreamedUse", ids: torch.fx.Node, count: torch.fx.Node, target: Device, old: torch.fx.Node
+    ) -> torch.fx.Node:
+        """The routed copy of ``use``'s weight: the ``count`` real rows of ``ids`` (shared
+        per weight, ids and device)."""
+        source = self.env[use.weight]
+        key = (source, ids, target)
+        found = self.routed_for.get(key)
+        if found is None:
+            found = self._emit_copy(
+                GATHER_ROUTED, (source, ids, count, str(CPU), str(target)), self._fresh_name(f"{old.name}_gather"),
+                _CopyFacts(CopyKind.H2D, CPU, target, source, CopyRole.ROUTED, index=ids, count=count, routing=use.routing),
+            )  # fmt: skip
+            found.meta = _meta_like(old, _rows_like(value_of(source), value_of(ids)))
+            self.routed_for[key] = found
+        self.copy_facts[found].serves.append(old.name)
+        return found
+
+    def _replay_views(self, use: "_StreamedUse", rows: torch.fx.Node, target: Device, old: torch.fx.Node) -> torch.fx.Node:
+        """``use``'s chain of views, applied to the routed rows on ``target``; an absorbed
+        view keeps its captured name the first time it is emitted."""
+        current = rows
+        for view in use.views:
+            if view in self.absorbed_views and view.name not in self.used_names:
+                name = view.name
+                self.used_names.add(name)
+            else:
+                name = self._fresh_name(f"{view.name}_routed")
+            current = self._emit_op(view.target, (current, *view.args[1:]), name, target, view, view.kwargs)
+        return current
+
+    def _routed_offsets(
+        self, use: "_StreamedUse", offs: torch.fx.Node, ids: torch.fx.Node, target: Device, old: torch.fx.Node
+    ) -> torch.fx.Node:
+        """``offs[ids]``: the cumulative row counts of the present groups (rule 10c)."""
+        key = (offs, ids)
+        found = self.offsets_for.get(key)
+        if found is None:
+            name = self._fresh_name(f"{use.selector.name}_routed")
+            found = self._emit_op(torch.ops.aten.index_select.default, (offs, 0, ids), name, target, old)
+            self.offsets_for[key] = found
+        return found
+
+    def _emit_op(
+        self, op: Any, args: tuple, name: str, target: Device, like: torch.fx.Node, kwargs: Optional[dict] = None
+    ) -> torch.fx.Node:
+        """A compute node on ``target`` with the module stack of ``like`` and its traced value."""
+        node = self.graph.create_node("call_function", op, args, dict(kwargs or {}), name=name)
+        node.meta = _meta_like(like, _fake_result(op, args, kwargs or {}))
+        self.device[node] = target
+        return node
+
     def _emit_copy(self, op: Any, args: tuple, name: str, facts: "_CopyFacts") -> torch.fx.Node:
         """Append a copy node on its destination and keep the facts of its ``CopyRecord``."""
         node = self.graph.create_node("call_function", op, args, {}, name=name)
@@ -659,7 +809,9 @@ class _Propagator:
         residency = {}
         for const in self.constants:
             held = {
-                CPU if (u.op != "call_function" or u in self.copy_facts) else self.device[u] for u in const.users
+                CPU if (u.op != "call_function" or u in self.copy_facts) else self.device[u]
+                for u in const.users
+                if not reads_metadata_only(u)  # rule 7: a metadata read holds nothing anywhere
             }
             residency[const.name] = tuple(host_first(held))
             if held:
@@ -724,6 +876,9 @@ class _Propagator:
             index=facts.index.name if facts.index is not None else None,
             prefetch=facts.prefetch.name if facts.prefetch is not None else None,
             prefetch_index=facts.prefetch_index.name if facts.prefetch_index is not None else None,
+            count=facts.count.name if facts.count is not None else None,
+            routing=facts.routing,
+            slots=_rows_of(facts.index) if facts.role is CopyRole.ROUTED and facts.index is not None else 0,
         )
 
     def _streamed_reason(self, facts: "_CopyFacts", readers: list[str]) -> str:
@@ -736,6 +891,19 @@ class _Propagator:
             return (
                 f"prefetches {rows} predicted by {index!r} for {', '.join(served)} on {dst}, "
                 "before its router has chosen, so the copy overlaps earlier compute"
+            )
+        if facts.role is CopyRole.ROUTED:
+            assert facts.count is not None  # a routed copy always has its count
+            routing = facts.routing
+            chose = (
+                f"{routing.tokens} token(s) routed to {routing.top_k} of {routing.experts} experts each"
+                if routing is not None
+                else "the router"
+            )
+            return (
+                f"{', '.join(readers)} on {dst} {_reads(readers)} {rows} that {chose} chose, for {', '.join(served)}: "
+                f"{index!r} lists the distinct ones in {_rows_of(facts.index)} slots and {facts.count.name!r} says how "
+                "many are real; only those rows cross the link, once each (nbytes is the upper bound: every slot real)"
             )
         if facts.role is CopyRole.REUSE:
             assert facts.prefetch is not None
@@ -762,6 +930,8 @@ class _CopyFacts:
     index: Optional[torch.fx.Node] = None  # row ids (gather, prefetch, reuse)
     prefetch: Optional[torch.fx.Node] = None  # reuse: its prefetch copy
     prefetch_index: Optional[torch.fx.Node] = None  # reuse: the row ids the prefetch holds
+    count: Optional[torch.fx.Node] = None  # routed: how many of the index's rows are real
+    routing: Optional[Routing] = None  # routed: the router's T, k and E, if found
     consumers: list[str] = field(default_factory=list)  # plain copies: the nodes that read it
     serves: list[str] = field(default_factory=list)  # streamed copies: the captured ops they serve
 
@@ -780,6 +950,156 @@ def _rows_like(source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     source.shape[1:]``, made in ``source``'s fake mode so later stages can read it."""
     shape = tuple(index.shape) + tuple(source.shape[1:])
     return source.new_empty(shape)
+
+
+def _rows_of(node: torch.fx.Node) -> int:
+    """Rows (first dimension) of a node's traced tensor."""
+    return int(value_of(node).shape[0])
+
+
+def _meta_like(like: torch.fx.Node, val: Any) -> dict[str, Any]:
+    """Meta of a node propagation adds for ``like``: its traced value, and ``like``'s module
+    stack, so views and module groups show it where ``like`` sits."""
+    meta: dict[str, Any] = {"val": val}
+    if "nn_module_stack" in like.meta:
+        meta["nn_module_stack"] = like.meta["nn_module_stack"]
+    return meta
+
+
+def _fake_result(op: Any, args: tuple, kwargs: dict) -> Any:
+    """The traced value ``op`` gives on its arguments' traced values, computed in their fake mode."""
+    vals = torch.fx.node.map_arg((args, kwargs), value_of)
+    mode = detect_fake_mode(pytree.tree_flatten(vals)[0])
+    with mode if mode is not None else contextlib.nullcontext():
+        return op(*vals[0], **vals[1])
+
+
+@dataclass(frozen=True)
+class _StreamedUse:
+    """A device expert op that reads a streamed weight whole but uses only routed rows (rule 10c, d)."""
+
+    form: str  # "grouped" (rule 10c) or "index" (rule 10d)
+    weight: torch.fx.Node  # the streamed constant's placeholder (captured graph)
+    views: tuple[torch.fx.Node, ...]  # view ops from the weight to what the op reads, in order
+    operand: torch.fx.Node  # what the op reads in the weight's place: the last view, or the weight
+    selector: torch.fx.Node  # grouped: the cumulative offsets; index: the ids
+    slots: int  # U: the static number of rows gathered (real ones, then padding)
+    routing: Optional[Routing]  # the router behind the op, if found
+
+
+def _streamed_uses(
+    program: Program, streamed: AbstractSet[str], placed: Mapping[str, Device]
+) -> dict[torch.fx.Node, _StreamedUse]:
+    """Rule 10c, d: every device op of the captured graph that can read only the routed rows
+    of a streamed weight."""
+    if not streamed:
+        return {}
+    uses = {}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or placed[node.name].is_host:
+            continue
+        use = _grouped_use(node, streamed) or _index_use(node, streamed)
+        if use is not None:
+            uses[node] = use
+    return uses
+
+
+def _grouped_use(node: torch.fx.Node, streamed: AbstractSet[str]) -> Optional[_StreamedUse]:
+    operands = grouped_operands(node)
+    if operands is None or operands.bias is not None:
+        return None  # a per-group bias would need its rows too: read whole
+    chain = _weight_chain(operands.weight, streamed)
+    if chain is None:
+        return None
+    weight, views = chain
+    experts = value_of(weight).shape[0]
+    x, offs = value_of(operands.x), value_of(operands.offs)
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or not isinstance(offs, torch.Tensor) or tuple(offs.shape) != (experts,):
+        return None
+    rows = shape_upper_bound(x, f"value {operands.x.name!r}", unbounded="hint")[0]
+    slots = max(1, min(experts, rows))
+    return _StreamedUse("grouped", weight, views, operands.weight, operands.offs, slots, routing_of(operands.offs))
+
+
+def _index_use(node: torch.fx.Node, streamed: AbstractSet[str]) -> Optional[_StreamedUse]:
+    if node.target is not torch.ops.aten.index.Tensor or len(node.args) != 2:
+        return None
+    source, indices = node.args
+    if not isinstance(source, torch.fx.Node) or not isinstance(indices, (list, tuple)) or len(indices) != 1:
+        return None
+    ids = indices[0]
+    if not isinstance(ids, torch.fx.Node):
+        return None
+    val = value_of(ids)
+    if not isinstance(val, torch.Tensor) or val.dtype not in (torch.int64, torch.int32) or not 1 <= val.dim() <= 3:
+        return None  # a boolean mask, or no index on dimension 0
+    chain = _weight_chain(source, streamed)
+    if chain is None:
+        return None
+    weight, views = chain
+    count = math.prod(shape_upper_bound(val, f"value {ids.name!r}", unbounded="hint"))
+    slots = max(1, min(value_of(weight).shape[0], count))
+    return _StreamedUse("index", weight, views, source, ids, slots, routing_of(ids))
+
+
+def _weight_chain(operand: torch.fx.Node, streamed: AbstractSet[str]) -> Optional[tuple[torch.fx.Node, tuple[torch.fx.Node, ...]]]:
+    """(streamed placeholder, views) when ``operand`` is a streamed weight seen through view
+    ops that keep its dimension 0 (its experts), else None."""
+    views = []
+    node = operand
+    while node.op == "call_function":
+        if not _keeps_rows(node):
+            return None
+        views.append(node)
+        source = node.args[0]
+        if not isinstance(source, torch.fx.Node):
+            return None
+        node = source
+    if node.op != "placeholder" or node.name not in streamed:
+        return None
+    val = value_of(node)
+    if not isinstance(val, torch.Tensor) or val.dim() < 1:
+        return None
+    return node, tuple(reversed(views))
+
+
+def _keeps_rows(view: torch.fx.Node) -> bool:
+    """True for a view op whose dimension 0 is its input's dimension 0 (it selects, reorders
+    or adds only other dimensions), so it commutes with gathering rows."""
+    if not is_view_op(view.target) or not view.args or not isinstance(view.args[0], torch.fx.Node):
+        return False
+    source = value_of(view.args[0])
+    if not isinstance(source, torch.Tensor) or source.dim() == 0:
+        return False
+    rank, name = source.dim(), packet_name(view)
+
+    def arg(position: int, key: str, default: Any) -> Any:
+        return view.args[position] if len(view.args) > position else view.kwargs.get(key, default)
+
+    if name == "aten.transpose":
+        return arg(1, "dim0", 0) % rank != 0 and arg(2, "dim1", 0) % rank != 0
+    if name == "aten.permute":
+        dims = arg(1, "dims", [0])
+        return bool(dims) and dims[0] % rank == 0
+    if name in ("aten.slice", "aten.select"):
+        return arg(1, "dim", 0) % rank != 0
+    if name == "aten.unsqueeze":
+        return arg(1, "dim", 0) % (rank + 1) != 0
+    return name == "aten.alias"
+
+
+def _absorbed_views(uses: Mapping[torch.fx.Node, _StreamedUse]) -> set[torch.fx.Node]:
+    """Views of streamed weights that only rewritten ops (or other such views) read: they
+    are emitted over the routed rows only (rule 10)."""
+    absorbed = {view for use in uses.values() for view in use.views}
+    changed = True
+    while changed:
+        changed = False
+        for view in list(absorbed):
+            if any(u not in uses and u not in absorbed for u in view.users):
+                absorbed.discard(view)
+                changed = True
+    return absorbed
 
 
 def _streamed_constants(program: Program, patterns: Sequence[str]) -> set[str]:

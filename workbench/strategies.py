@@ -27,9 +27,12 @@ given instead. A strategy that finds no experts to move — a dense model, or a 
 matches nothing — warns (``PlacementWarning``; an error with ``strict=True``) instead of
 reporting an all-on-device placement as if it had done its job.
 
-Streaming a weight that the graph reads whole (transformers' grouped or batched expert
-matmuls) copies the whole stack per call until propagation learns to gather those
-forms; the strategy itself needs no change for that.
+Streaming works on every expert form a captured graph holds: ``index_select`` of the
+built-in decoder becomes a gather of the selected slabs, and transformers' grouped
+(``aten._grouped_mm``, ``transformers::grouped_mm_fallback``) and batched
+(``aten.index.Tensor``) expert matmuls become routed copies of the distinct experts the
+router chose (``workbench.propagate`` rule 10), so a step moves at most min(E, tokens × k)
+slabs per weight, never the whole stack.
 
 Each comes with the skip-copy flags on (tokens, caches and logits stay on the device:
 the caller stages them, as ExecuTorch's CUDA pipeline does) or off, and is issued in the

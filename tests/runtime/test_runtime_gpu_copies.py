@@ -120,15 +120,17 @@ def test_gather_from_registered_pageable_memory_and_device_indices(engine):
 
 @pytest.mark.parametrize("method", ["kernel", "dma", "auto"])
 @pytest.mark.parametrize("strided", [False, True])
-def test_every_gather_method_matches_index_select(engine, method, strided):
-    """Kernel, DMA (runs of consecutive ids become one copy) and auto gathers of host ids
-    equal index_select, from a source whose rows are packed or spaced apart."""
+@pytest.mark.parametrize("count", [3, 8, 20])
+def test_every_gather_method_matches_index_select(engine, method, strided, count):
+    """Kernel (ids as scalars up to 8, as one struct beyond), DMA (runs of consecutive ids
+    become one copy) and auto gathers of host ids equal index_select, from a source whose
+    rows are packed or spaced apart."""
     import cupy as cp
 
     row_bytes = 4096
     table = _random_bytes(32 * 2 * row_bytes, 5).reshape(32, 2 * row_bytes).pin_memory()
     experts = table[:, :row_bytes] if strided else table.reshape(64, row_bytes)
-    idx = torch.tensor([4, 5, 6, 0, 31, 7, 8, 3])
+    idx = torch.tensor([4, 5, 6, 0, 31, 7, 8, 3, 9, 10, 30, 1, 2, 12, 11, 13, 29, 14, 15, 16][:count])
     dst = cp.zeros(len(idx) * row_bytes, dtype=cp.uint8)
     assert engine.gather_rows(dst.data.ptr, experts, idx, method=method) == len(idx) * row_bytes
     expected = experts.index_select(0, idx).reshape(-1)

@@ -23,7 +23,8 @@ Rules:
    aligned, else byte loads. A row whose offset is out of bounds is written as zeros and
    never read (host indices are checked before launch and raise instead). The kernel
    reads the row ids where they are: device ids in place (no conversion kernels); up to
-   ``INLINE_IDS`` host ids by value in the launch's parameters; more host ids from a
+   ``SCALAR_IDS`` host ids as scalar launch parameters, up to ``INLINE_IDS`` as one
+   struct passed by value; more host ids from a
    slot of a small ring of pinned, mapped buffers (no upload, no host sync), a slot
    being refilled only after the event recorded behind its last gather completed.
    Host ids of rows of at least ``dma_row_bytes`` are copied by the copy engines
@@ -35,6 +36,12 @@ Rules:
    ``MAX_CACHED_ROWS``): on a match the row is copied from the prefetched device buffer
    ``cached`` (its first matching slot), else from the source as in rule 5. It records
    per row whether it hit, so the caller learns how many rows crossed the link.
+7. The routed gather writes ``len(indices)`` rows in one launch: output row j < n, with
+   n = ``*count`` read on the device (clamped to [0, rows]), is the source row
+   ``indices[j]`` as in rule 5; the rows from n on are zeros and read nothing. The block
+   of row 0 records n, so the caller learns how many rows crossed without the host
+   waiting for ``count`` before the launch. Its ids and count are device arrays (a
+   router's choice, on the device), so it always runs as one kernel, never by DMA.
 """
 
 from __future__ import annotations
@@ -62,6 +69,8 @@ MAX_CACHED_ROWS = 1024
 DEFAULT_DMA_ROW_BYTES = 256 << 10
 #: Ways a gather may copy: ``"auto"`` (rule 5 chooses), ``"kernel"`` or ``"dma"`` (host ids only).
 GATHER_METHODS: tuple[str, ...] = ("auto", "kernel", "dma")
+#: Most host row ids passed as plain scalar launch parameters (rule 5; a router's top-k).
+SCALAR_IDS = 8
 #: Most host row ids passed by value in a gather launch's parameters (rule 5; 512 bytes).
 INLINE_IDS = 64
 #: Slots of the ring of pinned buffers host row ids are read from, and ids per slot (rule 5).
@@ -117,6 +126,12 @@ def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np
     if isinstance(indices, torch.Tensor):
         if indices.device.type != "cpu":
             raise KernelArgumentError("gather_row_offsets takes host indices; device indices are offset on the device")
+        if indices.dim() == 1 and indices.numel() <= 64 and not indices.is_floating_point() and indices.dtype != torch.bool:
+            values = indices.tolist()  # a router's top-k: checked in plain Python, quicker than numpy's set-up
+            if values and (min(values) < 0 or max(values) >= num_rows):
+                outside = [v for v in values if not 0 <= v < num_rows]
+                raise GatherIndexError(f"gather indices {outside[:8]} are out of range; valid: 0..{num_rows - 1}")
+            return np.array(values, dtype=np.int64) * np.int64(row_stride_bytes)
         indices = indices.numpy()
     idx = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
     if idx.ndim != 1:
@@ -257,6 +272,37 @@ extern "C" __global__ void wb_gather_rows_b1(
     wb_gather_rows_b1_body(src, src_span, row_stride, ids[blockIdx.y], dst, row_bytes);
 }
 
+// Up to 8 row ids as plain scalar parameters (a router's top-k), the cheapest launch.
+__device__ __forceinline__ long long wb_pick8(
+    long long a0, long long a1, long long a2, long long a3,
+    long long a4, long long a5, long long a6, long long a7, unsigned int k)
+{
+    switch (k) {
+        case 0: return a0; case 1: return a1; case 2: return a2; case 3: return a3;
+        case 4: return a4; case 5: return a5; case 6: return a6; default: return a7;
+    }
+}
+
+extern "C" __global__ void wb_gather_rows_k8_v16(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    long long a0, long long a1, long long a2, long long a3,
+    long long a4, long long a5, long long a6, long long a7,
+    unsigned char* __restrict__ dst, long long row_bytes)
+{
+    wb_gather_rows_v16_body(src, src_span, row_stride, wb_pick8(a0, a1, a2, a3, a4, a5, a6, a7, blockIdx.y),
+                            dst, row_bytes);
+}
+
+extern "C" __global__ void wb_gather_rows_k8_b1(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    long long a0, long long a1, long long a2, long long a3,
+    long long a4, long long a5, long long a6, long long a7,
+    unsigned char* __restrict__ dst, long long row_bytes)
+{
+    wb_gather_rows_b1_body(src, src_span, row_stride, wb_pick8(a0, a1, a2, a3, a4, a5, a6, a7, blockIdx.y),
+                           dst, row_bytes);
+}
+
 // The same gathers with at most WB_INLINE_IDS row ids passed by value in the launch's
 // parameters: no buffer to fill, no event to wait for (rule 5).
 struct wb_inline_ids { long long v[WB_INLINE_IDS]; };
@@ -352,6 +398,36 @@ extern "C" __global__ void wb_gather_reuse_rows_b1(
 
 
 # -- GPU parts -------------------------------------------------------------------------------
+
+
+# Rule 7: the gather kernels' row bodies, with the id of a row past the count replaced by
+# -1, which the bodies write as zeros without reading the source.
+GATHER_ROUTED_SOURCE = GATHER_SOURCE + r"""
+__device__ __forceinline__ long long wb_routed_id(
+    const long long* __restrict__ ids, const long long* __restrict__ count, long long* __restrict__ moved)
+{
+    const long long rows = (long long)gridDim.y;
+    const long long n = *count < 0 ? 0 : (*count > rows ? rows : *count);
+    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.x == 0) *moved = n;
+    return (long long)blockIdx.y < n ? ids[blockIdx.y] : -1;
+}
+
+extern "C" __global__ void wb_gather_routed_rows_v16(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ ids, const long long* __restrict__ count,
+    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
+{
+    wb_gather_rows_v16_body(src, src_span, row_stride, wb_routed_id(ids, count, moved), dst, row_bytes);
+}
+
+extern "C" __global__ void wb_gather_routed_rows_b1(
+    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+    const long long* __restrict__ ids, const long long* __restrict__ count,
+    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
+{
+    wb_gather_rows_b1_body(src, src_span, row_stride, wb_routed_id(ids, count, moved), dst, row_bytes);
+}
+"""
 
 
 def _cp() -> Any:
@@ -665,6 +741,8 @@ class CopyEngine:
                 ids_arg: Any
                 if on_device is not None:
                     ids_arg = np.uint64(on_device.data.ptr)
+                elif n <= SCALAR_IDS:
+                    ids_arg, name = None, "wb_gather_rows_k8"
                 elif n <= INLINE_IDS and self._inline_ok:
                     ids_arg, name = inline_ids(host_ids), "wb_gather_rows_inline"
                 elif n <= ID_RING_CAPACITY:
@@ -675,8 +753,13 @@ class CopyEngine:
                     ids_arg = np.uint64(on_device.data.ptr)
                 variant = gather_variant(src_dev_ptr, dst_ptr, row_bytes, row_stride)
                 grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
-                args = (np.uint64(src_dev_ptr), np.int64(src_span), np.int64(row_stride), ids_arg,
-                        np.uint64(dst_ptr), np.int64(row_bytes))  # fmt: skip
+                head = (np.uint64(src_dev_ptr), np.int64(src_span), np.int64(row_stride))
+                tail = (np.uint64(dst_ptr), np.int64(row_bytes))
+                if ids_arg is None:  # scalar ids: padded to 8, the rows past n are never launched
+                    scalars = host_ids.tolist() + [-1] * (SCALAR_IDS - n)
+                    args = (*head, *(np.int64(v) for v in scalars), *tail)
+                else:
+                    args = (*head, ids_arg, *tail)
                 try:
                     self._kernel(GATHER_SOURCE, f"{name}_{variant}")(grid, block, args)
                 except TypeError as exc:  # a CuPy that cannot pass a struct by value
@@ -770,11 +853,59 @@ class CopyEngine:
                 s.synchronize()
         return flags
 
+    def gather_routed_rows(self, dst_ptr: int, src: torch.Tensor, indices: Any, count: Any, stream: Any = None) -> Any:
+        """Rows ``src[indices[j]]`` to ``dst[j]`` for ``j < count``, zeros for the other
+        rows, in one launch (rule 7).
+
+        ``src`` as for ``gather_rows``; ``indices`` host ints or a CUDA/CuPy int array (one
+        slot per output row); ``count`` a one-element CUDA/CuPy integer array, read on the
+        device. Returns a CuPy int64 array of one element, the rows that crossed, filled
+        when the launch completes on ``stream``.
+        """
+        cp = _cp()
+        if not isinstance(src, torch.Tensor) or src.dim() < 1:
+            raise KernelArgumentError("src must be a torch tensor with at least one dimension (the rows)")
+        num_rows, row_bytes, row_stride, src_dev_ptr, src_span = self._gather_source(src)
+        s, sync = _stream(stream)
+        with self._device, s:
+            ids = self._device_ids(cp, indices, num_rows, "indices")
+            n = int(ids.size)
+            moved = cp.zeros(1, dtype=cp.int64)
+            if n == 0 or row_bytes == 0:
+                return moved
+            if n > MAX_GATHER_ROWS:
+                raise KernelArgumentError(f"at most {MAX_GATHER_ROWS} rows per gather, got {n}")
+            real = self._device_count(cp, count)
+            variant = gather_variant(src_dev_ptr, dst_ptr, row_bytes, row_stride)
+            grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
+            self._kernel(GATHER_ROUTED_SOURCE, f"wb_gather_routed_rows_{variant}")(
+                grid,
+                block,
+                (
+                    np.uint64(src_dev_ptr), np.int64(src_span), np.int64(row_stride), ids, real,
+                    np.uint64(dst_ptr), np.int64(row_bytes), moved,
+                ),
+            )  # fmt: skip
+            if sync:
+                s.synchronize()
+        return moved
+
+    @staticmethod
+    def _device_count(cp: Any, count: Any) -> Any:
+        """A routed gather's row count as a one-element int64 device array (rule 7)."""
+        if isinstance(count, torch.Tensor):
+            if count.device.type != "cuda":
+                raise KernelArgumentError("count must live on the GPU (the kernel reads it there), got a host tensor")
+            count = cp.from_dlpack(count.reshape(1))
+        if not isinstance(count, cp.ndarray) or count.size != 1 or count.dtype.kind not in "iu":
+            raise KernelArgumentError("count must be a one-element integer array on the GPU")
+        return cp.ascontiguousarray(count.reshape(1).astype(cp.int64, copy=False))
+
     @staticmethod
     def _gather_source(src: torch.Tensor) -> tuple[int, int, int, int, int]:
         """``(num_rows, row_bytes, row_stride, src_dev_ptr, src_span)`` of a gather's ``src``.
 
-        Both gathers read their source the same way (rule 5), so its row geometry, its
+        Every gather reads its source the same way (rule 5), so its row geometry, its
         checks and its device address are worked out here once. Sizes are in bytes;
         ``src_span`` is how far the kernel may read past ``src_dev_ptr``.
         """

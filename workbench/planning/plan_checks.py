@@ -14,9 +14,11 @@ Rules:
    ``skip_h2d_for_method_inputs``, outputs and state updates come back to the host
    unless ``skip_d2h_for_method_outputs`` (outputs only).
 3. Copies: one record per copy node of the graph, and only those; each record's kind,
-   role, devices, inputs and bytes are those of its node.
+   role, devices, inputs and bytes are those of its node (a routed copy's slots and
+   routing too).
 4. Reads: every op other than a copy reads values on its own device, constants resident
-   there, or (metadata-only ops) anything; residency is exactly where constants are read.
+   there, or (metadata-only ops) anything; residency is exactly where constants are read
+   for their data (a metadata-only read holds a constant nowhere).
 5. Memory plan: every tensor value is planned or not, never both; a storage owns itself
    and an alias shares the memory of one of its inputs (a graph read back by
    ``torch.export.load`` no longer records which views share storage, so the saved alias
@@ -41,8 +43,9 @@ import torch
 import torch.fx
 from torch.export.graph_signature import OutputKind
 
-from ..copy_ops import GATHER_H2D, GATHER_REUSE, KIND_FOR_OP, is_copy_node
+from ..copy_ops import GATHER_H2D, GATHER_REUSE, GATHER_ROUTED, KIND_FOR_OP, is_copy_node
 from ..devices import CPU, CopyKind, Device, host_first
+from ..expert_ops import routing_of
 from ..graph_values import node_nbytes, output_values, reads_metadata_only, value_of
 from ..propagate import CopyRecord, CopyRole, DeviceGraph
 from .buffers import MAX_ALIGNMENT, Buffer, aligned_size
@@ -119,6 +122,9 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, wher
     if node.target is GATHER_REUSE:
         role_ok = record.role is CopyRole.REUSE
         inputs = (record.value, record.index, record.prefetch, record.prefetch_index, str(record.src), str(record.dst))
+    elif node.target is GATHER_ROUTED:
+        role_ok = record.role is CopyRole.ROUTED
+        inputs = (record.value, record.index, record.count, str(record.src), str(record.dst))
     elif node.target is GATHER_H2D:
         role_ok = record.role in (CopyRole.GATHER, CopyRole.PREFETCH)
         inputs = (record.value, record.index, str(record.src), str(record.dst))
@@ -138,10 +144,14 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, wher
     )
     if not source_ok:
         return f"{where}.src is {record.src}, but its value {record.value!r} does not live there"
-    for extra in (record.index, record.prefetch, record.prefetch_index):
+    for extra in (record.index, record.prefetch, record.prefetch_index, record.count):
         if extra is not None and dg.node_device.get(extra) != record.dst:
             return f"{where} reads {extra!r} on {record.dst}, but it lives on {dg.node_device.get(extra)}"
     nodes = {n.name: n for n in dg.graph.nodes}
+    if record.role is CopyRole.ROUTED and record.slots != _rows(node):
+        return f"{where}.slots is {record.slots}, but node {node.name!r} gathers {_rows(node)} rows"
+    if record.role is CopyRole.ROUTED and record.index is not None and record.routing != routing_of(nodes[record.index]):
+        return f"{where}.routing is {record.routing}, but the router behind {record.index!r} gives {routing_of(nodes[record.index])}"
     moved = node_nbytes(nodes[record.value] if record.role is CopyRole.PLAIN else node, unbounded="hint")
     if record.nbytes != moved:
         return f"{where}.nbytes is {record.nbytes}, but the copy moves {moved} bytes"
@@ -149,6 +159,12 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, wher
     if bad:
         return f"{where}.consumers names nodes the saved graph lacks: {bad[:5]}"
     return ""
+
+
+def _rows(node: torch.fx.Node) -> int:
+    """Rows (first dimension) of a gather's traced result."""
+    val = value_of(node)
+    return int(val.shape[0]) if isinstance(val, torch.Tensor) and val.dim() else 0
 
 
 def _copies_problems(plan: MemoryPlan) -> list[str]:
@@ -178,7 +194,7 @@ def _reads_problems(plan: MemoryPlan) -> list[str]:
     held: dict[str, set[Device]] = {name: set() for name in constants}
     for node in dg.graph.nodes:
         for arg in node.all_input_nodes:
-            if arg.name in held:
+            if arg.name in held and not reads_metadata_only(node):
                 copying = node.op != "call_function" or node.name in dg.copy_table
                 held[arg.name].add(CPU if copying else dg.node_device[node.name])
         if node.op != "call_function" or node.name in dg.copy_table or reads_metadata_only(node):

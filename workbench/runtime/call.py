@@ -6,12 +6,16 @@ executor backend) is shared by every call and only read here.
 
 Rules:
 1. Memory: every planned value is written into its arena slot and later steps read the
-   slot; constants are read from the resident copy on the device of the step reading them.
+   slot; constants are read from the resident copy on the device of the step reading them
+   (an op that reads only metadata reads a constant wherever it is, even nowhere resident).
 2. Copy steps move bytes as their ``CopyRecord`` says (never by the positions of the
    copy node's arguments): a plain copy through ``CopyRouter``; a gather copies the rows
    its index selects into the device slot; a reuse copy takes the rows its prefetch holds
    from the device and only the others over the link — its event's ``nbytes`` is the bytes
-   that crossed, and ``prefetch_stats`` counts its hits.
+   that crossed, and ``prefetch_stats`` counts its hits; a routed copy moves the first
+   ``count`` rows of its index (the distinct experts the router chose) and zeroes the
+   padding rows on the device — its event's ``nbytes`` is ``count`` rows, and
+   ``routed_stats`` says how many.
 3. Caller-owned memory: inputs are used as supplied; a caller-owned device output is
    written into a fresh ``DeviceBuffer`` that the returned tensor owns.
 4. Outputs never alias the session's memory: host outputs are copied out of the arena,
@@ -51,13 +55,13 @@ from ..devices import Device
 from ..errors import WorkbenchError
 from ..graph_values import op_name, output_values, reads_metadata_only, value_of
 from ..planning.memory_plan import MemoryPlan
-from ..propagate import CopyRecord
+from ..propagate import CopyRecord, CopyRole
 from .allocators import AllocatorRegistry
 from .buffers import DeviceBuffer
-from .cost_model import CostModel
+from .cost_model import CostModel, UncountedOps
 from .out_variants import out_variant
 from .routing import CopyRouter
-from .run_result import PrefetchStat, RowMaskStat, SlotWrites
+from .run_result import PrefetchStat, RoutedStat, RowMaskStat, SlotWrites
 from .sim_timing import bind_cost, copy_cost, reuse_cost, scaled, stream_cost
 from ..mutations import Mutation
 from .state import StateError, StateWrite
@@ -127,7 +131,9 @@ class SessionState(Protocol):
 
     def resident(self, name: str, device: Device) -> Optional[torch.Tensor]: ...
 
-    def op_time(self, step: Step, node: torch.fx.Node, args: tuple, kwargs: dict, out: Any) -> tuple[float, int, int]: ...
+    def op_time(
+        self, step: Step, node: torch.fx.Node, args: tuple, kwargs: dict, out: Any, uncounted: Optional[UncountedOps] = None
+    ) -> tuple[float, int, int]: ...
 
     def in_session_memory(self, t: torch.Tensor) -> bool: ...
 
@@ -146,9 +152,11 @@ class Call:
         self.model = session.cost_model
         self._reuses: list[tuple[str, int, int, Callable[[], int]]] = []  # (node, rows, row bytes, hits)
         self._masks: dict[str, tuple[int, Callable[[], int]]] = {}  # row mask → (rows, True rows) (rule 10)
+        self._routed: list[tuple[str, int, int, Callable[[], int]]] = []  # (node, slots, row bytes, rows moved)
         self._direct = 0  # values written straight into their slots (rule 7)
         self._copied: list[int] = []  # bytes of each op's slot copy (rule 7)
         self.inputs: list = []  # the caller's flattened inputs
+        self.uncounted = UncountedOps()  # ops whose FLOPs the cost model could not count (sim)
 
     def execute(self, flat: list) -> tuple[Any, Timeline]:
         """Run every step with the flattened user inputs; the outputs and the timeline."""
@@ -171,6 +179,7 @@ class Call:
                 elif node.op == "output":
                     outs = self._collect(node)
                     timeline = self.clock.finish()
+                    self.uncounted.warn("run", stacklevel=4)
                     result = self._finalize(outs)
                     self.owned.clear()  # the returned tensors own these buffers now
                     return result, timeline
@@ -195,6 +204,10 @@ class Call:
         """What each reuse copy of the finished call did (hits are read only now)."""
         return tuple(PrefetchStat(name, rows, hits(), row_bytes) for name, rows, row_bytes, hits in self._reuses)
 
+    def routed_stats(self) -> tuple[RoutedStat, ...]:
+        """What each routed copy of the finished call moved (counts are read only now)."""
+        return tuple(RoutedStat(name, slots, moved(), row_bytes) for name, slots, row_bytes, moved in self._routed)
+
     def abandon(self) -> None:
         """Rule 5: free what this call allocated for the caller."""
         try:
@@ -215,9 +228,18 @@ class Call:
             return value
         return self.env[name]
 
-    def _args(self, node: torch.fx.Node, device: Device) -> tuple[Any, Any]:
-        read = lambda n: self._value(n.name, device)  # noqa: E731
+    def _args(self, node: torch.fx.Node, device: Device, metadata_only: bool = False) -> tuple[Any, Any]:
+        read = (lambda n: self._metadata_value(n.name, device)) if metadata_only else (lambda n: self._value(n.name, device))
         return torch.fx.node.map_arg(node.args, read), torch.fx.node.map_arg(node.kwargs, read)
+
+    def _metadata_value(self, name: str, device: Device) -> Any:
+        """Rule 1 for an op that reads only metadata: a constant is resident nowhere for it
+        (propagation rule 7), so it reads the resident copy on its device if there is one,
+        else the program's own tensor (same shape and dtype)."""
+        if name in self.constants:
+            value = self.s.resident(name, device)
+            return value if value is not None else self.plan.device_graph.program.constant_tensor(name)
+        return self.env[name]
 
     def _check_reads(self, node: torch.fx.Node, values: Any, expected: Device, what: str) -> None:
         """Rule 6."""
@@ -251,7 +273,7 @@ class Call:
     def _compute(self, entry: NodeEntry) -> None:
         step, node, device = entry.step, entry.node, entry.step.device
         assert device is not None  # every call_function node has a device
-        args, kwargs = self._args(node, device)
+        args, kwargs = self._args(node, device, entry.metadata_only)
         if entry.is_getitem:  # its producer bound it already
             self.env[node.name] = node.target(*args, **kwargs)  # type: ignore[operator]
             return
@@ -297,17 +319,17 @@ class Call:
 
     def _cost(self, step: Step, node: torch.fx.Node, args: tuple, kwargs: dict, result: Any) -> Callable[[], tuple[float, int, int]]:
         """What a compute, host or copy-stream step costs (rule 10)."""
-        model, session = self.model, self.s
+        model, session, uncounted = self.model, self.s, self.uncounted
         if step.stream_bytes is not None:
             moved = step.stream_bytes
             return lambda: stream_cost(model, step, moved)
         share = step.share
         if share is None:
-            return lambda: session.op_time(step, node, args, kwargs, result)
+            return lambda: session.op_time(step, node, args, kwargs, result, uncounted)
         if share.mask not in self._masks:
             raise ExecutorError(f"{node.name} is charged by the row mask {share.mask!r}, which has not run before it")
         rows, true = self._masks[share.mask]
-        return lambda: scaled(session.op_time(step, node, args, kwargs, result), share.share(rows, true()))
+        return lambda: scaled(session.op_time(step, node, args, kwargs, result, uncounted), share.share(rows, true()))
 
     def _count_mask(self, name: str, mask: Any) -> None:
         """Rule 10: the mask's True entries, counted where it was written (read later)."""
@@ -400,6 +422,9 @@ class Call:
         if step.reuse:
             self._reuse_copy(entry, record, dst, x, index)
             return
+        if record.role is CopyRole.ROUTED:
+            self._routed_copy(entry, record, dst, x, index)
+            return
         self.clock.before(step)
         if index is not None:
             if nbytes:
@@ -428,6 +453,24 @@ class Call:
         link = lambda: (rows - hits()) * row_bytes  # noqa: E731  (cuda: known once the call finished)
         self.clock.after(step, lambda: reuse_cost(model, step, link(), hits() * row_bytes), link)
         self._reuses.append((node.name, rows, row_bytes, hits))
+        self.env[node.name] = dst
+
+    def _routed_copy(self, entry: NodeEntry, record: CopyRecord, dst: torch.Tensor, x: torch.Tensor, index: Any) -> None:
+        """Rule 2 for a routed copy: the ``count`` real rows cross, the padding is zeroed."""
+        step, node = entry.step, entry.node
+        assert record.count is not None  # a routed copy always has its count
+        count = self._value(record.count, record.dst)
+        slots = index.numel()
+        row_bytes = (dst.numel() * dst.element_size()) // slots if slots else 0
+        self.clock.before(step)
+        if slots and row_bytes:
+            moved = self.exec.gather_routed(dst, x, index, count, self.exec.copy_stream(entry.lane_device))
+        else:
+            moved = lambda: 0  # noqa: E731
+        model = self.model
+        link = lambda: moved() * row_bytes  # noqa: E731  (cuda: known once the call finished)
+        self.clock.after(step, lambda: copy_cost(model, step, link()), link)
+        self._routed.append((node.name, slots, row_bytes, moved))
         self.env[node.name] = dst
 
     def _destination(self, node: torch.fx.Node, device: Device, dtype: torch.dtype, shape: tuple) -> torch.Tensor:

@@ -16,6 +16,8 @@ real GPU lives here, behind the same small surface:
 - ``gather``: rows of a host tensor into a device slot in one copy.
 - ``gather_reuse``: the same rows, those a prefetch holds taken from its device buffer;
   returns a callable giving the number of such rows (hits) once the call has finished.
+- ``gather_routed``: the first ``count`` rows an index selects, the rest of the slot
+  zeroed; returns a callable giving that count once the call has finished.
 - ``clock()``: modeled time (sim) or CUDA events (cuda).
 
 Rules:
@@ -26,6 +28,10 @@ Rules:
 3. A reuse gather reads each selected row once, from the prefetched device buffer when
    the prefetch holds it (a hit), else from host memory (sim: ``copy_ops.reuse_sources``
    decides; cuda: the kernel decides per row and records a hit flag).
+4. A routed gather reads host memory only for rows ``j < count`` (``count`` lives on the
+   device: sim reads it, the cuda kernel reads it on the device and records it, so the
+   host never waits for it) and writes zeros to the others, as
+   ``copy_ops.gather_h2d_routed_copy`` does.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import torch
 
-from ..copy_ops import reuse_sources
+from ..copy_ops import reuse_sources, routed_count
 from ..devices import Device
 from ..errors import ArgumentTypeError
 from ..kernels.copies import CopyEngine, pointer_kind
@@ -155,6 +161,17 @@ class SimExecBackend(_ExecBackend):
         hits = int(hit.sum())
         return lambda: hits
 
+    def gather_routed(
+        self, dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, count: torch.Tensor, stream: Any
+    ) -> Callable[[], int]:
+        """Rule 4: rows ``src[index[j]]`` for ``j < count`` into the device slot, zeros after."""
+        rows = dst.view((-1,) + tuple(src.shape[1:]))  # (U, *row), the device slot
+        n = routed_count(count, rows.shape[0])
+        if n:
+            torch.index_select(src, 0, index.reshape(-1)[:n].to(torch.long), out=rows[:n])
+        rows[n:].zero_()
+        return lambda: n
+
     def clock(self) -> _SimRunClock:
         return _SimRunClock(self.cost_model)
 
@@ -266,6 +283,24 @@ class CudaExecBackend(_ExecBackend):
                 rows.index_copy_(0, (~hit).nonzero().reshape(-1), fetched)
         hits = int(hit_host.sum())
         return lambda: hits
+
+    def gather_routed(
+        self, dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, count: torch.Tensor, stream: Any
+    ) -> Callable[[], int]:
+        """Rule 4: one routed-gather kernel over mapped host memory, reading ``count`` on
+        the device; a pageable source falls back to torch (the host reads ``count``)."""
+        if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
+            rows = dst.view((-1,) + tuple(src.shape[1:]))
+            n = routed_count(count, rows.shape[0])  # synchronizes: the host must know which rows to read
+            with torch.cuda.stream(stream):
+                if n:
+                    fetched = torch.index_select(src, 0, index.reshape(-1)[:n].to(torch.long).cpu())
+                    rows[:n].copy_(fetched, non_blocking=False)
+                rows[n:].zero_()
+            return lambda: n
+        engine = self._engine(dst.device.index)
+        moved = engine.gather_routed_rows(dst.data_ptr(), src, index.reshape(-1), count, stream)
+        return _once(lambda: int(moved[0]))  # read after the call has synchronized
 
     def _engine(self, index: int) -> CopyEngine:
         """The copy engine of ``cuda:<index>`` (its gather kernels)."""

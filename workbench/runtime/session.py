@@ -58,6 +58,7 @@ from .exec_backends import make_exec_backend
 from .inputs import check_inputs, flatten_inputs, input_specs
 from .routing import CopyRouter
 from .run_result import RunResult
+from .cost_model import UncountedOps, cost_depends_on_data
 from .sim_timing import CostFn, bind_cost, copy_cost, default_cost_model, op_step_cost
 from ..mutations import Mutation, mutations
 from .state import StateWrite, state_writes
@@ -258,7 +259,7 @@ class Session:
         self._constants: dict[tuple[str, Device], torch.Tensor] = {}
         self._own_ids: set[int] = set()
         self._closed = False
-        self._op_times: dict[str, tuple[Any, tuple[float, int, int]]] = {}  # node → (signature, cost)
+        self._op_times: dict[str, tuple[Any, tuple[float, int, int], dict[str, str]]] = {}  # node → (signature, cost, uncounted)
         self._inputs = input_specs(plan)
         self._source = plan.device_graph.program.source
         self._versions = self._source.versions() if self._source is not None else ()
@@ -410,6 +411,7 @@ class Session:
             load_timeline=self.load_timeline,
             cost_model=self.cost_model if self.backend == "sim" else None,
             prefetch=call.prefetch_stats(),
+            routed=call.routed_stats(),
             slot_writes=call.slot_writes(),
             row_masks=call.row_mask_stats(),
         )
@@ -431,15 +433,24 @@ class Session:
         """The arena view of storage ``name`` shaped like ``like`` (made once, then reused)."""
         return self._primary.slot(name, like)
 
-    def op_time(self, step: Step, node: torch.fx.Node, args: tuple, kwargs: dict, out: Any) -> tuple[float, int, int]:
-        """(µs, bytes, flops) of an op step, recomputed only when its argument shapes change."""
+    def op_time(
+        self, step: Step, node: torch.fx.Node, args: tuple, kwargs: dict, out: Any, uncounted: Optional[UncountedOps] = None
+    ) -> tuple[float, int, int]:
+        """(µs, bytes, flops) of an op step, recomputed only when its argument shapes change
+        (or always, when its cost reads data); ops whose FLOPs cannot be counted are added
+        to ``uncounted``."""
+        if cost_depends_on_data(node.target, args, kwargs):
+            return op_step_cost(self.cost_model, step, node.target, args, kwargs, out, uncounted=uncounted)
         signature = _signature((args, kwargs))
         hit = self._op_times.get(node.name)
-        if hit is not None and hit[0] == signature:
-            return hit[1]
-        cost = op_step_cost(self.cost_model, step, node.target, args, kwargs, out)
-        self._op_times[node.name] = (signature, cost)
-        return cost
+        if hit is None or hit[0] != signature:
+            found = UncountedOps()
+            hit = (signature, op_step_cost(self.cost_model, step, node.target, args, kwargs, out, uncounted=found), found.reasons)
+            self._op_times[node.name] = hit
+        if uncounted is not None:
+            for reason in hit[2].values():
+                uncounted.add(node.target, reason)
+        return hit[1]
 
     # -- lifetime --------------------------------------------------------------------------
     @property

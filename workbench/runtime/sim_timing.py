@@ -7,13 +7,22 @@ Rules:
    ``CostModel.reuse_copy_time_us(link, device)``: in a run, ``link`` is the bytes of the
    rows its prefetch missed and ``device`` those of the rows it held; in ``estimate``
    (no data) ``link`` is ``(1 - prefetch_hit_rate)`` of its rows' bytes. Its event's
-   ``nbytes`` is ``link``: the bytes that crossed the link.
+   ``nbytes`` is ``link``: the bytes that crossed the link. A routed copy is an h2d of
+   its real rows: in a run the ``count`` distinct experts the router chose; in
+   ``estimate`` the expected number under uniform routing, E·(1 − (1 − k/E)^T) for T
+   tokens each routed to k of E experts (``workbench.expert_ops`` rule 3; at most its
+   slots), or all its slots when its router was not found.
 2. An op lasts ``CostModel.compute_time_us(flops, bytes touched, device, dtype)``, its
    roofline, with FLOPs and bytes from ``op_cost`` and ``dtype`` the first floating-point
    input's (else the output's, else fp32). Binding a planned input on the host is a
-   memcpy: 0 FLOPs, its bytes read and written.
+   memcpy: 0 FLOPs, its bytes read and written. A grouped expert matmul reads the slabs
+   of the groups that have rows: counted from its offsets in a run; in ``estimate``, the
+   same expected distinct experts as rule 1 (``CostModel`` rule 3a).
 3. Costs are cached per (op, shapes, strides, dtypes, other arguments), so a graph of
-   repeated layers counts each distinct op once, and a second run counts nothing.
+   repeated layers counts each distinct op once, and a second run counts nothing —
+   except costs that read data (a grouped matmul's real offsets), never cached. An op
+   whose FLOPs cannot be counted is named in one ``CostModelWarning`` per estimate
+   (and per run), each op once (``CostModel`` rule 3c).
 4. Factory ops are costed with ``device="meta"``: costing never allocates memory.
 5. ``SimClock`` places the events through a ``StreamScheduler`` with each step's
    ``deps``; the same steps and costs give the same timeline on every machine.
@@ -54,7 +63,8 @@ from ..devices import Device
 from ..errors import ArgumentTypeError
 from ..graph_values import node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
-from .cost_model import CostModel, OpCost, concrete_size, op_cost
+from ..expert_ops import grouped_operands, routing_of
+from .cost_model import CostModel, CountedCost, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
 from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
@@ -65,6 +75,7 @@ __all__ = [
     "default_cost_model",
     "estimate",
     "expected_link_bytes",
+    "expected_routed_groups",
     "reuse_cost",
     "scaled",
     "step_dtype",
@@ -74,7 +85,7 @@ __all__ = [
 #: A step's cost, computed when the clock places it: (µs, bytes, flops).
 CostFn = Callable[[], tuple[float, int, int]]
 
-_CACHE: dict[Any, OpCost] = {}
+_CACHE: dict[Any, CountedCost] = {}
 _CACHE_LIMIT = 1 << 16
 _LOCK = threading.Lock()
 
@@ -108,15 +119,18 @@ def _meta_factory(kwargs: dict) -> dict:
     return kwargs
 
 
-def cached_op_cost(target: Any, args: tuple, kwargs: dict) -> OpCost:
-    """``op_cost`` of ``target(*args, **kwargs)``, cached per shapes (rules 3, 4)."""
+def cached_op_cost(target: Any, args: tuple, kwargs: dict, routed_groups: Optional[float] = None) -> CountedCost:
+    """``count_op_cost`` of ``target(*args, **kwargs)``, cached per shapes unless it reads
+    data (rules 3, 4)."""
     kwargs = _meta_factory(dict(kwargs))
-    key = (target, _spec(tuple(args)), _spec(kwargs))
+    if cost_depends_on_data(target, tuple(args), kwargs):
+        return count_op_cost(target, tuple(args), kwargs, routed_groups=routed_groups)
+    key = (target, _spec(tuple(args)), _spec(kwargs), routed_groups)
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    cost = op_cost(target, tuple(args), kwargs)
+    cost = count_op_cost(target, tuple(args), kwargs, routed_groups=routed_groups)
     with _LOCK:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
@@ -178,9 +192,23 @@ def scaled(cost: tuple[float, int, int], share: float) -> tuple[float, int, int]
     return duration * share, int(round(nbytes * share)), int(round(flops * share))
 
 
-def op_step_cost(model: CostModel, step: Step, target: Any, args: tuple, kwargs: dict, out: Any) -> tuple[float, int, int]:
-    """(µs, bytes touched, flops) of a compute or host step (rule 2)."""
-    cost = cached_op_cost(target, args, kwargs)
+def op_step_cost(
+    model: CostModel,
+    step: Step,
+    target: Any,
+    args: tuple,
+    kwargs: dict,
+    out: Any,
+    *,
+    routed_groups: Optional[float] = None,
+    uncounted: Optional[UncountedOps] = None,
+) -> tuple[float, int, int]:
+    """(µs, bytes touched, flops) of a compute or host step (rule 2); an op whose FLOPs
+    cannot be counted is added to ``uncounted`` (rule 3)."""
+    counted = cached_op_cost(target, args, kwargs, routed_groups)
+    if uncounted is not None:
+        uncounted.add(target, counted.uncounted)
+    cost = counted.cost
     dtype = step_dtype((args, kwargs), out)
     device = event_of(step)[1][0] if step.device is None else step.device
     return model.compute_time_us(cost.flops, cost.bytes_touched, device, dtype), cost.bytes_touched, cost.flops
@@ -270,8 +298,13 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_pla
     copies of the traced values, so it works on shape-only plans (a full-size model) and
     gives, for a program with static shapes, exactly the timeline ``run(plan, ...,
     backend="sim")`` records — except reuse copies, whose bytes depend on which rows the
-    prefetch holds, and steps charged by a row share, whose rows depend on a mask: both
-    are charged the expected ``cost_model.prefetch_hit_rate`` (rules 1, 9).
+    prefetch holds: they are charged ``cost_model.prefetch_hit_rate`` (rule 1); and routed
+    copies and grouped expert matmuls, whose bytes depend on which experts the router
+    chose: they are charged the expected distinct experts under uniform routing,
+    E·(1 − (1 − k/E)^T) for T tokens each routed to k of E experts (rules 1, 2); and steps
+    charged by a row share, whose rows depend on a mask: the expected share under
+    ``cost_model.prefetch_hit_rate`` (rule 9). Ops whose FLOPs cannot be counted are named
+    in one ``CostModelWarning`` (rule 3).
 
     ``in_place_writes=True`` models a runtime whose kernels all write their planned
     memory directly — a compiled program, such as ExecuTorch's — instead of this
@@ -286,13 +319,15 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_pla
     clock = SimClock(model)
     steps = steps_of(plan)
     nodes = {node.name: node for node in plan.device_graph.graph.nodes}
+    uncounted = UncountedOps()
     for step in steps.steps:  # one step per node, in order
         if step.event is not None:
-            clock.add(step, _static_cost(model, step, nodes[step.name]))
+            clock.add(step, _static_cost(model, step, nodes[step.name], uncounted))
             if step.slot_write == "copy" and not in_place_writes:
                 clock.add_slot_copy(step, step.slot_copy_bytes)
     for write in state_writes(plan, steps):  # a program's state, written back after the call
         clock.add(write.step, _write_back_cost(model, write.step, write.device, node_nbytes(nodes[write.value], unbounded="hint")))
+    uncounted.warn("estimate")
     return clock.timeline()
 
 
@@ -303,15 +338,15 @@ def _write_back_cost(model: CostModel, step: Step, device: Device, nbytes: int) 
     return lambda: copy_cost(model, step, nbytes)
 
 
-def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> CostFn:
+def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: UncountedOps) -> CostFn:
     if node.op == "placeholder":
         return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
     if step.reuse:
         total = node_nbytes(node, unbounded="hint")  # every selected row
         link = expected_link_bytes(model, total)
         return lambda: reuse_cost(model, step, link, total - link)
-    if step.copy is not None:  # its record holds the bytes it moves
-        nbytes = step.copy.nbytes
+    if step.copy is not None:  # its record holds the bytes it moves (routed: expected, rule 1)
+        nbytes = int(round(step.copy.expected_nbytes()))
         return lambda: copy_cost(model, step, nbytes)
     if step.stream_bytes is not None:  # rule 8
         moved = step.stream_bytes
@@ -319,4 +354,20 @@ def _static_cost(model: CostModel, step: Step, node: torch.fx.Node) -> CostFn:
     args = torch.fx.node.map_arg(node.args, value_of)
     kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
     share = 1.0 if step.share is None else step.share.expected_share(model.prefetch_hit_rate)  # rule 9
-    return lambda: scaled(op_step_cost(model, step, node.target, args, kwargs, value_of(node)), share)
+    groups = expected_routed_groups(node)
+    return lambda: scaled(
+        op_step_cost(model, step, node.target, args, kwargs, value_of(node), routed_groups=groups, uncounted=uncounted), share
+    )
+
+
+def expected_routed_groups(node: torch.fx.Node) -> Optional[float]:
+    """Rule 2: the groups a grouped expert matmul is expected to read under uniform
+    routing (at most its groups), or None for any other node or an unknown router."""
+    operands = grouped_operands(node)
+    if operands is None:
+        return None
+    routing = routing_of(operands.offs)
+    weight = value_of(operands.weight)
+    if routing is None or not isinstance(weight, torch.Tensor) or weight.dim() == 0:
+        return None
+    return min(float(concrete_size(weight.shape[0])), routing.expected_distinct())
