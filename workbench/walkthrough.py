@@ -40,6 +40,7 @@ import torch
 from .anchors import anchors_table
 from .capture import capture
 from .errors import ArgumentValueError
+from .experts import find_experts
 from .models import MoEConfig, QwenMoEDecoder
 from .planning.memory_plan import MemoryPlan, plan
 from .devices import CPU, Device
@@ -183,7 +184,7 @@ def measured_hit_rate(config: Optional[MoEConfig] = None, *, tokens: int = 256, 
         if len(args) > 2 and args[2] is not None:  # Experts.forward(x, expert_idx, hint)
             seen.append((args[1].reshape(-1, k), args[2].reshape(-1, k)))  # (B, k) chosen, predicted
 
-    hooks = [layer.mlp.experts.register_forward_hook(record) for layer in model.decoder_layers()]
+    hooks = [model.get_submodule(module).register_forward_hook(record) for module in find_experts(model).modules]
     try:
         gen = torch.Generator().manual_seed(seed)
         ids = torch.randint(config.vocab_size, (tokens, 1), generator=gen)

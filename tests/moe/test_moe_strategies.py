@@ -9,14 +9,16 @@ import torch
 
 import workbench as wb
 from workbench import Device
-from workbench.models import QwenMoEDecoder
-from workbench.moe import RoutingRecorder, replay, slab_bytes
-from workbench.moe.cache_ops import ADMIT, ExpertCacheError, expert_cache_admit
+from workbench.models import MoEConfig, QwenMoEDecoder
+from workbench.moe import RoutingRecorder, RoutingTrace, record_decode, replay, slab_bytes
 from workbench.moe.decode import DecodeError, decode
+from workbench.moe.experts import expert_modules
 from workbench.moe.strategies import expert_cache, partial_offload
 from workbench.planning.arena_execution import run_in_arenas
+from workbench.propagate import CopyRole
 from workbench.strategies import StrategyError
 
+from cache_reference import reference_admit
 from conftest import moe_tiny
 
 CUDA0 = Device("cuda", 0)
@@ -59,11 +61,13 @@ def test_partial_offload_places_the_first_layers_experts_on_the_host():
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu", "static_hot"])
+@pytest.mark.parametrize("on_miss", ["copy", "host_compute"])
 @pytest.mark.parametrize("skip", [True, False])
-def test_expert_cache_is_eager_equal_over_steps(policy, skip):
-    """Every cache policy decodes several steps on sim with the eager model's logits, and
-    its planned graph also runs in arenas and eagerly (DeviceGraph.module) to the same outputs."""
-    strategy = expert_cache(4, policy, skip_copies=skip)
+def test_expert_cache_is_eager_equal_over_steps(policy, on_miss, skip):
+    """Every cache policy, whether a miss is copied or computed on the host, decodes several
+    steps on sim with the eager model's logits, and its planned graph also runs in arenas
+    and eagerly (DeviceGraph.module) to the same outputs."""
+    strategy = expert_cache(3, policy, on_miss=on_miss, skip_copies=skip)
     _, result, _ = _decode(strategy)
     assert result.matches_eager == (True,) * STEPS
     config, model, inputs, program = moe_tiny()
@@ -89,8 +93,6 @@ def test_static_hot_hits_equal_the_replay_with_the_same_popularity():
     """static_hot pinned from a popularity table hits exactly where the replay says."""
     config, program = reference()
     eager = QwenMoEDecoder(config).eval()
-    from workbench.moe import record_decode
-
     warmup, _ = record_decode(QwenMoEDecoder(config).eval(), 12)
     popularity = warmup.counts()
     _, result, trace = _decode(expert_cache(3, "static_hot", popularity=popularity), steps=8)
@@ -139,32 +141,160 @@ def test_decode_timeline_marks_steps():
 
 
 def test_expert_cache_bad_settings():
-    """Too few or too many slots, unknown policies and unbuilt modes are clear errors."""
+    """Too few or too many slots, unknown policies and modes, a prefetch into a static
+    cache or into a program without routing hints are clear StrategyErrors."""
     config, program = reference()
     with pytest.raises(StrategyError, match=r"must be in \[2, 8\]"):
         expert_cache(1, "lru").apply(program)
     with pytest.raises(StrategyError, match=r"must be in \[0, 8\]"):
         expert_cache(9, "static_hot").apply(program)
+    with pytest.raises(StrategyError, match=r"must be in \[2, 8\]"):
+        expert_cache(1, "lfu", on_miss="host_compute").apply(program)
     with pytest.raises(StrategyError, match="unknown cache policy"):
         expert_cache(4, "fifo")
-    with pytest.raises(StrategyError, match="not built yet"):
-        expert_cache(4, "lru", on_miss="host_compute")
-    with pytest.raises(StrategyError, match="not built yet"):
-        expert_cache(4, "lru", prefetch=True)
+    with pytest.raises(StrategyError, match="unknown on_miss 'skip'; valid: copy, host_compute"):
+        expert_cache(4, "lru", on_miss="skip")
+    with pytest.raises(StrategyError, match="static cache admits nothing"):
+        expert_cache(4, "static_hot", prefetch=True)
+    with pytest.raises(StrategyError, match="needs routing hints"):
+        expert_cache(4, "lru", prefetch=True).apply(program)
+    with pytest.raises(StrategyError, match="must not have routing hints"):
+        expert_cache(4, "lru").apply(prefetch_reference()[1])
+    with pytest.raises(wb.WorkbenchError, match="prefetch must be True or False"):
+        expert_cache(4, "lru", prefetch=1)
     with pytest.raises(StrategyError, match=r"n_host_layers must be in \[0, 4\]"):
         partial_offload(5).apply(program)
 
 
-def test_admit_refuses_mismatched_state_and_cuda():
-    """The admit op checks its state's shapes, and refuses real CUDA tensors (rule 6)."""
-    rows = [torch.zeros(2, 3)]
-    good = dict(slabs=[torch.zeros(4, 3)], slots=torch.full((4,), -1), keys=torch.full((4,), -1),
-                requests=torch.zeros(8, dtype=torch.long), clock=torch.zeros(1, dtype=torch.long))  # fmt: skip
-    with pytest.raises(ExpertCacheError, match="rows must be"):
-        expert_cache_admit(torch.tensor([1, 2, 3]), rows, policy="lru", **good)
-    with pytest.raises(ExpertCacheError, match="policy must be"):
-        expert_cache_admit(torch.tensor([1, 2]), rows, policy="fifo", **good)
-    assert ADMIT is torch.ops.workbench.expert_cache_admit.default
+# -- on_miss="host_compute" ------------------------------------------------------------------
+
+
+def _expert_weights(program):
+    return {name for name, fqn in program.constants.items() if ".mlp.experts." in fqn}
+
+
+@pytest.mark.parametrize("policy, slots", [("lru", 2), ("lfu", 5), ("static_hot", 3)])
+def test_host_compute_hits_equal_the_replay(policy, slots):
+    """The hit masks of a host-computing cache count, per layer per step, exactly the hits
+    the replay of the recorded routing finds (a miss is still admitted for later tokens)."""
+    config, _ = reference()
+    popularity = record_decode(QwenMoEDecoder(config).eval(), 12)[0].counts() if policy == "static_hot" else None
+    _, result, trace = _decode(expert_cache(slots, policy, on_miss="host_compute", popularity=popularity), steps=10)
+    expected = replay(trace, policy, slots, 1, on_miss="host_compute", popularity=popularity).hits.T  # (L, T)
+    np.testing.assert_array_equal(result.hit_rate_matrix() * trace.top_k, expected)
+
+
+def test_host_compute_moves_activations_not_experts():
+    """With host_compute no expert weight crosses for a miss: a static cache has no copy of
+    an expert weight at all and moves the same few KiB per step whatever it hits; an
+    admitting cache's only expert copies are its admissions (reuse copies) after the layer.
+    The host copy of each expert region runs on the host and reads host-resident weights."""
+    config, program = reference()
+    experts = _expert_weights(program)
+    static = expert_cache(3, "static_hot", on_miss="host_compute")
+    dg = static.apply(program)
+    assert not [c.name for c in dg.copies if c.value in experts]
+    host_ops = [n for n in dg.graph.nodes if n.op == "call_function" and dg.node_device[n.name] == wb.CPU
+                and any(a.name in experts for a in n.all_input_nodes)]  # fmt: skip
+    assert len(host_ops) == 2 * config.num_hidden_layers  # w1 and w2 rows of every layer, on the host
+    assert all(dg.residency[w] == (wb.CPU,) for w in experts)
+    _, result, _ = _decode(static)
+    assert len(set(result.link_bytes)) == 1 and result.link_bytes[0] < slab_bytes(config)
+    assert 0 < result.hits["hit_rate"].mean() < 1  # some steps hit, some miss: the bytes do not care
+    lru = expert_cache(3, "lru", on_miss="host_compute").apply(program)
+    copies = [c for c in lru.copies if c.value in experts]
+    assert copies and all(c.role is CopyRole.REUSE and c.name.endswith("_admission") for c in copies)
+
+
+def test_host_compute_charges_the_host_only_for_misses():
+    """Each host op of an expert region is charged the share of its rows that missed: in a
+    run, per step, the host time of layer l is (1 - hit rate of l) times its full time; in
+    estimate, the expected miss rate 1 - prefetch_hit_rate."""
+    from workbench.moe.cache_graph import cache_reads
+    from workbench.runtime import CostModel, estimate
+    from workbench.runtime.node_facts import row_share
+
+    plan, result, _ = _decode(expert_cache(3, "lru", on_miss="host_compute"), steps=5)
+    graph = plan.device_graph.graph
+    layer_of_mask = cache_reads(graph)
+    layer_of = {n.name: layer_of_mask[row_share(n).mask] for n in graph.nodes if row_share(n) is not None}
+    assert layer_of and all(plan.device_graph.node_device[n] == wb.CPU for n in layer_of)
+
+    def host_time(events):
+        out = {}
+        for e in events:
+            if e.node in layer_of:
+                out[layer_of[e.node]] = out.get(layer_of[e.node], 0.0) + e.end_us - e.start_us
+        return out
+
+    full = host_time(estimate(plan, CostModel().with_prefetch_hit_rate(0.0)))
+    half = host_time(estimate(plan, CostModel().with_prefetch_hit_rate(0.5)))
+    assert set(full) == set(range(4)) and all(half[layer] == pytest.approx(full[layer] / 2) for layer in full)
+    assert sum(host_time(estimate(plan, CostModel().with_prefetch_hit_rate(1.0))).values()) == 0
+    rates = result.hit_rate_matrix()  # (L, T)
+    for step, res in enumerate(result.steps):
+        got = host_time(res.timeline)
+        for layer, t in full.items():
+            assert got.get(layer, 0.0) == pytest.approx((1 - rates[layer, step]) * t)
+
+
+# -- prefetch into the cache -----------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def prefetch_reference():
+    config = MoEConfig.tiny()
+    model = QwenMoEDecoder(config, expert_prefetch=True).eval()
+    return config, wb.capture(model, model.example_inputs())
+
+
+def _routing_with_hints(model):
+    """A recorder of (chosen, predicted) expert ids per layer per call (predicted None for
+    the first layer): the built-in experts are called as (x, expert ids, hint)."""
+    seen = {i: [] for i, _ in expert_modules(model)}
+    hooks = [
+        module.register_forward_hook(lambda m, args, out, i=i: seen[i].append((args[1], args[2])))
+        for i, module in expert_modules(model)
+    ]
+    return seen, hooks
+
+
+def _reference_hits(seen, policy, slots, experts):
+    """(L, T) hits of a cache that admits each layer's predicted experts (not requested)
+    before the layer reads, then admits the chosen ones: the plain reference of the op."""
+    hits = np.zeros((len(seen), len(seen[0])), dtype=int)
+    for layer, calls in seen.items():
+        state = dict(slabs=[torch.zeros(slots, 1)], slots=torch.full((slots,), -1), keys=torch.full((slots,), -1),
+                     requests=torch.zeros(experts, dtype=torch.long), clock=torch.zeros(1, dtype=torch.long))  # fmt: skip
+        for step, (chosen, predicted) in enumerate(calls):
+            if predicted is not None:
+                reference_admit(predicted, [torch.zeros(predicted.numel(), 1)], policy=policy, requested=False, **state)
+            hits[layer, step] = sum(int(e) in state["slots"].tolist() for e in chosen.reshape(-1))
+            reference_admit(chosen, [torch.zeros(chosen.numel(), 1)], policy=policy, requested=True, **state)
+    return hits
+
+
+@pytest.mark.parametrize("policy, on_miss", [("lru", "copy"), ("lfu", "copy"), ("lru", "host_compute"), ("lfu", "host_compute")])
+def test_prefetching_cache_is_eager_equal_and_hits_as_the_reference(policy, on_miss):
+    """A cache that admits each layer's predicted experts before the layer's read decodes
+    with the eager model's logits, and hits exactly where the reference admit, fed the
+    predictions and then the routed experts layer by layer, says: a correct prediction is
+    a hit (the admit is ordered before the read by a graph edge)."""
+    config, program = prefetch_reference()
+    plan = wb.plan(expert_cache(3, policy, on_miss=on_miss, prefetch=True).apply(program), "greedy")
+    eager = QwenMoEDecoder(config, expert_prefetch=True).eval()
+    seen, hooks = _routing_with_hints(eager)
+    try:
+        result = decode(plan, STEPS, reference=eager)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert result.matches_eager == (True,) * STEPS
+    want = _reference_hits(seen, policy, 3, config.num_experts)
+    np.testing.assert_array_equal(result.hit_rate_matrix() * config.num_experts_per_tok, want)
+    unhinted = replay(RoutingTrace(np.stack([np.stack([c.reshape(-1).numpy() for c, _ in seen[layer]]) for layer in seen], 1),
+                                   config.num_experts, False, "recorded"), policy, 3, 1).hits.T  # fmt: skip
+    assert want.sum() >= unhinted.sum()  # predictions only add hits here
 
 
 def test_decode_checks_its_arguments():

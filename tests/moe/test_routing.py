@@ -146,10 +146,14 @@ def test_synthetic_for_full_config():
 
 
 def test_expert_layers_from_program():
-    """Expert weights per layer come from the program's parameter names, in layer order."""
-    config, _, _, program = moe_tiny()
-    layers = expert_layers(program.constants)
-    assert [e.layer for e in layers] == list(range(config.num_hidden_layers))
-    assert layers[2].weights == ("layers.2.mlp.experts.w1", "layers.2.mlp.experts.w2")
-    with pytest.raises(ExpertDiscoveryError, match="no parameter lies under"):
+    """MoE layers of a program come from find_experts, indexed by decoder layer, in layer
+    order, each with its stacked weights; a model without routed experts is refused."""
+    config, model, _, program = moe_tiny()
+    layers = expert_layers(program)
+    assert [index for index, _ in layers] == list(range(config.num_hidden_layers))
+    assert set(layers[2][1].weights) == {"layers.2.mlp.experts.w1", "layers.2.mlp.experts.w2"}
+    assert [(i, e.module) for i, e in expert_layers(model)] == [(i, e.module) for i, e in layers]
+    with pytest.raises(ExpertDiscoveryError, match="no routed experts"):
+        expert_layers(torch.nn.Linear(4, 4))
+    with pytest.raises(ExpertDiscoveryError, match="nn.Module or a Program"):
         expert_layers({"a": "embed.weight"})

@@ -18,6 +18,7 @@ from workbench.sweeps import (
     SpecError,
     StrategySpec,
     SweepError,
+    SweepResult,
     SweepTask,
     best_per_budget,
     evaluate,
@@ -245,3 +246,22 @@ def test_answer_table_reads_the_best_rows():
     assert (table.loc[fits, "best"] == result.best.loc[fits, "strategy"]).all()
     offload = table["best"] == "partial_offload"
     assert table.loc[offload, "parameters"].str.fullmatch(r"n_host_layers=\d+").all()
+
+
+def test_from_points_rebuilds_the_result(tmp_path):
+    """A result rebuilt from its points — also after a CSV round trip, as the CLI writes
+    them — picks the same best rows; points without the columns or links are refused."""
+    result = inline_sweep()
+    again = SweepResult.from_points(result.points, BUDGETS, LINKS, "saved")
+    pd.testing.assert_frame_equal(again.best, result.best)
+    result.points.to_csv(tmp_path / "sweep.csv", index=False)
+    read = SweepResult.from_points(pd.read_csv(tmp_path / "sweep.csv"), BUDGETS, LINKS, "saved")
+    columns = ["budget_GiB", "link", "fits", "label", "device_bytes", "tok/s"]
+    pd.testing.assert_frame_equal(read.best[columns], result.best[columns], check_dtype=False)
+    assert read.workers.empty and read.seconds == 0.0
+    with pytest.raises(SweepError, match=r"points lack the columns \['tok/s'\]"):
+        SweepResult.from_points(result.points.drop(columns=["tok/s"]), BUDGETS, LINKS, "saved")
+    with pytest.raises(SweepError, match=r"no point was estimated under the link\(s\) \['pcie_gen5'\]"):
+        SweepResult.from_points(result.points, BUDGETS, ["pcie_gen5"], "saved")
+    with pytest.raises(SweepError, match="budgets must be positive"):
+        SweepResult.from_points(result.points, [0], LINKS, "saved")

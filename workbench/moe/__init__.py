@@ -1,14 +1,14 @@
 """Mixture-of-experts capacity planning: routing traces, expert caches, multi-token decode.
 
 - ``routing``: ``RoutingTrace`` (per token, per layer, the chosen experts), recorded from
-  real runs of the built-in model or generated with a stated skew (always labelled
-  synthetic).
+  real runs of the built-in model or a transformers MoE, or generated with a stated skew
+  (always labelled synthetic).
 - ``cache_policies``: replay a trace through an expert cache (LRU, LFU, static-hot)
   without running the model: hits, misses, evictions and bytes per layer per token.
-- ``experts``: where a model keeps its routed experts.
-- ``strategies``: ``partial_offload`` and ``expert_cache``, graph rewrites like the
-  strategies of ``workbench.strategies`` (``cache_graph`` builds the cache,
-  ``cache_ops`` updates it).
+- ``experts``: where a model keeps its routed experts, by layer (``workbench.experts.find_experts``).
+- ``strategies``: ``partial_offload`` and ``expert_cache`` (a miss copied or computed on
+  the host, optionally prefetched into), graph rewrites like the strategies of
+  ``workbench.strategies`` (``cache_graph`` builds the cache, ``cache_ops`` updates it).
 - ``decode``: ``wb.decode``, N decode steps in one session, caches carried; ``figures``
   draws its hit-rate heat map.
 """

@@ -1,12 +1,14 @@
-"""Expert caches as a graph rewrite: cache state as program buffers, reads as reuse copies.
+"""Expert caches as graph rewrites: cache state as program buffers, reads through the caches.
 
 ``cached_program(program, spec)`` returns a copy of a program with one expert cache per
-MoE layer added as buffers; ``rewrite_reads(dg, spec)`` turns the device graph of that
-program, propagated with the experts streamed, into one that reads experts through the
-caches.
+MoE layer added as buffers (and, for ``on_miss="host_compute"``, each layer's expert FFN
+split between the cache on the device and the host); ``rewrite_reads(dg, cached, spec,
+device)`` turns the device graph of that program into one whose expert reads go through
+the caches, and inserts the cache updates.
 
 Rules:
-  1. Per MoE layer ``l`` and expert weight ``w`` (``w1``, ``w2``), the buffer
+  1. Per MoE layer ``l`` (``experts.expert_layers``: found by ``find_experts``, so the
+     built-in decoder and transformers models alike) and expert weight ``w``, the buffer
      ``expert_cache.layers.{l}.{w}`` ``(S, *row)`` holds the cached slabs; the slot
      table ``expert_cache.layers.{l}.slots`` ``(S,)`` which expert each slot holds (-1
      empty). Admitting policies add ``keys`` ``(S,)``, ``requests`` ``(E,)`` and
@@ -16,18 +18,54 @@ Rules:
   2. Initial state: ``static_hot`` slots hold the ``S`` pinned experts (and the slabs
      their weights); ``lru``/``lfu`` caches start empty. Shape-only programs get meta
      buffers (no memory), like their weights.
-  3. Each gather copy of an expert weight's routed rows (``gather_h2d_copy(w, index)``,
-     from streaming) becomes ``gather_h2d_reuse_copy(w, index, slabs, slots)``: rows
-     the cache holds are copied on the device (as an all-on-device model's row gather
-     reads resident weights), the others cross the link. The executor counts each
-     read's hits; ``estimate`` charges ``1 - CostModel.prefetch_hit_rate`` of its rows
-     to the link, so a shape-only estimate takes the expected hit rate from a replay.
-  4. For an admitting policy, ``expert_cache_admit`` follows the layer's last reader of
-     its cache reads in graph order and updates the cache in place (``cache_ops``),
-     from the rows the reads brought in.
-  5. The rewrite keeps every other node, name and device; copy records of the replaced
-     gathers are replaced by records of the reuse copies, saying why they exist.
-  6. The buffers are the program's state: ``strategy.apply`` makes a new program, so a
+  3. A layer's experts must be stacked weights read only through row selections by one
+     index — ``index_select(w, 0, ids)``, ``select_rows(w, ids, hint)`` (the built-in
+     decoder), or ``w[ids]`` (transformers' ``batched_mm`` experts, rewritten to the
+     ``index_select`` it equals). Anything else (a grouped matmul over the whole stack)
+     is a ``CacheGraphError`` that says so.
+  4. ``on_miss="copy"``: each gather of an expert weight's routed rows becomes
+     ``gather_h2d_reuse_copy(w, ids, slabs, slots)``: rows the cache holds are copied on
+     the device (the hits read the cache), the others cross the link. The executor
+     counts each read's hits; ``estimate`` charges ``1 - CostModel.prefetch_hit_rate``
+     of its rows to the link, so a shape-only estimate takes the expected hit rate from
+     a replay (``sweeps`` passes the replayed rate).
+  5. ``on_miss="host_compute"`` (Fiddler, ktransformers): the layer's *row-wise expert
+     region* — the ops of the experts container that, from the selected weight rows on,
+     keep one row per routed row (``_row_wise``: pointwise ops, batched matmuls, views
+     and reductions that leave dim 0 alone) — is computed twice with static shapes:
+     on the device from the cache (``expert_cache_positions`` finds each row's slot,
+     ``index_select(slabs, 0, positions)`` reads it in place: no link) and on the host
+     from the host-resident weights; where each region output leaves the region,
+     ``where(hits, device value, host value)`` keeps the device row for a hit and the
+     host row for a miss (``hits = expert_cache_hits(ids, slots)``). Propagation moves
+     the activations: the region's inputs cross to the host (``d2h``), its outputs back
+     (``h2d``); no expert weight crosses for a miss. Every host op of the region carries
+     a ``RowShare`` of ``hits`` (``runtime.node_facts``): a run charges it only the share
+     of rows that really missed (a runtime that compacts the missed rows, as Fiddler
+     does, computes only those; the static-shape graph computes and discards the rest),
+     read from the mask as a reuse copy's hits are; ``estimate`` charges it the
+     expected miss rate ``1 - CostModel.prefetch_hit_rate`` — the replayed trace's hit
+     rate in a sweep — shape-only. Outputs equal eager exactly: a hit row runs the same
+     ops on the same bytes (rule 4 of ``cache_ops``), a missed row is the original.
+  6. Admitting policies update their cache with ``expert_cache_admit`` (``cache_ops``), a
+     copy-stream op whose inputs carry its ordering as graph edges: ``copy`` — after
+     the layer's reads, from their rows; ``host_compute`` — a miss is still admitted for
+     later tokens (``cache_policies`` rule 5): the routed ids pass through
+     ``ordered_after(ids, merges)``, so the admission's reuse copies (hits on the device,
+     misses over the link, off the critical path) and the admit come after the layer's
+     device reads of the cache and its results.
+  7. Prefetch (a program with routing hints, ``lru``/``lfu`` only; layers with a hint —
+     the first layer has nothing to predict it): the predicted
+     experts are read through the cache (``gather_h2d_reuse_copy(w, hint, slabs,
+     slots)``: predicted experts it holds are copied on the device, the others cross)
+     and admitted (``requested=False``) before the layer's read: the read's slot table
+     (or, with ``host_compute``, the lookups') is the admit's result, so the order is a
+     graph edge, and a correctly predicted expert is a hit.
+  8. The rewrite keeps every other node, name and device; copy records of the replaced
+     gathers are replaced by records of the reuse copies, saying why they exist; the
+     layer's reads (``copy``) or hit masks (``host_compute``) are marked
+     (``cache_reads``), so ``decode`` counts hits per layer.
+  9. The buffers are the program's state: ``strategy.apply`` makes a new program, so a
      new cold cache, every time; a session copies the buffers when it loads, so each
      session starts from the program's state, and calling ``DeviceGraph.module()``
      (eager) advances the program's own buffers.
@@ -36,6 +74,7 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -45,27 +84,39 @@ import torch.fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 
-from ..graph_values import value_of
 from ..capture import Program
-from ..copy_ops import GATHER_H2D, GATHER_REUSE
-from ..devices import CPU, Device
-from ..propagate import CopyRole
-from .cache_ops import ADMIT
+from ..copy_ops import GATHER_REUSE, SELECT_ROWS
+from ..devices import CPU, CopyKind, Device
+from ..errors import WorkbenchError
+from ..experts import ExpertLayer
+from ..graph_values import value_of
+from ..place import module_paths
+from ..propagate import CopyRecord, CopyRole, DeviceGraph
+from ..runtime import mark_copy_stream, mark_row_share
+from .cache_ops import ADMIT, HITS, ORDERED_AFTER, POSITIONS
 from .cache_policies import pinned_experts
-from .experts import ExpertLayer, expert_layers
+from .experts import expert_layers
 
-__all__ = ["CacheSpec", "CacheState", "cached_program", "rewrite_reads"]
+__all__ = ["CacheGraphError", "CacheSpec", "CacheState", "CachedProgram", "LayerPlan", "cache_reads", "cached_program", "rewrite_reads"]
 
 _STATE_FIELDS = ("slots", "keys", "requests", "clock")
+_READ_KEY = "workbench_expert_cache_read"  # rule 8: node.meta key, the layer whose hits the node counts
+_aten = torch.ops.aten
+
+
+class CacheGraphError(WorkbenchError, ValueError):
+    """A program whose experts an expert cache cannot hold (rule 3)."""
 
 
 @dataclass(frozen=True)
 class CacheSpec:
-    """What to cache: slots per layer and the policy."""
+    """What to cache: slots per layer, the policy, what a miss does, prefetching."""
 
     slots_per_layer: int  # S
     policy: str  # "lru" | "lfu" | "static_hot"
     popularity: Optional[tuple[tuple[int, ...], ...]] = None  # static_hot: (L, E) counts; None pins experts 0..S-1
+    on_miss: str = "copy"  # "copy" (rule 4) | "host_compute" (rule 5)
+    prefetch: bool = False  # predicted experts are admitted before the layer's read (rule 7)
 
     @property
     def admits(self) -> bool:
@@ -88,13 +139,42 @@ class CacheState:
         return tuple(f for f in (*self.slabs, self.slots, self.keys, self.requests, self.clock) if f is not None)
 
 
-def _states(layers: tuple[ExpertLayer, ...], spec: CacheSpec) -> list[CacheState]:
+@dataclass(frozen=True)
+class LayerPlan:
+    """One MoE layer as the program-level rewrite left it (node names, which propagation keeps)."""
+
+    state: CacheState
+    weights: tuple[str, ...]  # weight placeholders, in the order of state.slabs
+    index: str  # the routed experts' ids (N,)
+    hint: Optional[str]  # the predicted ids (prefetching programs)
+    hits: Optional[str] = None  # host_compute: expert_cache_hits node
+    positions: Optional[str] = None  # host_compute: expert_cache_positions node
+    merges: tuple[str, ...] = ()  # host_compute: the where() nodes that leave the region
+
+
+@dataclass(frozen=True, eq=False)
+class CachedProgram:
+    """``cached_program``'s result: the program with its caches, and what the device-level
+    rewrite needs to know of each layer."""
+
+    program: Program
+    layers: tuple[LayerPlan, ...]
+    host_ops: frozenset[str]  # host_compute: the host copy of each region op (placed on the host)
+    top_k: int  # N: the rows a layer selects per call
+    num_experts: int  # E
+    streamed: tuple[str, ...]  # weight FQNs the device reads by row gathers (copy mode)
+
+
+# -- program level ------------------------------------------------------------------------
+
+
+def _states(layers: tuple[tuple[int, ExpertLayer], ...], spec: CacheSpec) -> list[CacheState]:
     out = []
-    for layer in layers:
-        base = f"expert_cache.layers.{layer.layer}"
+    for index, layer in layers:
+        base = f"expert_cache.layers.{index}"
         extra = {f: f"{base}.{f}" if spec.admits else None for f in _STATE_FIELDS[1:]}
-        slabs = tuple(f"{base}.{w.rsplit('.', 1)[1]}" for w in layer.weights)
-        out.append(CacheState(layer.layer, slabs, f"{base}.slots", **extra))
+        slabs = tuple(f"{base}.{w.removeprefix(layer.module + '.').replace('.', '_')}" for w in layer.weights)
+        out.append(CacheState(index, slabs, f"{base}.slots", **extra))
     return out
 
 
@@ -105,15 +185,16 @@ def _pinned(spec: CacheSpec, layers: int, experts: int) -> np.ndarray:
     return pinned_experts(np.asarray(spec.popularity), spec.slots_per_layer)
 
 
-def _initial(program: Program, layers: tuple[ExpertLayer, ...], states: list[CacheState], spec: CacheSpec) -> dict[str, torch.Tensor]:
+def _initial(
+    program: Program, layers: tuple[tuple[int, ExpertLayer], ...], states: list[CacheState], spec: CacheSpec, experts: int
+) -> dict[str, torch.Tensor]:
     """Rule 2: the buffers' first values (meta tensors for a shape-only program)."""
     by_fqn = {fqn: name for name, fqn in program.constants.items()}
     S = spec.slots_per_layer
-    experts = program.constant_tensor(by_fqn[layers[0].weights[0]]).shape[0]
     pinned = _pinned(spec, len(layers), experts) if not spec.admits else None
     meta = program.shape_only
     out: dict[str, torch.Tensor] = {}
-    for i, (layer, state) in enumerate(zip(layers, states)):
+    for i, ((_, layer), state) in enumerate(zip(layers, states)):
         ids = torch.as_tensor(pinned[i], dtype=torch.int64) if pinned is not None else torch.full((S,), -1)
         for fqn, weight_fqn in zip(state.slabs, layer.weights):
             w = program.constant_tensor(by_fqn[weight_fqn])
@@ -132,20 +213,71 @@ def _initial(program: Program, layers: tuple[ExpertLayer, ...], states: list[Cac
     return out
 
 
-def cached_program(program: Program, spec: CacheSpec) -> tuple[Program, list[CacheState]]:
-    """``program`` with one cache per MoE layer as buffers (rules 1, 2); a new program
+def _selection(node: torch.fx.Node, weights: set[str]) -> Optional[tuple[str, torch.fx.Node, Optional[torch.fx.Node]]]:
+    """Rule 3: ``(weight, ids, hint)`` when ``node`` selects rows of one of ``weights``."""
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    source = node.args[0].name
+    if source not in weights:
+        return None
+    if node.target is _aten.index_select.default and node.args[1] == 0:
+        return source, node.args[2], None  # type: ignore[return-value]
+    if node.target is SELECT_ROWS:
+        return source, node.args[1], node.args[2]  # type: ignore[return-value]
+    if node.target is _aten.index.Tensor:
+        ids = node.args[1]
+        if isinstance(ids, (list, tuple)) and len(ids) == 1 and isinstance(ids[0], torch.fx.Node):
+            val = value_of(ids[0])
+            if isinstance(val, torch.Tensor) and val.dim() == 1 and not val.dtype.is_floating_point:
+                return source, ids[0], None
+    return None
+
+
+def _layer_selections(program: Program, layer: ExpertLayer) -> tuple[list[torch.fx.Node], torch.fx.Node, Optional[torch.fx.Node]]:
+    """Rule 3: the layer's selections, its ids and its hint (one of each)."""
+    by_fqn = {fqn: name for name, fqn in program.constants.items()}
+    weights = [by_fqn[w] for w in layer.weights]
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    found, ids, hints = [], set(), set()
+    for name in weights:
+        for user in placeholders[name].users:
+            chosen = _selection(user, set(weights))
+            if chosen is None:
+                raise CacheGraphError(
+                    f"an expert cache reads experts by row: {layer.module}'s weight {program.constants[name]!r} is "
+                    f"read whole by {user.name} ({user.target}); the built-in decoder and transformers models with "
+                    "experts_implementation='batched_mm' select their routed rows"
+                )
+            found.append(user)
+            ids.add(chosen[1])
+            hints.add(chosen[2])
+    if len(ids) != 1 or len(hints) != 1:
+        raise CacheGraphError(f"{layer.module}'s weights are selected by {len(ids)} indices; a cache needs one")
+    return found, ids.pop(), hints.pop()
+
+
+def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
+    """``program`` with one cache per MoE layer as buffers (rules 1-3, 5); a new program
     each call, so one program's cache state never leaks into another's."""
-    layers = expert_layers(program.constants)
+    layers = expert_layers(program)
+    for _, layer in layers:
+        if layer.layout != "stacked":
+            raise CacheGraphError(f"{layer.module} holds one module per expert; an expert cache needs stacked weights")
+    selections = [_layer_selections(program, layer) for _, layer in layers]
+    top_k = int(value_of(selections[0][1]).numel())
+    experts = layers[0][1].num_experts
+    _check_fits(spec, top_k, experts, len(layers))
     states = _states(layers, spec)
-    buffers = _initial(program, layers, states, spec)
+    buffers = _initial(program, layers, states, spec, experts)
     ep = program.exported
-    fake_mode = _fake_mode(program)
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     user_inputs = set(program.user_inputs)
     specs = list(ep.graph_signature.input_specs)
     first_user = next((i for i, s in enumerate(specs) if s.arg.name in user_inputs), len(specs))
     new_specs: list[InputSpec] = []
+    fake_mode = _fake_mode(program)
+    selected = {node for found, _, _ in selections for node in found}
     for node in ep.graph.nodes:
         if node.op == "placeholder" and node.name in user_inputs and not new_specs:
             for fqn, value in buffers.items():
@@ -153,7 +285,25 @@ def cached_program(program: Program, spec: CacheSpec) -> tuple[Program, list[Cac
                 placeholder = graph.placeholder(name)
                 placeholder.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
                 new_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(name=placeholder.name), fqn, persistent=True))
-        env[node] = graph.node_copy(node, env.__getitem__)
+        if node in selected and node.target is _aten.index.Tensor:  # rule 3: w[ids] is index_select(w, 0, ids)
+            source, (ids,) = node.args[0], node.args[1]
+            args = (env[source], 0, env[ids])
+            env[node] = graph.create_node("call_function", _aten.index_select.default, args, {}, name=node.name)
+            env[node].meta = dict(node.meta)
+        else:
+            env[node] = graph.node_copy(node, env.__getitem__)
+    by_fqn = {fqn: name for name, fqn in program.constants.items()}
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    plans, host_ops = [], set()
+    for (index, layer), state, (found, ids, hint) in zip(layers, states, selections):
+        weights = tuple(by_fqn[w] for w in layer.weights)
+        plan = LayerPlan(state, weights, ids.name, hint.name if hint is not None else None)
+        if spec.on_miss == "host_compute":
+            slabs = {w: placeholders["b_" + s.replace(".", "_")] for w, s in zip(weights, state.slabs)}
+            plan, host = _host_compute(graph, plan, [env[n] for n in found], slabs, placeholders["b_" + state.slots.replace(".", "_")], layer)
+            host_ops |= host
+        plans.append(plan)
+    graph.lint()
     signature = ExportGraphSignature(specs[:first_user] + new_specs + specs[first_user:], list(ep.graph_signature.output_specs))
     new = ExportedProgram(
         root=ep.graph_module,
@@ -164,8 +314,23 @@ def cached_program(program: Program, spec: CacheSpec) -> tuple[Program, list[Cac
         module_call_graph=ep.module_call_graph,
         example_inputs=ep.example_inputs,
         constants=ep.constants,
+        verifiers=ep.verifiers,  # the program's own IR (in-place ops kept, as captured)
     )
-    return Program(new, program.shape_only), states
+    streamed = tuple(w for _, layer in layers for w in layer.weights) if spec.on_miss == "copy" else ()
+    return CachedProgram(Program(new, program.shape_only), tuple(plans), frozenset(host_ops), top_k, experts, streamed)
+
+
+def _check_fits(spec: CacheSpec, top_k: int, experts: int, layers: int) -> None:
+    """Slots between what a step needs resident together and the experts there are."""
+    low = top_k if spec.admits else 0
+    if not low <= spec.slots_per_layer <= experts:
+        need = f"a step's {top_k} routed rows are resident together; " if spec.admits else ""
+        raise CacheGraphError(
+            f"slots_per_layer={spec.slots_per_layer} must be in [{low}, {experts}] for {spec.policy!r} "
+            f"({need}the layers have {experts} experts)"
+        )
+    if spec.popularity is not None and np.asarray(spec.popularity).shape != (layers, experts):
+        raise CacheGraphError(f"popularity must be (layers, experts) = {(layers, experts)}")
 
 
 def _fake_mode(program: Program) -> Any:
@@ -173,93 +338,355 @@ def _fake_mode(program: Program) -> Any:
         mode = getattr(value_of(node), "fake_mode", None)
         if mode is not None:
             return mode
-    raise ValueError("the program's graph carries no fake tensors to size new buffers with")
+    raise CacheGraphError(
+        "the program's graph carries no fake tensors to size the cache buffers with; give a Program from workbench.capture"
+    )
 
 
-def rewrite_reads(dg: Any, states: list[CacheState], spec: CacheSpec, device: Device) -> Any:
-    """Rules 3-5 on a device graph of a ``cached_program`` propagated with the experts
-    streamed; returns a new ``DeviceGraph``."""
-    graph = dg.graph
-    program = dg.program
-    placeholder = {n.name: n for n in graph.nodes if n.op == "placeholder"}
-    by_fqn = {fqn: placeholder[name] for name, fqn in program.constants.items()}
-    cache_of: dict[str, tuple[CacheState, torch.fx.Node]] = {}  # weight placeholder → (state, slab)
-    for layer, state in zip(expert_layers(program.constants), states):
-        for weight_fqn, slab_fqn in zip(layer.weights, state.slabs):
-            cache_of[by_fqn[weight_fqn].name] = (state, by_fqn[slab_fqn])
-    node_device = dict(dg.node_device)
-    records = {c.name: c for c in dg.copies}
-    reads: dict[int, list[torch.fx.Node]] = {}  # layer → the reads of its routed experts
-    for node in list(graph.nodes):
-        source = node.args[0] if node.op == "call_function" and node.args else None
-        if not isinstance(source, torch.fx.Node) or source.name not in cache_of:
+# -- host compute (rule 5) -------------------------------------------------------------------
+
+#: View and shape ops that keep row ``n`` of their input as row ``n`` of their output
+#: when they leave dim 0 alone; ``_row_wise`` checks the dims.
+_SHAPE_OPS = frozenset({
+    _aten.view.default, _aten.reshape.default, _aten._unsafe_view.default, _aten.unsqueeze.default,
+    _aten.squeeze.dim, _aten.squeeze.dims, _aten.chunk.default, _aten.split.Tensor, _aten.split_with_sizes.default,
+    _aten.select.int, _aten.slice.Tensor, _aten.expand.default, _aten.transpose.int, _aten.permute.default,
+    _aten.clone.default, _aten.contiguous.default, _aten.alias.default, _aten._to_copy.default, _aten.to.dtype,
+    _aten.detach.default, _aten.sum.dim_IntList, _aten.mean.dim, _aten.amax.default, _aten.amin.default,
+    _aten.softmax.int, _aten._softmax.default, _aten.log_softmax.int,
+})  # fmt: skip
+_BATCHED = frozenset({_aten.bmm.default, _aten.baddbmm.default})
+
+
+def _rows(val: Any) -> Optional[int]:
+    """The leading size of a tensor, or of every tensor of a tuple (None if they differ)."""
+    if isinstance(val, torch.Tensor):
+        return int(val.shape[0]) if val.dim() else None
+    if isinstance(val, (tuple, list)) and val and all(isinstance(v, torch.Tensor) and v.dim() for v in val):
+        sizes = {int(v.shape[0]) for v in val}
+        return sizes.pop() if len(sizes) == 1 else None
+    return None
+
+
+#: Where a shape op takes the dim(s) it acts on: (position, keyword, default).
+_DIM_ARG: dict[Any, tuple[int, str, Any]] = {
+    _aten.unsqueeze.default: (1, "dim", 0), _aten.squeeze.dim: (1, "dim", 0), _aten.select.int: (1, "dim", 0),
+    _aten.softmax.int: (1, "dim", 0), _aten._softmax.default: (1, "dim", 0), _aten.log_softmax.int: (1, "dim", 0),
+    _aten.chunk.default: (2, "dim", 0), _aten.split.Tensor: (2, "dim", 0), _aten.split_with_sizes.default: (2, "dim", 0),
+    _aten.squeeze.dims: (1, "dim", None), _aten.sum.dim_IntList: (1, "dim", None), _aten.mean.dim: (1, "dim", None),
+    _aten.amax.default: (1, "dim", None), _aten.amin.default: (1, "dim", None),
+}  # fmt: skip
+
+
+def _arg(node: torch.fx.Node, position: int, keyword: str, default: Any) -> Any:
+    return node.args[position] if len(node.args) > position else node.kwargs.get(keyword, default)
+
+
+def _dims(node: torch.fx.Node, ndim: int) -> list[int]:
+    """The dims a shape op acts on, normalised (``_row_wise``); [] for ops that act on
+    none (view, reshape, expand, clone: the caller compares the leading sizes)."""
+    target = node.target
+    if target in _DIM_ARG:
+        position, keyword, default = _DIM_ARG[target]
+        dims = _arg(node, position, keyword, default)
+        if dims is None or dims == []:  # every dim
+            return list(range(ndim))
+        size = ndim + 1 if target is _aten.unsqueeze.default else ndim
+        return [int(d) % size for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+    if target is _aten.transpose.int:
+        return [int(_arg(node, 1, "dim0", 0)) % ndim, int(_arg(node, 2, "dim1", 0)) % ndim]
+    if target is _aten.permute.default:
+        return [i for i, d in enumerate(_arg(node, 1, "dims", [])) if int(d) % ndim != i]
+    if target is _aten.slice.Tensor:
+        dim, start, step = int(_arg(node, 1, "dim", 0)) % ndim, _arg(node, 2, "start", None), _arg(node, 4, "step", 1)
+        whole = start in (None, 0) and step == 1 and _rows(value_of(node)) == _rows(value_of(_arg(node, 0, "self", None)))
+        return [] if whole else [dim]
+    return []
+
+
+def _row_wise(node: torch.fx.Node, region: set[torch.fx.Node], rows: int) -> bool:
+    """Row ``n`` of ``node``'s value depends only on row ``n`` of its inputs from the region
+    and of its row-aligned inputs (leading size ``rows``); other inputs broadcast over rows."""
+    if node.op != "call_function" or _rows(value_of(node)) != rows:
+        return False
+    target = node.target
+    tensors = [a for a in node.all_input_nodes if isinstance(value_of(a), torch.Tensor)]
+    aligned = all(a in region or _rows(value_of(a)) == rows or value_of(a).dim() < value_of(node).dim() for a in tensors)
+    if target is operator.getitem:
+        return node.args[0] in region
+    if target in _BATCHED:
+        return all(a in region or _rows(value_of(a)) == rows for a in tensors)
+    if target in _SHAPE_OPS:
+        source = node.args[0]
+        if not isinstance(source, torch.fx.Node) or source not in region or len(tensors) != 1:
+            return False
+        return 0 not in _dims(node, value_of(source).dim())
+    if target is _aten.linear.default:  # x @ W^T + b with W, b shared by every row
+        return node.args[0] in region and all(a is node.args[0] or a not in region for a in tensors)
+    tags = getattr(target, "tags", ())
+    return torch.Tag.pointwise in tags and aligned
+
+
+def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, container: str) -> list[torch.fx.Node]:
+    """Rule 5: the row-wise expert region, in graph order, from the selections on."""
+    region = set(found)
+    order = []
+    for node in graph.nodes:
+        if node in region:
+            order.append(node)
             continue
-        if node.target is not GATHER_H2D:
+        if node.op != "call_function" or not any(a in region for a in node.all_input_nodes):
             continue
-        state, slab = cache_of[source.name]
-        index = node.args[1]  # gather_h2d_copy(x, index, src, dst)
-        args = (source, index, slab, by_fqn[state.slots], str(CPU), str(device))
-        with graph.inserting_before(node):
-            read = graph.create_node("call_function", GATHER_REUSE, args, {}, name=f"{node.name}_cached")
-        read.meta = dict(node.meta)
-        node.replace_all_uses_with(read)
-        graph.erase_node(node)
-        node_device.pop(node.name, None)
-        node_device[read.name] = device
-        old = records.pop(node.name)
-        records[read.name] = dataclasses.replace(
-            old,
-            name=read.name,
-            role=CopyRole.REUSE,
-            index=_node(index).name,
-            prefetch=slab.name,  # the rows it may take from the device: the cache's slabs
-            prefetch_index=by_fqn[state.slots].name,
-            consumers=tuple(u.name for u in read.users),
-            reason=f"{old.reason}; through the layer-{state.layer} expert cache ({spec.slots_per_layer} slots, "
-            f"{spec.policy}): cached rows are copied on {device}, only the others cross the link (nbytes is "
-            "the upper bound: every row missed)",
-        )
-        reads.setdefault(state.layer, []).append(read)
-    if spec.admits:
-        slab_of = {weight: slab for weight, (_, slab) in cache_of.items()}
-        _insert_admits(graph, reads, states, by_fqn, slab_of, node_device, device, spec.policy)
-    residency = dict(dg.residency)
-    for state in states:
-        for fqn in state.fqns:
-            residency[by_fqn[fqn].name] = (device,)
-            node_device[by_fqn[fqn].name] = device
-    graph.lint()
-    copies = tuple(records[n.name] for n in graph.nodes if n.name in records)
-    return dataclasses.replace(dg, graph=graph, node_device=node_device, copies=copies, residency=residency)
+        inside = any(p == container or p.startswith(container + ".") for p in module_paths(node))
+        if inside and _row_wise(node, region, rows):
+            region.add(node)
+            order.append(node)
+    return order
 
 
-def _insert_admits(
+def _host_compute(
     graph: torch.fx.Graph,
-    reads: dict[int, list[torch.fx.Node]],
-    states: list[CacheState],
-    by_fqn: dict[str, torch.fx.Node],
-    cache_slab: dict[str, torch.fx.Node],
-    node_device: dict[str, Device],
-    device: Device,
-    policy: str,
-) -> None:
-    """Rule 4."""
-    position = {n: i for i, n in enumerate(graph.nodes)}
-    for state in states:
-        layer_reads = reads.get(state.layer, [])
-        if not layer_reads:
+    plan: LayerPlan,
+    found: list[torch.fx.Node],
+    slabs: dict[str, torch.fx.Node],
+    slots: torch.fx.Node,
+    layer: ExpertLayer,
+) -> tuple[LayerPlan, set[str]]:
+    """Rule 5 on one layer: lookup, device region from the cache, host copy, merges."""
+    ids = found[0].args[1] if found[0].target is SELECT_ROWS else found[0].args[2]
+    assert isinstance(ids, torch.fx.Node)
+    rows = int(value_of(ids).numel())
+    region = _region(graph, found, rows, layer.module)
+    members = set(region)
+    for node in found:
+        outside = [u.name for u in node.users if u not in members]
+        if outside:
+            raise CacheGraphError(f"{layer.module}: the selected expert rows {node.name} are read by {outside}, which "
+                                  "are not row-wise: host_compute would have to copy weights to the device")  # fmt: skip
+    first = next(n for n in graph.nodes if n in members)  # the region starts with a selection
+    with graph.inserting_before(first):
+        hits = _call(graph, HITS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_hits")
+        positions = _call(graph, POSITIONS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_positions")
+    host_of: dict[torch.fx.Node, torch.fx.Node] = {}
+    merges = []
+    for node in region:
+        with graph.inserting_after(node):
+            clone = graph.node_copy(node, lambda a: host_of.get(a, a))
+        host_of[node] = clone
+        if isinstance(value_of(node), torch.Tensor) and node.target is not operator.getitem:
+            mark_row_share(clone, hits, where=False)
+    for node in found:  # the device reads the cache in place: the slot of each row
+        node.target = _aten.index_select.default
+        weight = node.args[0]
+        assert isinstance(weight, torch.fx.Node)
+        node.args = (slabs[weight.name], 0, positions)
+    for node in region:
+        readers = [u for u in node.users if u not in members and u not in host_of.values()]
+        if not readers or not isinstance(value_of(node), torch.Tensor):
             continue
-        last = max((u for r in layer_reads for u in r.users), key=position.__getitem__, default=layer_reads[-1])
-        index = layer_reads[0].args[1]  # the routed experts: every read of the layer selects them
-        slabs = [cache_slab[_node(r.args[0]).name] for r in layer_reads]
-        args = (index, list(layer_reads), slabs, *(by_fqn[getattr(state, f)] for f in _STATE_FIELDS), policy)
-        with graph.inserting_after(last):
-            admit = graph.create_node("call_function", ADMIT, args, {}, name=f"expert_cache_admit_{state.layer}")
-        admit.meta["val"] = None
-        node_device[admit.name] = device
+        val = value_of(node)
+        with graph.inserting_after(host_of[node]):
+            shaped = _call(graph, _aten.view.default, (hits, [rows] + [1] * (val.dim() - 1)), f"{node.name}_hit_rows")
+        with graph.inserting_after(shaped):
+            merged = _call(graph, _aten.where.self, (shaped, node, host_of[node]), f"{node.name}_merged")
+        for reader in readers:
+            reader.replace_input_with(node, merged)
+        merges.append(merged.name)
+    if not merges:
+        raise CacheGraphError(f"{layer.module}: no row-wise expert output found to merge")
+    plan = dataclasses.replace(plan, hits=hits.name, positions=positions.name, merges=tuple(merges))
+    return plan, {n.name for n in host_of.values()}
 
 
-def _node(arg: Any) -> torch.fx.Node:
-    if not isinstance(arg, torch.fx.Node):
-        raise TypeError(f"expected a graph node, got {type(arg).__name__}")
-    return arg
+def _call(graph: torch.fx.Graph, target: Any, args: tuple, name: str) -> torch.fx.Node:
+    """A call node whose ``val`` is its target run on the fake values of its args."""
+    node = graph.create_node("call_function", target, args, {}, name=name)
+    fake_args = torch.fx.node.map_arg(args, value_of)
+    node.meta["val"] = target(*fake_args)
+    return node
+
+
+# -- device level ------------------------------------------------------------------------
+
+
+def cache_reads(graph: torch.fx.Graph) -> dict[str, int]:
+    """Rule 8: node name → MoE layer, for each layer's marked read (a reuse copy whose hits,
+    or a mask whose True entries, are the layer's cache hits)."""
+    return {n.name: int(n.meta[_READ_KEY]) for n in graph.nodes if _READ_KEY in n.meta}
+
+
+class _Rewriter:
+    """Builds the device-level nodes of one device graph, with their devices and copy records."""
+
+    def __init__(self, dg: DeviceGraph, spec: CacheSpec, device: Device) -> None:
+        self.graph = dg.graph
+        self.spec = spec
+        self.device = device
+        self.node_device = dict(dg.node_device)
+        self.records = {c.name: c for c in dg.copies}
+
+    def read(self, weight: torch.fx.Node, index: torch.fx.Node, slab: torch.fx.Node, table: torch.fx.Node,
+             name: str, why: str) -> torch.fx.Node:  # fmt: skip
+        """A reuse copy of ``weight``'s rows ``index`` through the cache ``slab`` / ``table``,
+        at the graph's insertion point."""
+        node = self.graph.create_node(
+            "call_function", GATHER_REUSE, (weight, index, slab, table, str(CPU), str(self.device)), {}, name=name
+        )
+        val = value_of(weight)
+        node.meta["val"] = val.new_empty(tuple(value_of(index).shape) + tuple(val.shape[1:]))
+        self.node_device[node.name] = self.device
+        self.records[node.name] = CopyRecord(
+            name=node.name,
+            kind=CopyKind.H2D,
+            value=weight.name,
+            src=CPU,
+            dst=self.device,
+            nbytes=_nbytes(node),
+            consumers=(),
+            reason=f"{why} through the cache {slab.name!r} ({self.spec.slots_per_layer} slots, {self.spec.policy}): "
+            f"rows the cache holds are copied on {self.device}, only the others cross the link (nbytes is the "
+            "upper bound: every row missed)",
+            role=CopyRole.REUSE,
+            index=index.name,
+            prefetch=slab.name,
+            prefetch_index=table.name,
+        )
+        return node
+
+    def replace(self, old: torch.fx.Node, new: torch.fx.Node) -> None:
+        """``new`` takes the place of the copy ``old`` (rule 8)."""
+        old.replace_all_uses_with(new)
+        self.graph.erase_node(old)
+        self.node_device.pop(old.name, None)
+        self.records.pop(old.name, None)
+
+    def admit(self, state: CacheState, index: torch.fx.Node, rows: list[torch.fx.Node], slabs: list[torch.fx.Node],
+              tables: list[torch.fx.Node], requested: bool, after: torch.fx.Node) -> torch.fx.Node:  # fmt: skip
+        """``expert_cache_admit`` right after ``after``: a copy-stream op (rule 6)."""
+        args: tuple[Any, ...] = (index, list(rows), list(slabs), *tables, self.spec.policy, requested)
+        kind = "admit" if requested else "admit_predicted"
+        with self.graph.inserting_after(after):
+            node = self.graph.create_node("call_function", ADMIT, args, {}, name=f"expert_cache_{kind}_{state.layer}")
+        node.meta["val"] = value_of(tables[0]).new_empty(tuple(value_of(tables[0]).shape))
+        mark_copy_stream(node, sum(_nbytes(r) for r in rows))
+        self.node_device[node.name] = self.device
+        return node
+
+    def last(self, nodes: list[torch.fx.Node]) -> torch.fx.Node:
+        position = {n: i for i, n in enumerate(self.graph.nodes)}
+        return max(nodes, key=position.__getitem__)
+
+    def first(self, nodes: list[torch.fx.Node]) -> torch.fx.Node:
+        position = {n: i for i, n in enumerate(self.graph.nodes)}
+        return min(nodes, key=position.__getitem__)
+
+
+def _nbytes(node: torch.fx.Node) -> int:
+    val = value_of(node)
+    return int(val.numel()) * val.element_size()
+
+
+def rewrite_reads(dg: DeviceGraph, cached: CachedProgram, spec: CacheSpec, device: Device) -> DeviceGraph:
+    """Rules 4-8 on a device graph of ``cached.program`` (propagated with ``cached.streamed``
+    streamed); returns a new ``DeviceGraph``."""
+    graph = dg.graph
+    nodes = {n.name: n for n in graph.nodes}
+    constant = {fqn: nodes[name] for name, fqn in dg.program.constants.items()}
+    rw = _Rewriter(dg, spec, device)
+    for plan in cached.layers:
+        state = plan.state
+        slabs = {w: constant[s] for w, s in zip(plan.weights, state.slabs)}
+        tables = [constant[getattr(state, f)] for f in _STATE_FIELDS] if spec.admits else []
+        slots = constant[state.slots]
+        gathers = [c for c in dg.copies if c.value in slabs and c.is_gather]
+        table = slots
+        if spec.prefetch and plan.hint is not None:  # the first layer has nothing to predict it
+            table = _prefetch(rw, plan, gathers, slabs, slots, tables, nodes)
+        if spec.on_miss == "copy":
+            _copy_reads(rw, plan, gathers, slabs, table, tables, nodes)
+        else:
+            _host_compute_reads(rw, plan, slabs, slots, table, tables, nodes)
+    residency = dict(dg.residency)
+    for plan in cached.layers:
+        for fqn in plan.state.fqns:
+            residency[constant[fqn].name] = (device,)
+            rw.node_device[constant[fqn].name] = device
+    graph.lint()
+    copies = tuple(
+        dataclasses.replace(rw.records[n.name], consumers=tuple(u.name for u in n.users))
+        if rw.records[n.name].role is CopyRole.REUSE else rw.records[n.name]
+        for n in graph.nodes if n.name in rw.records
+    )  # fmt: skip
+    return dataclasses.replace(dg, graph=graph, node_device=rw.node_device, copies=copies, residency=residency)
+
+
+def _prefetch(rw: _Rewriter, plan: LayerPlan, copies: list[CopyRecord], slabs: dict[str, torch.fx.Node],
+              slots: torch.fx.Node, tables: list[torch.fx.Node], nodes: dict[str, torch.fx.Node]) -> torch.fx.Node:  # fmt: skip
+    """Rule 7: the predicted experts read through the cache and admitted; the new slot table."""
+    assert plan.hint is not None  # the caller checks
+    hint = nodes[plan.hint]
+    by_weight = {c.value: nodes[c.name] for c in copies if c.role is CopyRole.PREFETCH}
+    olds = [by_weight[w] for w in plan.weights if w in by_weight]
+    # all of the layer's prefetches, then the admit, where the first one was (or after the hint)
+    anchor = rw.graph.inserting_before(rw.first(olds)) if olds else rw.graph.inserting_after(hint)
+    reads = []
+    with anchor:
+        for w in plan.weights:
+            old = by_weight.get(w)
+            name = f"{old.name}_cached" if old is not None else f"{w}_prefetch_cached"
+            reads.append(rw.read(nodes[w], hint, slabs[w], slots, name, f"prefetches the predicted rows {hint.name!r}"))
+    for w, read in zip(plan.weights, reads):
+        if w in by_weight:
+            rw.replace(by_weight[w], read)
+    return rw.admit(plan.state, hint, reads, list(slabs.values()), tables, False, rw.last(reads))
+
+
+def _copy_reads(rw: _Rewriter, plan: LayerPlan, copies: list[CopyRecord], slabs: dict[str, torch.fx.Node],
+                table: torch.fx.Node, tables: list[torch.fx.Node], nodes: dict[str, torch.fx.Node]) -> None:  # fmt: skip
+    """Rule 4 (and 6): each read of the routed rows through the cache, then the admit."""
+    reads = []
+    for record in copies:
+        if record.role is CopyRole.PREFETCH:
+            continue
+        old, weight = nodes[record.name], nodes[record.value]
+        assert record.index is not None  # a gather or reuse copy has an index
+        with rw.graph.inserting_before(old):
+            read = rw.read(weight, nodes[record.index], slabs[record.value], table, f"{old.name}_cached",
+                           f"reads the routed rows {record.index!r}")  # fmt: skip
+        rw.replace(old, read)
+        reads.append(read)
+    if not reads:
+        raise CacheGraphError(f"layer {plan.state.layer}: no gather of its experts was found to read through the cache")
+    reads.sort(key=lambda r: plan.weights.index(rw.records[r.name].value))
+    reads[0].meta[_READ_KEY] = plan.state.layer
+    if rw.spec.admits:
+        readers = [u for r in reads for u in r.users] or reads
+        index = nodes[plan.index]
+        rw.admit(plan.state, index, reads, [slabs[rw.records[r.name].value] for r in reads], tables, True, rw.last(readers))
+
+
+def _host_compute_reads(rw: _Rewriter, plan: LayerPlan, slabs: dict[str, torch.fx.Node], slots: torch.fx.Node,
+                        table: torch.fx.Node, tables: list[torch.fx.Node], nodes: dict[str, torch.fx.Node]) -> None:  # fmt: skip
+    """Rules 5-7 on the device graph: lookups on the current table; admission after the merges."""
+    assert plan.hits is not None and plan.positions is not None
+    hits, positions = nodes[plan.hits], nodes[plan.positions]
+    if table is not slots:
+        for lookup in (hits, positions):
+            lookup.replace_input_with(slots, table)
+    hits.meta[_READ_KEY] = plan.state.layer
+    if not rw.spec.admits:
+        return
+    merges = [nodes[m] for m in plan.merges]
+    last = rw.last(merges)
+    index = nodes[plan.index]
+    with rw.graph.inserting_after(last):
+        ordered = rw.graph.create_node("call_function", ORDERED_AFTER, (index, merges), {}, name=f"{plan.index}_after_layer_{plan.state.layer}")
+    ordered.meta["val"] = value_of(index).new_empty(tuple(value_of(index).shape))
+    rw.node_device[ordered.name] = rw.device
+    with rw.graph.inserting_after(ordered):
+        reads = [
+            rw.read(nodes[w], ordered, slabs[w], table, f"{w}_admission",
+                    "brings the missed experts into the cache for later tokens (their rows were computed on the host)")
+            for w in plan.weights
+        ]  # fmt: skip
+    rw.admit(plan.state, ordered, reads, [slabs[w] for w in plan.weights], tables, True, rw.last(reads))

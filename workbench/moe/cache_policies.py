@@ -43,7 +43,7 @@ import numba
 import numpy as np
 import pandas as pd
 
-from ..errors import WorkbenchError
+from ..errors import ArgumentTypeError, WorkbenchError
 from ..models import MoEConfig
 from .routing import RoutingTrace
 
@@ -66,7 +66,7 @@ class CachePolicyError(WorkbenchError, ValueError):
 def slab_bytes(config: MoEConfig) -> int:
     """Bytes of one routed expert's weights: ``w1`` ``(2I, H)`` plus ``w2`` ``(H, I)``."""
     if not isinstance(config, MoEConfig):
-        raise TypeError(f"config must be a MoEConfig, got {type(config).__name__}")
+        raise ArgumentTypeError(f"config must be a MoEConfig (e.g. MoEConfig.tiny() or MoEConfig.full()), got {type(config).__name__}")
     return 3 * config.hidden_size * config.moe_intermediate_size * config.torch_dtype.itemsize
 
 
@@ -142,7 +142,9 @@ class CacheReplay:
 
 def _check(trace: RoutingTrace, policy: str, slots: Any, on_miss: str) -> int:
     if not isinstance(trace, RoutingTrace):
-        raise TypeError(f"trace must be a RoutingTrace, got {type(trace).__name__}")
+        raise ArgumentTypeError(
+            f"trace must be a RoutingTrace (from RoutingRecorder, record_decode or synthetic_trace), got {type(trace).__name__}"
+        )
     if policy not in POLICIES:
         raise CachePolicyError(f"unknown cache policy {policy!r}; valid: {', '.join(POLICIES)}")
     if on_miss not in ON_MISS:

@@ -6,7 +6,8 @@ caches (``expert_cache``) live in the session's resident memory and carry over t
 
 Rules:
   1. The plan's program is a decode step ``(tokens (1, 1), position (1,), *caches) ->
-     (logits (1, V), *new caches)`` (the built-in ``QwenMoEDecoder``). Step ``i`` runs at
+     (logits (1, V) or (1, 1, V), *new caches)`` (the built-in ``QwenMoEDecoder``, or a
+     transformers model's ``workbench.hf.capture_decode`` step). Step ``i`` runs at
      position ``i``; step 0 gets ``first_token`` and zero caches; step ``i + 1`` gets the
      argmax of step ``i``'s logits and its returned caches, wherever the plan returns
      them (a device, with the skip-copy flags). So ``n_tokens <= max_seq_len``.
@@ -16,9 +17,11 @@ Rules:
      shifted by the end of step ``i - 1`` (steps do not overlap: a step needs the token
      the last one chose). ``step_bounds_us[i]`` is step ``i``'s ``(start, end)``; an event
      belongs to the step whose bounds hold its start (``step_of``).
-  4. Hits per layer per step come from the step's reuse copies (cache reads, prefetch
-     completions) of each layer's first expert weight: ``hits`` over ``rows``. Link bytes
-     per step are the h2d + d2h bytes its timeline moved.
+  4. Hits per layer per step: an expert cache's marked reads (``cache_graph.cache_reads``:
+     the reuse copy of each layer's first expert weight, or with ``host_compute`` the
+     layer's hit mask); without a cache, the reuse copies (prefetch completions) of each
+     layer's first expert weight. ``hits`` over ``rows``. Link bytes per step are the
+     h2d + d2h bytes its timeline moved.
   5. With ``reference`` (the eager model the plan was captured from), every step's
      logits are compared with the eager model fed the same tokens and caches.
 """
@@ -35,9 +38,11 @@ import pandas as pd
 import torch
 
 from ..copy_ops import is_copy_node
-from ..errors import WorkbenchError
+from ..errors import ArgumentTypeError, WorkbenchError
 from ..planning.memory_plan import MemoryPlan
+from ..propagate import CopyRole
 from ..runtime import CostModel, Event, RunResult, Timeline, device_of, load, to_device, to_host
+from .cache_graph import cache_reads
 from .experts import expert_layers
 
 __all__ = ["DecodeError", "DecodeResult", "decode"]
@@ -101,26 +106,29 @@ class DecodeResult:
         return import_module(".figures", __package__).decode_figure(self)
 
 
-def _layer_of_weights(plan: MemoryPlan) -> dict[str, int]:
-    """Placeholder of each layer's first expert weight → its layer (rule 4)."""
-    program = plan.device_graph.program
-    by_fqn = {fqn: name for name, fqn in program.constants.items()}
-    return {by_fqn[layer.weights[0]]: layer.layer for layer in expert_layers(program.constants)}
+def _counted_reads(plan: MemoryPlan) -> dict[str, int]:
+    """Rule 4: node name → layer, for each node whose stats are a layer's hits."""
+    dg = plan.device_graph
+    marked = cache_reads(dg.graph)
+    if marked:
+        return marked
+    by_fqn = {fqn: name for name, fqn in dg.program.constants.items()}
+    first = {by_fqn[layer.weights[0]]: index for index, layer in expert_layers(dg.program)}
+    return {c.name: first[c.value] for c in dg.copies if c.role is CopyRole.REUSE and c.value in first}
 
 
 def _hits(plan: MemoryPlan, results: list[RunResult]) -> pd.DataFrame:
-    weight_layer = _layer_of_weights(plan)
-    nodes = {n.name: n for n in plan.device_graph.graph.nodes}
+    counted = _counted_reads(plan)
     rows = []
     for step, res in enumerate(results):
         per_layer: dict[int, list[int]] = {}
-        for stat in res.prefetch:
-            source = nodes[stat.node].args[0]  # a reuse copy reads rows of its first argument
-            layer = weight_layer.get(getattr(source, "name", ""))
+        stats = [(s.node, s.hits, s.rows) for s in res.prefetch] + [(m.node, m.true_rows, m.rows) for m in res.row_masks]
+        for node, hits, total in stats:
+            layer = counted.get(node)
             if layer is not None:
                 counts = per_layer.setdefault(layer, [0, 0])
-                counts[0] += stat.hits
-                counts[1] += stat.rows
+                counts[0] += hits
+                counts[1] += total
         for layer, (hits, total) in sorted(per_layer.items()):
             rows.append({"step": step, "layer": layer, "hits": hits, "rows": total, "hit_rate": hits / total})
     return pd.DataFrame(rows, columns=["step", "layer", "hits", "rows", "hit_rate"])
@@ -142,7 +150,7 @@ def decode(
 ) -> DecodeResult:
     """Run ``n_tokens`` greedy decode steps of ``plan`` in one session (module rules)."""
     if not isinstance(plan, MemoryPlan):
-        raise TypeError(f"decode expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
+        raise ArgumentTypeError(f"decode expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
     dg = plan.device_graph
     names = dg.program.user_inputs
     if len(names) < 2:
@@ -181,7 +189,7 @@ def decode(
             events += _shifted(res.timeline, clock)
             bounds.append((clock, clock + span))
             clock += span
-            token = int(logits[0].argmax())
+            token = int(logits.reshape(-1, logits.shape[-1])[-1].argmax())
     return DecodeResult(
         tokens=tuple(fed),
         steps=tuple(results),

@@ -1,81 +1,62 @@
-"""Where a model keeps its routed experts: container modules and weight names per layer.
+"""Where a model keeps its routed experts, as ``workbench.moe`` needs it: MoE layers by index.
 
 Everything in ``workbench.moe`` that needs to know which modules hold the routed experts
-asks here, so that a general discovery (for Hugging Face models too) replaces these two
-functions and nothing else.
+asks here, and this module asks ``workbench.experts.find_experts`` (experts found by what
+they are: stacked per-expert weights or one module per expert, scored by a router), so
+the capacity-planning code works unchanged on the built-in decoder
+(``layers.N.mlp.experts``) and on transformers models (``model.layers.N.mlp.experts``).
 
 Rules:
-  1. The routed experts of MoE layer ``i`` live in the module ``layers.{i}.mlp.experts``
-     (the built-in ``QwenMoEDecoder``); their stacked weights are that module's
-     parameters, one row per expert along dim 0.
-  2. Layers are listed in layer order; a model without such modules is an error naming
-     the path looked for.
+  1. The MoE layers are ``find_experts``'s layers, in its (parameter, so layer) order.
+  2. Each one has an index: its decoder-layer number (``ExpertLayer.layer``, the last
+     number in the container's path), or, for a container whose path holds no number, its
+     position among the MoE layers. Indices are distinct; they name the layer in hit-rate
+     tables, cache buffers and traces.
+  3. A model or program without routed experts is an ``ExpertDiscoveryError`` saying
+     what was looked for.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Union
 
 import torch
 
-from ..errors import WorkbenchError
+from ..capture import Program
+from ..experts import ExpertDiscoveryError, ExpertLayer, ExpertMap, find_experts
 
-__all__ = ["EXPERT_PATH", "ExpertLayer", "ExpertDiscoveryError", "expert_layer_of", "expert_layers", "expert_modules"]
-
-#: Rule 1: the container path pattern, ``{i}`` the layer index.
-EXPERT_PATH = "layers.{i}.mlp.experts"
-_PATTERN = re.compile(r"^layers\.(\d+)\.mlp\.experts$")
+__all__ = ["ExpertDiscoveryError", "ExpertLayer", "expert_layers", "expert_map", "expert_modules", "layer_index"]
 
 
-class ExpertDiscoveryError(WorkbenchError, ValueError):
-    """The model or program holds no routed experts where they were looked for."""
-
-
-@dataclass(frozen=True)
-class ExpertLayer:
-    """One MoE layer's routed experts."""
-
-    layer: int  # index of the decoder layer
-    module: str  # container module path, e.g. "layers.3.mlp.experts"
-    weights: tuple[str, ...]  # stacked weight FQNs, e.g. ("layers.3.mlp.experts.w1", "...w2")
-
-
-def expert_layer_of(module_path: str) -> Optional[int]:
-    """The layer index when ``module_path`` is a routed-expert container (rule 1), else None."""
-    m = _PATTERN.match(module_path)
-    return int(m.group(1)) if m is not None else None
-
-
-def expert_modules(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:
-    """``(layer index, experts module)`` for every MoE layer of ``model`` (rules 1, 2)."""
-    found = sorted(
-        (int(m.group(1)), module)
-        for name, module in model.named_modules()
-        if (m := _PATTERN.match(name)) is not None
-    )
+def expert_map(model: Union[torch.nn.Module, Program]) -> ExpertMap:
+    """The routed experts of ``model`` (rules 1, 3): a non-empty ``ExpertMap``."""
+    found = find_experts(model)
     if not found:
+        what = "program" if isinstance(model, Program) else type(model).__name__
         raise ExpertDiscoveryError(
-            f"{type(model).__name__} has no routed-expert modules at {EXPERT_PATH.format(i='<i>')}"
+            f"this {what} has no routed experts (workbench.experts.find_experts looks for stacked per-expert "
+            "weights or one module per expert, scored by a router in the same block)"
         )
+    indices = [layer_index(found, i) for i in range(len(found))]
+    if len(set(indices)) != len(indices):
+        raise ExpertDiscoveryError(f"MoE layers share a layer index {indices}; name containers by layer")
     return found
 
 
-def expert_layers(constants: Mapping[str, str]) -> tuple[ExpertLayer, ...]:
-    """Every MoE layer's experts from a program's constant FQNs (``Program.constants``
-    values, or any FQNs), in layer order (rules 1, 2)."""
-    by_layer: dict[int, list[str]] = {}
-    for fqn in constants.values():
-        module, _, _leaf = fqn.rpartition(".")
-        m = _PATTERN.match(module)
-        if m is not None:
-            by_layer.setdefault(int(m.group(1)), []).append(fqn)
-    if not by_layer:
-        raise ExpertDiscoveryError(
-            f"no parameter lies under {EXPERT_PATH.format(i='<i>')}; names look like "
-            f"{', '.join(list(constants.values())[:3])}"
-        )
-    return tuple(
-        ExpertLayer(i, EXPERT_PATH.format(i=i), tuple(sorted(weights))) for i, weights in sorted(by_layer.items())
-    )
+def layer_index(experts: ExpertMap, position: int) -> int:
+    """Rule 2: the index of the ``position``-th MoE layer of ``experts``."""
+    layer = experts.layers[position].layer
+    return position if layer is None else layer
+
+
+def expert_layers(model: Union[torch.nn.Module, Program]) -> tuple[tuple[int, ExpertLayer], ...]:
+    """``(index, ExpertLayer)`` for every MoE layer of ``model``, in layer order (rules 1-3)."""
+    found = expert_map(model)
+    return tuple((layer_index(found, i), layer) for i, layer in enumerate(found.layers))
+
+
+def expert_modules(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:
+    """``(index, experts container)`` for every MoE layer of ``model`` (rules 1-3)."""
+    if not isinstance(model, torch.nn.Module):
+        raise ExpertDiscoveryError(f"expert_modules takes an nn.Module, got {type(model).__name__}")
+    return [(index, model.get_submodule(layer.module)) for index, layer in expert_layers(model)]

@@ -2,7 +2,8 @@
 
 A ``RoutingTrace`` is an integer array ``experts`` ``(T, L, k)``: for token ``t`` (in
 decode order) and MoE layer ``l``, the ``k`` experts the router chose. Traces come from
-real runs of the built-in model (``RoutingRecorder``, ``record_decode``) or from a
+real runs of a model (``RoutingRecorder``: the built-in decoder or any MoE whose experts
+``find_experts`` finds; ``record_decode``) or from a
 generator with a stated popularity skew and temporal locality (``synthetic_trace``);
 ``cache_policies.replay`` runs any of them through an expert cache without the model.
 
@@ -37,9 +38,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from ..errors import WorkbenchError
+from ..errors import ArgumentTypeError, WorkbenchError
 from ..models import MoEConfig, QwenMoEDecoder
-from .experts import expert_modules
+from .experts import expert_map, expert_modules
 
 __all__ = [
     "RoutingRecorder",
@@ -190,15 +191,16 @@ class RoutingRecorder:
             model(*inputs)            # any number of calls, any batch size
         trace = rec.trace()
 
-    It hooks the routed-expert modules (``expert_modules``) and reads the indices they
-    gather; every call must pass through every MoE layer once (rule 2).
+    It hooks the routed-expert containers (``experts.expert_modules``: the built-in
+    decoder's and transformers models' alike) and reads the expert ids each is called
+    with — its second argument, ``(N,)`` or ``(T, k)``; every call must pass through
+    every MoE layer once (rule 2).
     """
 
     def __init__(self, model: torch.nn.Module, label: Optional[str] = None) -> None:
         self.model = model
         self.layers = expert_modules(model)  # (layer index, module), in layer order
-        self.config = _config(model)
-        self.top_k = self.config.num_experts_per_tok
+        self.top_k, self.num_experts = _routing_shape(model)
         self.label = label or f"recorded from {type(model).__name__}"
         self._seen: dict[int, list[np.ndarray]] = {i: [] for i, _ in self.layers}
         self._hooks: list[Any] = []
@@ -207,7 +209,7 @@ class RoutingRecorder:
         if self._hooks:
             raise TraceError("this recorder is already recording")
         for index, module in self.layers:
-            self._hooks.append(module.register_forward_hook(self._hook(index)))
+            self._hooks.append(module.register_forward_hook(self._hook(index), with_kwargs=True))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -218,8 +220,13 @@ class RoutingRecorder:
     def _hook(self, layer: int):
         k = self.top_k
 
-        def record(module: torch.nn.Module, args: tuple, output: Any) -> None:
-            chosen = args[1]  # Experts.forward(x, expert_idx, hint): (B*k,) ids
+        def record(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            chosen = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
+            if not isinstance(chosen, torch.Tensor) or chosen.dtype.is_floating_point:
+                raise TraceError(
+                    f"layer {layer}'s experts were called without expert ids as their second argument; "
+                    "RoutingRecorder reads (x, expert ids, ...)"
+                )
             self._seen[layer].append(chosen.detach().reshape(-1, k).cpu().numpy())  # (B, k)
 
         return record
@@ -235,14 +242,23 @@ class RoutingRecorder:
                 f"layers saw different numbers of tokens ({sorted(lengths)}); every call must run every MoE layer"
             )
         experts = np.stack(per_layer, axis=1)  # (T, L, k)
-        return RoutingTrace(experts, self.config.num_experts, False, self.label)
+        return RoutingTrace(experts, self.num_experts, False, self.label)
 
 
-def _config(model: torch.nn.Module) -> MoEConfig:
+def _routing_shape(model: torch.nn.Module) -> tuple[int, int]:
+    """(k, E): experts per token from the model's config, experts per layer as found."""
     config = getattr(model, "config", None)
-    if not isinstance(config, MoEConfig):
-        raise TraceError(f"cannot record routing of {type(model).__name__}: it has no MoEConfig")
-    return config
+    k = None
+    for source in (config, getattr(config, "text_config", None)):
+        value = getattr(source, "num_experts_per_tok", None) if source is not None else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            k = value
+            break
+    if k is None:
+        raise TraceError(f"cannot record routing of {type(model).__name__}: its config gives no num_experts_per_tok")
+    num_experts = expert_map(model).num_experts
+    assert num_experts is not None  # expert_map never returns an empty map
+    return k, num_experts
 
 
 def record_decode(
@@ -252,7 +268,10 @@ def record_decode(
     and record its routing; returns ``(trace, tokens fed)``. Needs ``n_tokens <=
     max_seq_len`` (the full-attention KV cache has that many slots)."""
     if not isinstance(model, QwenMoEDecoder):
-        raise TypeError(f"model must be a QwenMoEDecoder, got {type(model).__name__}")
+        raise ArgumentTypeError(
+            f"record_decode drives the built-in QwenMoEDecoder, got {type(model).__name__}; for another MoE, run it "
+            "inside `with RoutingRecorder(model) as rec:` and take rec.trace()"
+        )
     limit = model.config.max_seq_len
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or not 1 <= n_tokens <= limit:
         raise TraceError(f"n_tokens must be an integer in [1, max_seq_len={limit}], got {n_tokens!r}")
@@ -336,7 +355,7 @@ def synthetic_trace_for(
 ) -> RoutingTrace:
     """``synthetic_trace`` shaped like ``config`` (its layers, experts and top-k)."""
     if not isinstance(config, MoEConfig):
-        raise TypeError(f"config must be a MoEConfig, got {type(config).__name__}")
+        raise ArgumentTypeError(f"config must be a MoEConfig (e.g. MoEConfig.full()), got {type(config).__name__}")
     return synthetic_trace(
         num_tokens, config.num_hidden_layers, config.num_experts, config.num_experts_per_tok,
         zipf=zipf, reuse=reuse, seed=seed,

@@ -33,6 +33,10 @@ Rules:
 9. State (``state``): after the last step, each buffer the program updates is written
    into its resident copies (timed write-back steps); once the call has finished, into
    the program's own tensor; an input the program writes, into the caller's tensor.
+10. A copy-stream op (``Step.stream_bytes``) runs in its device's copy-stream context,
+    after its deps (``steps`` rule 10). A row mask's True entries are counted when its
+    step has run, on the same stream, and read once the call has finished; a step with a
+    ``share`` is charged that share of its op (``sim_timing`` rule 9).
 """
 
 from __future__ import annotations
@@ -57,8 +61,8 @@ from .buffers import DeviceBuffer
 from .cost_model import CostModel, UncountedOps
 from .out_variants import out_variant
 from .routing import CopyRouter
-from .run_result import PrefetchStat, RoutedStat, SlotWrites
-from .sim_timing import bind_cost, copy_cost, reuse_cost
+from .run_result import PrefetchStat, RoutedStat, RowMaskStat, SlotWrites
+from .sim_timing import bind_cost, copy_cost, reuse_cost, scaled, stream_cost
 from ..mutations import Mutation
 from .state import StateError, StateWrite
 from .steps import Step, Steps
@@ -147,6 +151,7 @@ class Call:
         self.clock = self.exec.clock()
         self.model = session.cost_model
         self._reuses: list[tuple[str, int, int, Callable[[], int]]] = []  # (node, rows, row bytes, hits)
+        self._masks: dict[str, tuple[int, Callable[[], int]]] = {}  # row mask → (rows, True rows) (rule 10)
         self._routed: list[tuple[str, int, int, Callable[[], int]]] = []  # (node, slots, row bytes, rows moved)
         self._direct = 0  # values written straight into their slots (rule 7)
         self._copied: list[int] = []  # bytes of each op's slot copy (rule 7)
@@ -190,6 +195,10 @@ class Call:
     def slot_writes(self) -> SlotWrites:
         """Rule 7's count for the finished call."""
         return SlotWrites(direct=self._direct, copied=len(self._copied), copied_bytes=sum(self._copied))
+
+    def row_mask_stats(self) -> tuple[RowMaskStat, ...]:
+        """What each row mask of the finished call selected (rule 10)."""
+        return tuple(RowMaskStat(name, rows, true()) for name, (rows, true) in self._masks.items())
 
     def prefetch_stats(self) -> tuple[PrefetchStat, ...]:
         """What each reuse copy of the finished call did (hits are read only now)."""
@@ -278,7 +287,8 @@ class Call:
             self._check_reads(node, (args, kwargs), device, "host op" if device.is_host else "device op")
         if step.event is not None:
             self.clock.before(step)
-        with self.exec.compute(device):
+        on_copy_stream = step.stream_bytes is not None  # rule 10
+        with self.exec.copy_stream_context(device) if on_copy_stream else self.exec.compute(device):
             if node.target in METADATA_INPLACE_OPS:  # rule 8
                 result = args[0]
             elif step.slot_write == "direct" and self.s.run_node is None:  # rule 7
@@ -301,11 +311,39 @@ class Call:
                     result = self._bind_elements(node, device, result, args, kwargs)
                 else:
                     result = self._bind(node, device, result, args, kwargs)
+            if step.row_mask:
+                self._count_mask(node.name, result)
         if step.event is not None:
-            session = self.s
-            uncounted = self.uncounted
-            self.clock.after(step, lambda: session.op_time(step, node, args, kwargs, result, uncounted), 0)
+            self.clock.after(step, self._cost(step, node, args, kwargs, result), step.stream_bytes or 0)
         self.env[node.name] = result
+
+    def _cost(self, step: Step, node: torch.fx.Node, args: tuple, kwargs: dict, result: Any) -> Callable[[], tuple[float, int, int]]:
+        """What a compute, host or copy-stream step costs (rule 10)."""
+        model, session, uncounted = self.model, self.s, self.uncounted
+        if step.stream_bytes is not None:
+            moved = step.stream_bytes
+            return lambda: stream_cost(model, step, moved)
+        share = step.share
+        if share is None:
+            return lambda: session.op_time(step, node, args, kwargs, result, uncounted)
+        if share.mask not in self._masks:
+            raise ExecutorError(f"{node.name} is charged by the row mask {share.mask!r}, which has not run before it")
+        rows, true = self._masks[share.mask]
+        return lambda: scaled(session.op_time(step, node, args, kwargs, result, uncounted), share.share(rows, true()))
+
+    def _count_mask(self, name: str, mask: Any) -> None:
+        """Rule 10: the mask's True entries, counted where it was written (read later)."""
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise ExecutorError(f"{name} is a row mask, so it must be a bool tensor, got {type(mask).__name__}")
+        count = mask.reshape(-1).sum()  # on the device, on the stream that wrote the mask
+        box: list[int] = []
+
+        def true_rows() -> int:
+            if not box:
+                box.append(int(count))
+            return box[0]
+
+        self._masks[name] = (mask.numel(), true_rows)
 
     def _direct_destinations(self, node: torch.fx.Node, device: Device) -> list[torch.Tensor]:
         """Where an ``out=`` op writes, one tensor per result: the planned slots (of the

@@ -8,6 +8,8 @@ real GPU lives here, behind the same small surface:
 - ``compute(device)``: the context device ops run in (cuda: that device's compute stream).
 - ``calling()``: the context a whole call runs in (cuda: the first device's compute
   stream is made current once, so ``compute`` for that device costs nothing per op).
+- ``copy_stream_context(device)``: the context a copy-stream op runs in (cuda: that
+  device's copy stream, so it is ordered with the copies).
 - ``copy_stream(device)``: the stream copies on that lane are issued on (sim: None).
 - ``patch_kwargs``: factory ops of device steps allocate on the device they run on.
 - ``device_of``, ``as_tensor``: what a caller's tensor is and where it lives.
@@ -119,6 +121,9 @@ class SimExecBackend(_ExecBackend):
     def calling(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
+    def copy_stream_context(self, device: Device) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
     def copy_stream(self, device: Device) -> Optional[Any]:
         return None
 
@@ -210,6 +215,12 @@ class CudaExecBackend(_ExecBackend):
         stack = contextlib.ExitStack()
         stack.enter_context(torch.cuda.device(index))
         stack.enter_context(torch.cuda.stream(self.streams.compute(index)))
+        return stack
+
+    def copy_stream_context(self, device: Device) -> contextlib.AbstractContextManager:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.cuda.device(device.index))
+        stack.enter_context(torch.cuda.stream(self.streams.copy(device.index)))
         return stack
 
     def copy_stream(self, device: Device) -> Optional[Any]:

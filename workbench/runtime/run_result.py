@@ -8,7 +8,7 @@ from typing import Any, Optional
 from .cost_model import CostModel
 from .timeline import Timeline
 
-__all__ = ["PrefetchStat", "RoutedStat", "RunResult", "SlotWrites"]
+__all__ = ["PrefetchStat", "RoutedStat", "RowMaskStat", "RunResult", "SlotWrites"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,20 @@ class RoutedStat:
 
 
 @dataclass(frozen=True)
+class RowMaskStat:
+    """What one row mask of a call held (``node_facts.RowShare``: the steps charged by it
+    ran ``true_rows`` or ``rows - true_rows`` of their rows). Rule: ``0 <= true_rows <= rows``."""
+
+    node: str  # the mask's node name
+    rows: int  # entries of the mask
+    true_rows: int  # entries that were True
+
+    @property
+    def true_share(self) -> float:
+        return self.true_rows / self.rows if self.rows else 0.0
+
+
+@dataclass(frozen=True)
 class SlotWrites:
     """How a call's computed values reached their planned slots (or caller-owned buffers).
 
@@ -92,7 +106,8 @@ class RunResult:
     ``sim``, measured with CUDA events on ``cuda``); ``load_timeline`` the placement of
     the constants when the session was loaded (once per session, shared by its calls).
     ``prefetch`` says, per reuse copy, how many selected rows the prefetch already held;
-    ``routed``, per routed copy, how many distinct experts' rows crossed.
+    ``routed``, per routed copy, how many distinct experts' rows crossed;
+    ``row_masks``, per row mask (``workbench.runtime.node_facts``), how many rows it selected.
     """
 
     outputs: Any
@@ -103,6 +118,7 @@ class RunResult:
     prefetch: tuple[PrefetchStat, ...] = ()  # one per reuse copy of the call, in issue order
     slot_writes: SlotWrites = SlotWrites(0, 0, 0)  # how computed values reached their slots
     routed: tuple[RoutedStat, ...] = ()  # one per routed copy of the call, in issue order
+    row_masks: tuple[RowMaskStat, ...] = ()  # one per row mask of the call, in issue order
 
     @property
     def prefetch_hit_rate(self) -> Optional[float]:

@@ -413,6 +413,7 @@ class Session:
             prefetch=call.prefetch_stats(),
             routed=call.routed_stats(),
             slot_writes=call.slot_writes(),
+            row_masks=call.row_mask_stats(),
         )
 
     def _check_model(self) -> None:

@@ -42,6 +42,12 @@ Rules:
    has a second event right after its op, on the same lane, with activity
    ``slot_copy``: a memory copy kernel (or, on the host, a memcpy) that reads and writes
    its bytes once, launched like any other device operation (rule 6).
+8. A copy-stream op (``Step.stream_bytes``) lasts as a memory copy of its bytes on its
+   device (each byte read and written once, ``compute_time_us``), on the copy lane.
+9. A step with a ``share`` (``node_facts.RowShare``) is charged that share of its op's
+   time, bytes and FLOPs: in a run the share its mask really selects (``scaled``), in
+   ``estimate`` the expected share, the mask being True with probability
+   ``CostModel.prefetch_hit_rate`` (the expected hit rate, as for reuse copies).
 """
 
 from __future__ import annotations
@@ -71,7 +77,9 @@ __all__ = [
     "expected_link_bytes",
     "expected_routed_groups",
     "reuse_cost",
+    "scaled",
     "step_dtype",
+    "stream_cost",
 ]
 
 #: A step's cost, computed when the clock places it: (µs, bytes, flops).
@@ -170,6 +178,18 @@ def slot_copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, in
     memory copy on the step's device, every byte read and written once."""
     device = event_of(step)[1][0] if step.device is None else step.device
     return model.compute_time_us(0, 2 * int(nbytes), device), int(nbytes), 0
+
+
+def stream_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
+    """(µs, bytes, flops) of a copy-stream op moving ``nbytes`` within device memory (rule 8)."""
+    device = event_of(step)[1][0]
+    return model.compute_time_us(0, 2 * int(nbytes), device), int(nbytes), 0
+
+
+def scaled(cost: tuple[float, int, int], share: float) -> tuple[float, int, int]:
+    """Rule 9: a cost for ``share`` of the rows (time, bytes and FLOPs alike)."""
+    duration, nbytes, flops = cost
+    return duration * share, int(round(nbytes * share)), int(round(flops * share))
 
 
 def op_step_cost(
@@ -281,8 +301,10 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_pla
     prefetch holds: they are charged ``cost_model.prefetch_hit_rate`` (rule 1); and routed
     copies and grouped expert matmuls, whose bytes depend on which experts the router
     chose: they are charged the expected distinct experts under uniform routing,
-    E·(1 − (1 − k/E)^T) for T tokens each routed to k of E experts (rules 1, 2). Ops whose
-    FLOPs cannot be counted are named in one ``CostModelWarning`` (rule 3).
+    E·(1 − (1 − k/E)^T) for T tokens each routed to k of E experts (rules 1, 2); and steps
+    charged by a row share, whose rows depend on a mask: the expected share under
+    ``cost_model.prefetch_hit_rate`` (rule 9). Ops whose FLOPs cannot be counted are named
+    in one ``CostModelWarning`` (rule 3).
 
     ``in_place_writes=True`` models a runtime whose kernels all write their planned
     memory directly — a compiled program, such as ExecuTorch's — instead of this
@@ -326,10 +348,16 @@ def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: U
     if step.copy is not None:  # its record holds the bytes it moves (routed: expected, rule 1)
         nbytes = int(round(step.copy.expected_nbytes()))
         return lambda: copy_cost(model, step, nbytes)
+    if step.stream_bytes is not None:  # rule 8
+        moved = step.stream_bytes
+        return lambda: stream_cost(model, step, moved)
     args = torch.fx.node.map_arg(node.args, value_of)
     kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
+    share = 1.0 if step.share is None else step.share.expected_share(model.prefetch_hit_rate)  # rule 9
     groups = expected_routed_groups(node)
-    return lambda: op_step_cost(model, step, node.target, args, kwargs, value_of(node), routed_groups=groups, uncounted=uncounted)
+    return lambda: scaled(
+        op_step_cost(model, step, node.target, args, kwargs, value_of(node), routed_groups=groups, uncounted=uncounted), share
+    )
 
 
 def expected_routed_groups(node: torch.fx.Node) -> Optional[float]:

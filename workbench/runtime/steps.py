@@ -55,6 +55,7 @@ from ..devices import CPU, CopyKind, Device
 from ..errors import WorkbenchError
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord, CopyRole
+from .node_facts import RowShare, copy_stream_op, row_share
 from .out_variants import out_variant
 
 __all__ = ["HOST_LANE", "Lane", "Step", "StepError", "Steps", "event_of", "resident_write_step", "steps_of"]
@@ -87,6 +88,9 @@ class Step:
     copy: Optional[CopyRecord] = None  # copy nodes: the record propagation made (rule 8)
     slot_write: Optional[str] = None  # planned compute/host results: "direct" (out=) or "copy" (rule 9)
     slot_copy_bytes: int = 0  # bytes copied into planned slots after the op (rule 9)
+    stream_bytes: Optional[int] = None  # copy-stream ops: bytes moved within device memory (rule 10)
+    share: Optional[RowShare] = None  # charged only the rows a mask selects (rule 11)
+    row_mask: bool = False  # its value is a mask some step's share is read from (rule 11)
 
     @property
     def gather(self) -> bool:
@@ -222,6 +226,7 @@ class _Analysis:
         self.readers_since_write: dict[str, list[str]] = {}
         self.producers: dict[str, frozenset[str]] = {}  # value → events that wrote its bytes
         self.steps: dict[str, Step] = {}
+        self.masks = {f.mask for f in map(row_share, self.dg.graph.nodes) if f is not None}  # rule 11
 
     def run(self) -> Steps:
         for index, node in enumerate(self.dg.graph.nodes):
@@ -239,6 +244,8 @@ class _Analysis:
             return None
         if node.name in self.copies:
             return str(self.copies[node.name].kind)
+        if copy_stream_op(node) is not None:  # rule 10
+            return str(CopyKind.D2D)
         if node.target is operator.getitem or not produces_tensors(node):
             return None
         if is_view_op(node.target) and node.name not in self.allocations:
@@ -296,16 +303,30 @@ class _Analysis:
             lane=lane,
             deps=self._latest_per_lane(deps),
             reuse_deps=self._latest_per_lane(reuse),
-            src=src if record is not None else None,
-            dst=dst if record is not None else None,
+            src=src if record is not None or copy_stream_op(node) is not None else None,
+            dst=dst if record is not None or copy_stream_op(node) is not None else None,
             pinned=self._pinned(record) if record is not None else True,
             copy=record,
             **self._slot_write(node, kind),
+            **self._facts(node, kind),
         )
 
+    def _facts(self, node: torch.fx.Node, kind: str) -> dict:
+        """Rules 10, 11."""
+        out: dict = {}
+        stream = copy_stream_op(node)
+        if stream is not None:
+            out["stream_bytes"] = stream.nbytes
+        share = row_share(node)
+        if share is not None and kind in ("compute", "host"):
+            out["share"] = share
+        if node.name in self.masks:
+            out["row_mask"] = True
+        return out
+
     def _slot_write(self, node: torch.fx.Node, kind: str) -> dict:
-        """Rule 9."""
-        if node.op != "call_function" or kind not in ("compute", "host"):
+        """Rule 9 (a copy-stream op's result, like any op's)."""
+        if node.op != "call_function" or (kind not in ("compute", "host") and copy_stream_op(node) is None):
             return {}
         variant = out_variant(node.target) if not is_inplace_op(node.target) else None
         val = value_of(node)

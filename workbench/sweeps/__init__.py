@@ -23,7 +23,11 @@ Rules:
      pessimistic bound of ``CostModel``; ``walkthrough.capacity_sweep`` passes the rate
      measured on the tiny model); expert caches with the hit rate of their policy and slot count
      replayed over ``trace`` (default: a synthetic trace shaped like the config, Zipf
-     1.0, reuse 0.3 — labelled synthetic). The row says where the rate comes from.
+     1.0, reuse 0.3 — labelled synthetic): for ``on_miss="host_compute"`` the same
+     rate decides the share of rows the host computes (``cache_graph`` rule 5);
+     ``static_hot`` pins the spec's ``popularity`` if it has one (else the trace's own
+     counts); a prefetching cache is charged the rate without its prefetch (a trace holds
+     no predictions). The row says where the rate comes from.
   4. The same arguments give the same ``points`` and ``best`` on every executor.
 """
 
@@ -33,14 +37,15 @@ import time
 from concurrent.futures import Executor
 from typing import Any, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..capture import Program
-from ..errors import WorkbenchError
 from ..models import MoEConfig, QwenMoEDecoder
 from ..moe.cache_policies import replay, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..runtime import CostModel
+from .checks import SweepError, check_budgets, check_links
 from .executors import InlineExecutor, process_pool
 from .result import SweepResult, best_per_budget
 from .source import ModelSource, ProgramSource, Source
@@ -73,15 +78,16 @@ DEFAULT_BUDGETS_GIB: tuple[float, ...] = (8, 16, 24, 32, 48, 80)
 DEFAULT_LINKS: tuple[str, ...] = ("pcie_gen4", "pcie_gen5", "nvlink_c2c")
 
 
-class SweepError(WorkbenchError, ValueError):
-    """A sweep that cannot run as asked."""
-
-
-def cache_grid(config: MoEConfig, policies: Sequence[str] = ("lru", "lfu", "static_hot")) -> dict[str, dict[str, Any]]:
-    """Expert caches of k, E/16, E/8, E/4, E/2 and 3E/4 slots per layer (those in [k, E])."""
+def cache_grid(
+    config: MoEConfig,
+    policies: Sequence[str] = ("lru", "lfu", "static_hot"),
+    on_miss: Sequence[str] = ("copy", "host_compute"),
+) -> dict[str, dict[str, Any]]:
+    """Expert caches of k, E/16, E/8, E/4, E/2 and 3E/4 slots per layer (those in [k, E]),
+    each policy, a miss copied over the link or computed on the host."""
     E, k = config.num_experts, config.num_experts_per_tok
     slots = sorted({s for s in (k, E // 16, E // 8, E // 4, E // 2, 3 * E // 4) if k <= s <= E})
-    return {"expert_cache": {"slots_per_layer": slots, "policy": list(policies)}}
+    return {"expert_cache": {"slots_per_layer": slots, "policy": list(policies), "on_miss": list(on_miss)}}
 
 
 def default_grid(config: MoEConfig) -> dict[str, dict[str, Any]]:
@@ -108,22 +114,6 @@ def _source(model: Any) -> Source:
     raise SweepError(
         f"sweep takes a MoEConfig, a QwenMoEDecoder or a captured Program, got {type(model).__name__}"
     )
-
-
-def _budgets(budgets: Sequence[float]) -> tuple[float, ...]:
-    out = tuple(budgets)
-    if not out or any(isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 for b in out):
-        raise SweepError(f"budgets must be positive numbers of GiB, got {list(out)}")
-    return out
-
-
-def _links(links: Sequence[str]) -> tuple[str, ...]:
-    valid = CostModel.presets()["link"]
-    out = tuple([links] if isinstance(links, str) else links)
-    unknown = [link for link in out if link not in valid]
-    if not out or unknown:
-        raise SweepError(f"unknown link preset(s) {unknown or '(none given)'}; valid: {', '.join(valid)}")
-    return out
 
 
 def sweep(
@@ -157,7 +147,7 @@ def sweep(
     """
     start = time.perf_counter()
     source = _source(model)
-    budgets_t, links_t = _budgets(budgets), _links(links)
+    budgets_t, links_t = check_budgets(budgets), check_links(links)
     config = source.config if isinstance(source, ModelSource) else None
     if strategies is None:
         if config is None:
@@ -225,7 +215,11 @@ def _expected_hit_rates(
         slab = slab_bytes(config) if config is not None else 0
         for s in caches:
             cache = built[s].cache
-            out[s] = (round(replay(trace, cache.policy, cache.slots_per_layer, slab).hit_rate(), 6), trace.label)
+            pinned = None if cache.popularity is None else np.asarray(cache.popularity)
+            replayed = replay(trace, cache.policy, cache.slots_per_layer, slab, popularity=pinned).hit_rate()
+            # a trace holds routed experts, not predictions: a prefetching cache is charged the rate without them
+            where = f"{trace.label}; replayed without the prefetch" if cache.prefetch else trace.label
+            out[s] = (round(replayed, 6), where)
     return out
 
 

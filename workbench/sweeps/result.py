@@ -10,6 +10,9 @@ Rules:
      than its budget.
   3. ``workers``: one row per process that ran tasks: tasks, busy seconds and peak
      resident memory (MiB) — the figure a cluster's worker memory must cover.
+  4. ``SweepResult.from_points`` rebuilds a result from saved points (the CLI's
+     ``sweep.csv``): ``best`` is chosen again by rule 2; no workers ran it, so
+     ``workers`` is empty and ``seconds`` 0.
 """
 
 from __future__ import annotations
@@ -20,12 +23,16 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from .checks import SweepError, check_budgets, check_links
+
 __all__ = ["SweepResult", "best_per_budget"]
 
 _BEST_COLUMNS = (
     "label", "strategy", "line", "device_GiB", "device_bytes", "resident_GiB", "arena_MiB", "host_GiB",
     "ms/token", "tok/s", "link_MiB/token", "overlap", "expected_hit_rate", "hit_rate_source",
 )  # fmt: skip
+#: Rule 4: what saved points must hold (the columns ``best_per_budget`` reads).
+_POINT_COLUMNS = ("link", *_BEST_COLUMNS)
 
 
 def best_per_budget(points: pd.DataFrame, budgets_GiB: Sequence[float], links: Sequence[str]) -> pd.DataFrame:
@@ -59,6 +66,29 @@ class SweepResult:
     links: tuple[str, ...]
     source: str  # what was swept, one line
     seconds: float  # wall time of the whole sweep
+
+    @classmethod
+    def from_points(
+        cls, points: pd.DataFrame, budgets_GiB: Sequence[float], links: Sequence[str], source: str
+    ) -> "SweepResult":
+        """Rule 4: the result of saved ``points`` (e.g. ``pandas.read_csv("sweep.csv")``)
+        for ``budgets_GiB`` × ``links``; ``source`` says where the points come from."""
+        missing = sorted(set(_POINT_COLUMNS) - set(points.columns))
+        if missing:
+            raise SweepError(f"points lack the columns {missing}; give the points a sweep wrote (sweep.csv)")
+        budgets, links = check_budgets(budgets_GiB), check_links(links)
+        absent = sorted(set(links) - set(points["link"]))
+        if absent:
+            raise SweepError(f"no point was estimated under the link(s) {absent}; the points hold {sorted(set(points['link']))}")
+        return cls(
+            points=points,
+            best=best_per_budget(points, budgets, links),
+            workers=pd.DataFrame(columns=["pid", "tasks", "busy_s", "peak_rss_MiB"]),
+            budgets_GiB=budgets,
+            links=links,
+            source=source,
+            seconds=0.0,
+        )
 
     def pareto_figure(self, **kwargs: Any) -> Any:
         """tok/s against device GiB, one line per strategy setting, one panel per link

@@ -4,6 +4,7 @@ upstream touches one file of the views."""
 from __future__ import annotations
 
 from ..capture import Program, capture
+from ..experts import find_experts
 from ..graph_values import node_nbytes, op_name, packet_name, produces_tensors, value_of
 from ..place import module_paths, place
 from ..planning.algorithms import ALGORITHMS
@@ -33,6 +34,7 @@ __all__ = [
     "RunResult",
     "Timeline",
     "capture",
+    "find_experts",
     "format_bytes",
     "format_us",
     "graph_of",

@@ -2,7 +2,8 @@
 
 Rules:
 1. ``module_groups(program)`` (the explorer's default) finds the groups in the module
-   hierarchy, by what each module is: the routed experts (``expert_modules``), the shared
+   hierarchy, by what each module is: the routed experts (``expert_modules``: the
+   containers ``workbench.experts.find_experts`` finds, the strategies' experts), the shared
    expert, the router (the gate and the MoE block's own ops: top-k, weights, combine),
    attention (full or linear), the embedding, the LM head, the norms; an op of any other
    module joins the group of its module path with layer indices written ``*``
@@ -31,7 +32,7 @@ import torch.fx
 
 from ..devices import Device
 from ._inputs import UnknownNameError, ViewOptionError
-from ._upstream import Program, packet_name, produces_tensors
+from ._upstream import Program, find_experts, packet_name, produces_tensors
 
 Groups = Union[Mapping[str, Union[str, Sequence[str]]], Sequence[str]]
 
@@ -110,17 +111,10 @@ def wildcard(path: str) -> str:
 
 
 def expert_modules(program: Program) -> tuple[str, ...]:
-    """The routed experts' container modules, layer indices as ``*``: modules whose class
-    or name says experts (``Experts``, ``…MoeExperts``, ``experts``) and not shared ones."""
-    found: dict[str, None] = {}
-    for node in _claimable(program):
-        for path, kind in _stack(node):
-            last = path.rsplit(".", 1)[-1].lower()
-            if "shared" in last or "shared" in kind.lower():
-                continue
-            if last == "experts" or kind.lower().endswith("experts"):
-                found[wildcard(path)] = None
-    return tuple(found)
+    """The routed experts' container modules, layer indices as ``*``: the containers
+    ``find_experts`` finds (stacked per-expert weights or one module per expert, scored
+    by a router), which are the experts every strategy moves."""
+    return tuple(dict.fromkeys(wildcard(module) for module in find_experts(program).modules))
 
 
 def _role(stack: list[tuple[str, str]], experts: set[str], blocks: set[str]) -> tuple[Optional[str], str]:

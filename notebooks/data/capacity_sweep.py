@@ -1,0 +1,22 @@
+"""Write ``capacity_sweep.csv`` beside this file: every point of the walkthrough's capacity
+sweep of the published Qwen3.5-35B-A3B (bf16, shape-only) — ``walkthrough.capacity_sweep()``,
+the sweep ``python -m workbench walkthrough`` writes as ``sweep.csv``.
+
+Notebook 06 reads these points instead of sweeping (the capture of the 40-layer model
+alone takes longer than the notebook should); ``tests/sweeps/test_shipped_sweep.py`` checks
+that a fresh sweep of some of its settings still gives the same rows. Run it again, from
+the repository root, whenever the cost model or a strategy changes:
+
+    python notebooks/data/capacity_sweep.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench import walkthrough
+
+if __name__ == "__main__":
+    result = walkthrough.capacity_sweep(workers=2)  # the points do not depend on the workers (sweeps rule 4)
+    result.points.to_csv(Path(__file__).with_name("capacity_sweep.csv"), index=False)
+    print(result)

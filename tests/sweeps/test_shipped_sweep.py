@@ -1,0 +1,38 @@
+"""The sweep points notebook 06 reads from a file are the walkthrough's capacity sweep as
+the code computes it today."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.models import MoEConfig
+from workbench.sweeps import InlineExecutor, SweepResult, default_grid, expand, sweep
+
+SHIPPED = Path(__file__).resolve().parents[2] / "notebooks" / "data" / "capacity_sweep.csv"
+REGENERATE = "stale: regenerate it with `python notebooks/data/capacity_sweep.py`"
+# a few settings of every kind whose figures do not depend on the measured prefetch hit rate
+SAMPLE = {
+    "all_on_device": {},
+    "partial_offload": {"n_host_layers": [20]},
+    "expert_cache": {"slots_per_layer": [64], "policy": ["lfu", "static_hot"], "on_miss": ["copy", "host_compute"]},
+}
+COMPARED = ["device_bytes", "ms/token", "tok/s", "link_MiB/token", "overlap", "expected_hit_rate", "hit_rate_source"]
+
+
+def test_shipped_points_are_the_default_sweep_of_today():
+    """The file holds one row per (default-grid setting, link) of the full-size model, and
+    a fresh sweep of a sample of its settings gives exactly its figures."""
+    shipped = pd.read_csv(SHIPPED)
+    config = MoEConfig.full()
+    labels = [spec.label for spec in expand(default_grid(config))]
+    assert sorted(set(shipped["label"])) == sorted(labels), REGENERATE
+    assert len(shipped) == len(labels) * 3
+    fresh = sweep(config, budgets=[80], strategies=SAMPLE, executor=InlineExecutor()).points
+    key = ["label", "link"]
+    got = shipped.merge(fresh[key], on=key).set_index(key).sort_index()[COMPARED]
+    want = fresh.set_index(key).sort_index()[COMPARED]
+    got, want = (f.fillna({"hit_rate_source": ""}) for f in (got, want))  # a CSV reads "" back as missing
+    assert len(got) == len(want)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False, obj=f"the shipped points ({REGENERATE})")
+    best = SweepResult.from_points(shipped, [8, 80], ["pcie_gen4"], "shipped").best
+    assert best["fits"].all() and (best["device_bytes"] <= best["budget_GiB"] * 2**30).all()
