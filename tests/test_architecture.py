@@ -195,3 +195,57 @@ def _untyped_public_functions() -> list[str]:
 def test_every_public_function_is_typed():
     """Public functions and methods annotate every parameter and their result."""
     assert _untyped_public_functions() == []
+
+
+#: Builtin exceptions the package may raise itself, and where: a module ``__getattr__``
+#: says a name is missing with ``AttributeError`` (the import protocol wants that type),
+#: and an abstract method says it is abstract with ``NotImplementedError``.
+_BUILTIN_RAISES_ALLOWED = {"AttributeError": "__getattr__", "NotImplementedError": None}
+
+
+def _builtin_raises(source: str, label: str) -> list[str]:
+    """``label:line name in function`` for each ``raise`` of a builtin exception class
+    that ``_BUILTIN_RAISES_ALLOWED`` does not allow there."""
+    import builtins
+
+    tree = ast.parse(source)
+    owner: dict[int, str] = {}
+    for func in ast.walk(tree):  # breadth first: an inner function overwrites its outer one
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(func):
+                owner[id(inner)] = func.name
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Raise) or node.exc is None:
+            continue
+        target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        name = target.id if isinstance(target, ast.Name) else None
+        builtin = getattr(builtins, name, None) if name else None
+        if not (isinstance(builtin, type) and issubclass(builtin, BaseException)):
+            continue
+        where = owner.get(id(node), "<module>")
+        if name in _BUILTIN_RAISES_ALLOWED and _BUILTIN_RAISES_ALLOWED[name] in (None, where):
+            continue
+        found.append((node.lineno, f"{label}:{node.lineno} {name} in {where}"))
+    return [text for _, text in sorted(found)]
+
+
+def test_every_deliberate_error_is_a_workbench_error():
+    """No module raises a bare builtin exception (ValueError, TypeError, ...): each error
+    the package raises on purpose is a WorkbenchError subclass a caller can catch as one
+    (the builtin stays a second base). Only a module __getattr__'s AttributeError and an
+    abstract method's NotImplementedError are allowed."""
+    found = [f for name, path in _modules().items() for f in _builtin_raises(path.read_text(), name)]
+    assert found == []
+
+
+def test_the_raise_finder_flags_a_planted_builtin_raise():
+    """The check sees a bare ValueError, a TypeError class raised without a call, and
+    passes a WorkbenchError subclass and a module __getattr__'s AttributeError."""
+    source = (
+        "class BadPlan(WorkbenchError, ValueError): pass\n"
+        "def f(x):\n    if x: raise ValueError('no')\n    raise TypeError\n"
+        "def g():\n    raise BadPlan('ok')\n"
+        "def __getattr__(name):\n    raise AttributeError(name)\n"
+    )
+    assert _builtin_raises(source, "m") == ["m:3 ValueError in f", "m:4 TypeError in f"]
