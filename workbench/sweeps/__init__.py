@@ -46,7 +46,7 @@ from ..moe.cache_policies import replay, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..runtime import CostModel
 from .checks import SweepError, check_budgets, check_links
-from .executors import InlineExecutor, process_pool
+from .executors import InlineExecutor, pool_size, process_pool
 from .result import SweepResult, best_per_budget
 from .source import ModelSource, ProgramSource, Source
 from .spec import AXES, SpecError, StrategyGrid, StrategySpec, expand
@@ -178,7 +178,7 @@ def sweep(
     if executor is None and isinstance(source, ProgramSource):
         executor = InlineExecutor()
     if executor is None:
-        with process_pool(min(workers or len(tasks), len(tasks))) as pool:
+        with process_pool(pool_size(workers, len(tasks))) as pool:
             results = _run(pool, tasks)
     else:
         results = _run(executor, tasks)

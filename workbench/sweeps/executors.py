@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import ArgumentValueError
 
-__all__ = ["InlineExecutor", "process_pool"]
+__all__ = ["InlineExecutor", "pool_size", "process_pool"]
 
 
 class InlineExecutor(Executor):
@@ -30,6 +30,12 @@ class InlineExecutor(Executor):
         except BaseException as exc:  # the future carries it, as a pool's would
             future.set_exception(exc)
         return future
+
+
+def pool_size(workers: Optional[int], tasks: int) -> int:
+    """Processes of the default pool: ``workers`` (default: one per CPU), never more than
+    there are tasks, at least one."""
+    return max(1, min(workers or os.cpu_count() or 1, tasks))
 
 
 def process_pool(workers: Optional[int] = None) -> ProcessPoolExecutor:
