@@ -19,7 +19,7 @@
 #      torch, with a cProfile of the MoE step (60 s) -> $OUT/run.log
 # The output of parts 2-4 goes to $OUT/run.log; $OUT/env.txt holds versions, the GPU as
 # nvidia-smi reports it and, at the end, each part's exit code and seconds. Seven files
-# in all (the device machine returns at most 8), each truncated to 15 MiB.
+# in all, each truncated to 15 MiB (small enough to copy back from a remote GPU machine).
 set -u
 
 OUT="${OUT:?set OUT to the folder the results go to}"
