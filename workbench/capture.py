@@ -43,7 +43,7 @@ from .graph_values import aliased_input, is_inplace_op, value_of
 from .json_fields import JsonObject
 from .model_source import ModelChangedError, ModelSource
 
-__all__ = ["CaptureError", "InputSignatureError", "ModelChangedError", "Program", "capture"]
+__all__ = ["CaptureError", "InputSignatureError", "ModelChangedError", "Program", "capture", "writes_state"]
 
 
 class CaptureError(WorkbenchError, ValueError):
@@ -258,7 +258,7 @@ def capture(
         )
         if decompose:
             exported = exported.run_decompositions()
-        elif _writes_state(exported):
+        elif writes_state(exported):
             exported = _functional(exported)
     except Exception as exc:  # torch.export raises many types; keep its message
         raise CaptureError(
@@ -337,13 +337,20 @@ def _unrecorded_writes(exported: ExportedProgram) -> list[str]:
     return found
 
 
-def _writes_state(exported: ExportedProgram) -> bool:
+#: Arguments through which a composite op updates a buffer without its schema saying so:
+#: the running statistics of the batch and instance norms.
+SILENTLY_UPDATED_ARGUMENTS = frozenset({"running_mean", "running_var"})
+
+
+def writes_state(exported: ExportedProgram) -> bool:
     """Rule 2's test: does an op of the graph write a buffer or a user input in place?
 
     An op whose schema writes an argument counts when that argument is (a view of) a
-    buffer or user input; so does a composite op handed a buffer directly (``batch_norm``
-    updates its running statistics without saying so in its schema). A positive answer
-    only costs a functionalization that finds nothing to do."""
+    buffer or user input; so does a composite op handed a buffer as its running
+    statistics (``batch_norm`` updates them without saying so in its schema). A buffer
+    merely read by a composite op (``inv_freq.to(device)``) does not count: a positive
+    answer costs a functionalization, a re-trace of the whole graph (about 20 s for a
+    35B MoE decode step)."""
     kinds = {spec.arg.name: spec.kind for spec in exported.graph_signature.input_specs}
     watched = (InputKind.BUFFER, InputKind.USER_INPUT)
     composite = torch._C.DispatchKey.CompositeImplicitAutograd
@@ -355,10 +362,20 @@ def _writes_state(exported: ExportedProgram) -> bool:
                 base = _base_placeholder(arg)
                 if base is not None and kinds.get(base.name) in watched:
                     return True
-        if node.target.has_kernel_for_dispatch_key(composite):
-            if any(kinds.get(a.name) == InputKind.BUFFER for a in node.all_input_nodes):
-                return True
+        if node.target.has_kernel_for_dispatch_key(composite) and _feeds_running_statistics(node, kinds):
+            return True
     return False
+
+
+def _feeds_running_statistics(node: torch.fx.Node, kinds: dict[str, InputKind]) -> bool:
+    """Whether a buffer is bound to an argument of ``node`` that its op updates silently."""
+    bound = dict(zip((a.name for a in node.target._schema.arguments), node.args))  # type: ignore[union-attr]
+    bound.update(node.kwargs)
+    return any(
+        isinstance(value, torch.fx.Node) and kinds.get(value.name) == InputKind.BUFFER
+        for name, value in bound.items()
+        if name in SILENTLY_UPDATED_ARGUMENTS
+    )
 
 
 def _functional(exported: ExportedProgram) -> ExportedProgram:
