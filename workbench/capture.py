@@ -203,8 +203,12 @@ class Program:
         """The program ``to_json`` described, around ``exported`` (read back with ``torch.export.load``)."""
         obj = JsonObject(data, path)
         shape_only = obj.flag("shape_only")
-        if not shape_only and _meta_weights(exported.state_dict.items()):
+        weights = [(n, t) for n, t in exported.state_dict.items() if isinstance(t, torch.Tensor)]
+        meta = _meta_weights(weights)
+        if not shape_only and meta:
             raise obj.fail("shape_only", "true: the saved program's weights are meta tensors")
+        if shape_only and weights and not meta:
+            raise obj.fail("shape_only", "false: the saved program has real weights")
         return cls(exported, shape_only)
 
 

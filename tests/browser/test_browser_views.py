@@ -190,6 +190,25 @@ def _run_cell(page, index: int) -> None:
     page.keyboard.press("Shift+Enter")
 
 
+def _kernel_reports(page, index: int, text: str, attempts: int = 6) -> None:
+    """Run cell ``index`` until its output shows ``text``: the browser's state reaches the
+    kernel asynchronously, so a cell run right after a click may still print the old one."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+    check = (
+        "() => [...document.querySelectorAll('.jp-OutputArea-output')].some("
+        f"e => e.textContent.includes({json.dumps(text)}))"
+    )
+    for attempt in range(attempts):
+        _run_cell(page, index)
+        try:
+            page.wait_for_function(check, timeout=10_000)
+            return
+        except PlaywrightTimeoutError:
+            if attempt == attempts - 1:
+                raise
+
+
 def _shot_paths(tmp_path: Path, stem: str) -> Path:
     base = os.environ.get("WORKBENCH_SCREENSHOT")
     shot = Path(base) if base else tmp_path / "views.png"
@@ -236,12 +255,7 @@ def test_views_link_zoom_search_expand_in_jupyterlab(jupyter_lab, tmp_path):
             timeout=10_000,
         )
         # the kernel got the selection the browser made
-        _run_cell(page, 3)
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('.jp-OutputArea-output')].some("
-            "e => e.textContent.includes('focus=index_select_gather buffer=index_select_gather event='))",
-            timeout=30_000,
-        )
+        _kernel_reports(page, 3, "focus=index_select_gather buffer=index_select_gather event=")
         # zoom: the wheel scales the drawing, and the visible rectangle reaches the kernel
         before = page.locator(".wbv-graph").get_attribute("data-zoom")
         stage = page.locator(".wbv-graph .wbv-stage")
@@ -271,12 +285,7 @@ def test_views_link_zoom_search_expand_in_jupyterlab(jupyter_lab, tmp_path):
             f"() => document.querySelectorAll('.wbv-timeline .wbv-bar').length < {shown}", timeout=5_000
         )
         assert page.locator(".wbv-timeline .wbv-bar").count() == 8  # the eight expert gathers
-        _run_cell(page, 3)
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('.jp-OutputArea-output')].some("
-            "e => e.textContent.includes(\"expanded=['layers.2'] hidden=['compute'] zoomed=True\"))",
-            timeout=30_000,
-        )
+        _kernel_reports(page, 3, "expanded=['layers.2'] hidden=['compute'] zoomed=True")
         compute.check()
         # the first click again, for the pictures
         page.evaluate(_CLICK_AND_PAINT, '.wbv-graph .wbv-node[data-id="index_select_2_gather"]')

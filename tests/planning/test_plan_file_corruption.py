@@ -201,3 +201,16 @@ def test_a_program_swapped_for_another_models_is_refused(saved, tmp_path):
     _write(path, {**members, "program.pt2": mlp_members["program.pt2"]})
     with pytest.raises(wb.PlanFileError, match="program.pt2 is not the program this plan was made for"):
         wb.load_plan(path)
+
+
+def test_a_plan_of_real_weights_marked_shape_only_is_refused(saved, tmp_path):
+    """A plan whose program has real weights but whose JSON says shape_only (an edit the
+    hashes of the archives do not cover) loads no more: it would refuse to run, or a
+    shape-only plan would claim weights it has not."""
+    members, *_ = saved
+    document = json.loads(members["plan.json"])
+    document["program"]["shape_only"] = True
+    path = tmp_path / "shape_only.wbplan"
+    _write(path, {**members, "plan.json": json.dumps(document).encode()})
+    with pytest.raises(wb.PlanFileError, match=r"shape_only"):
+        wb.load_plan(path)
