@@ -126,12 +126,6 @@ def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np
     if isinstance(indices, torch.Tensor):
         if indices.device.type != "cpu":
             raise KernelArgumentError("gather_row_offsets takes host indices; device indices are offset on the device")
-        if indices.dim() == 1 and indices.numel() <= 64 and not indices.is_floating_point() and indices.dtype != torch.bool:
-            values = indices.tolist()  # a router's top-k: checked in plain Python, quicker than numpy's set-up
-            if values and (min(values) < 0 or max(values) >= num_rows):
-                outside = [v for v in values if not 0 <= v < num_rows]
-                raise GatherIndexError(f"gather indices {outside[:8]} are out of range; valid: 0..{num_rows - 1}")
-            return np.array(values, dtype=np.int64) * np.int64(row_stride_bytes)
         indices = indices.numpy()
     idx = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
     if idx.ndim != 1:
@@ -173,18 +167,13 @@ def dma_runs(ids: np.ndarray) -> tuple[tuple[int, int, int], ...]:
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     if not ids.size:
         return ()
-    if ids.size <= 64:  # a router's top-k: plain Python is quicker than numpy's set-up
-        runs, values = [], ids.tolist()
-        start = 0
-        for k in range(1, len(values) + 1):
-            if k == len(values) or values[k] != values[k - 1] + 1:
-                runs.append((start, values[start], k - start))
-                start = k
-        return tuple(runs)
-    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
-    starts = np.concatenate(([0], breaks))
-    ends = np.concatenate((breaks, [ids.size]))
-    return tuple((int(a), int(ids[a]), int(b - a)) for a, b in zip(starts, ends))
+    runs, values = [], ids.tolist()
+    start = 0
+    for k in range(1, len(values) + 1):
+        if k == len(values) or values[k] != values[k - 1] + 1:
+            runs.append((start, values[start], k - start))
+            start = k
+    return tuple(runs)
 
 
 def gather_variant(src_ptr: int, dst_ptr: int, row_bytes: int, row_stride_bytes: int) -> str:
