@@ -122,6 +122,7 @@ CAPTURE: list[Case] = [
     ("inputs a dict", lambda: wb.capture(nn.ReLU(), {"x": torch.ones(1)}), wb.CaptureError, "example_inputs"),
     ("shape_only a string", lambda: wb.capture(nn.ReLU(), (torch.ones(1),), shape_only="yes"), ArgumentTypeError, "shape_only"),
     ("shape_only an int", lambda: wb.capture(nn.ReLU(), (torch.ones(1),), shape_only=1), ArgumentTypeError, "shape_only"),
+    ("stack_traces a string", lambda: wb.capture(nn.ReLU(), (torch.ones(1),), stack_traces="no"), ArgumentTypeError, "stack_traces must be True, False or None"),
     ("decompose a string", lambda: wb.capture(nn.ReLU(), (torch.ones(1),), decompose="False"), ArgumentTypeError, "decompose"),
     ("strict None", lambda: wb.capture(nn.ReLU(), (torch.ones(1),), strict=None), ArgumentTypeError, "strict"),
     ("meta weights without shape_only", lambda: wb.capture(_meta_model(), (torch.ones(2, 4),)), wb.CaptureError, "shape_only=True"),

@@ -148,3 +148,39 @@ def test_unflattenable_outputs_say_what_to_do():
         wb.capture(_ReturnsCache(), (torch.randn(2),))
     with pytest.raises(wb.CaptureError, match="whose forward returns tensors"):
         wb.capture(_ReturnsObject(), (torch.randn(2),))
+
+
+def _stack_traces(prog) -> list:
+    return [n.meta.get("stack_trace") for n in prog.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.parametrize(
+    "shape_only, stack_traces, recorded",
+    [(False, None, True), (True, None, False), (False, False, False), (True, True, True)],
+)
+def test_stack_traces_are_recorded_for_runnable_programs_unless_asked(shape_only, stack_traces, recorded):
+    """Each op of a runnable capture keeps the model source that issued it (execution errors
+    quote it); a shape-only capture skips them unless asked, and either default can be
+    overridden. torch.fx's switch is left as it was."""
+    import torch.fx.config
+
+    before = torch.fx.config.do_not_emit_stack_traces
+    model, inputs = example("mlp")
+    traces = _stack_traces(wb.capture(model, inputs, shape_only=shape_only, stack_traces=stack_traces))
+    assert all(traces) if recorded else not any(traces)
+    assert torch.fx.config.do_not_emit_stack_traces == before
+
+
+def test_stack_trace_switch_is_restored_when_export_fails():
+    """A capture that fails leaves torch.fx recording stack traces as before."""
+    import torch.fx.config
+
+    class Bad(torch.nn.Module):
+        def forward(self, x):
+            return object()
+
+    before = torch.fx.config.do_not_emit_stack_traces
+    with pytest.raises(wb.CaptureError):
+        wb.capture(Bad(), (torch.ones(2),), shape_only=True)
+    assert torch.fx.config.do_not_emit_stack_traces == before
+

@@ -40,7 +40,9 @@ def check_flag(value: Any, name: str) -> bool:
 
 def check_optional_flag(value: Any, name: str) -> Optional[bool]:
     """``value`` if it is a ``bool`` or None (None: the documented default)."""
-    return None if value is None else check_flag(value, name)
+    if value is not None and not isinstance(value, bool):
+        raise ArgumentTypeError(f"{name} must be True, False or None, got {describe(value)}")
+    return value
 
 
 def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:

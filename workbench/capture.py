@@ -20,24 +20,30 @@ Rules:
 4. A call's inputs must have the captured structure; a non-tensor input (an ``int``, a
    ``str``…) is baked into the graph, so it must equal the captured value, unless it was
    declared dynamic at capture (``dynamic_shapes``), then any ``int`` in its range.
+5. Each op keeps the Python stack that issued it (``node.meta["stack_trace"]``), which an
+   execution error quotes, unless the capture is shape-only: such a program never runs,
+   and recording the stacks is about a quarter of torch.export's time on a graph of
+   thousands of ops. ``stack_traces=`` overrides either default.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import operator
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import torch
 import torch.fx
+import torch.fx.config
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from .arguments import check_flag, describe
+from .arguments import check_flag, check_optional_flag, describe
 from .errors import WorkbenchError
 from .graph_values import aliased_input, is_inplace_op, value_of
 from .json_fields import JsonObject
@@ -221,6 +227,7 @@ def capture(
     dynamic_shapes: Any = None,
     decompose: bool = False,
     strict: bool = False,
+    stack_traces: Optional[bool] = None,
 ) -> Program:
     """Export ``model`` with ``torch.export`` and wrap the result (see the module rules).
 
@@ -240,12 +247,16 @@ def capture(
         decompose: run the core-ATen decompositions (``aten.linear`` → ``aten.addmm`` …),
             as ExecuTorch's ``to_edge`` does.
         strict: passed to ``torch.export.export``.
+        stack_traces: record each op's Python stack (rule 5); None records them unless
+            ``shape_only``.
     """
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"model must be a torch.nn.Module, got {describe(model)}")
     check_flag(shape_only, "shape_only")
     check_flag(decompose, "decompose")
     check_flag(strict, "strict")
+    asked = check_optional_flag(stack_traces, "stack_traces")
+    record = not shape_only if asked is None else asked
     inputs = _as_tuple(example_inputs)
     keywords = _as_kwargs(kwargs)
     weights = list(model.named_parameters()) + list(model.named_buffers())
@@ -257,9 +268,10 @@ def capture(
         inputs = tuple(_to_meta(x) for x in inputs)
         keywords = _to_meta(keywords)
     try:
-        exported = torch.export.export(
-            model, inputs, keywords, dynamic_shapes=dynamic_shapes, strict=strict
-        )
+        with _recording_stack_traces(record):
+            exported = torch.export.export(
+                model, inputs, keywords, dynamic_shapes=dynamic_shapes, strict=strict
+            )
         if decompose:
             exported = exported.run_decompositions()
         elif writes_state(exported):
@@ -271,6 +283,22 @@ def capture(
         ) from exc
     source = None if shape_only else ModelSource(model, _shared_weights(exported))
     return Program(exported, shape_only, source=source)
+
+
+@contextlib.contextmanager
+def _recording_stack_traces(record: bool) -> Iterator[None]:
+    """Rule 5: torch.fx's switch for per-node stack capture, restored after the export
+    (a torch without the switch always records them)."""
+    config = torch.fx.config
+    previous = getattr(config, "do_not_emit_stack_traces", None)
+    if previous is None:
+        yield
+        return
+    config.do_not_emit_stack_traces = not record
+    try:
+        yield
+    finally:
+        config.do_not_emit_stack_traces = previous
 
 
 def _meta_weights(weights: Any) -> list[str]:

@@ -1,6 +1,8 @@
 """How computed values reach their arena slots: ``out=`` writes in place, the rest copied
 in (and shown as such); in-place metadata ops on arena values; errors that name the node."""
 
+import inspect
+
 import pytest
 import torch
 
@@ -106,7 +108,8 @@ class _Boom(RuntimeError):
 
 def test_an_execution_error_keeps_its_type_and_names_its_node():
     """An op that fails at run time raises its own exception, with a note naming the node,
-    its op and its device, so the failure can be found in the graph."""
+    its op, its device and the model source line that issued it, so the failure can be
+    found in the graph and in the model."""
     model, inputs, dg, plan = _moe_plan(False)
     target = next(n for n in dg.graph.nodes if n.op == "call_function" and "softmax" in n.name)
 
@@ -120,3 +123,5 @@ def test_an_execution_error_keeps_its_type_and_names_its_node():
     notes = " ".join(getattr(info.value, "__notes__", []))
     assert repr(target.name) in notes and ("aten._softmax" in notes or "aten.softmax" in notes)
     assert "cuda:0" in notes
+    assert f'File "{inspect.getsourcefile(type(model))}", line' in notes and "in forward" in notes
+

@@ -126,12 +126,19 @@ def example_tokens(vocab_size: int, batch: int, length: int, seed: int = 0, devi
     return torch.randint(vocab_size, (batch, length), generator=gen).to(device)
 
 
-def capture_prefill(model: "PreTrainedModel", *, tokens: int = 8, batch: int = 1, seed: int = 0) -> CapturedStep:
+def capture_prefill(
+    model: "PreTrainedModel",
+    *,
+    tokens: int = 8,
+    batch: int = 1,
+    seed: int = 0,
+    stack_traces: Optional[bool] = None,
+) -> CapturedStep:
     """Capture ``PrefillStep(model)`` on ``tokens`` seeded token ids (shape-only when the
-    model lives on the meta device)."""
+    model lives on the meta device; ``stack_traces`` as for ``workbench.capture``)."""
     step = PrefillStep(model)
     ids = example_tokens(_vocab(model), batch, tokens, seed, _device(model))
-    program = capture(step, (ids,), shape_only=_device(model).type == "meta")
+    program = capture(step, (ids,), shape_only=_device(model).type == "meta", stack_traces=stack_traces)
     return CapturedStep("prefill", program, step, (ids,))
 
 
@@ -143,6 +150,7 @@ def capture_decode(
     batch: int = 1,
     max_cache_len: Optional[int] = None,
     seed: int = 0,
+    stack_traces: Optional[bool] = None,
 ) -> CapturedStep:
     """Capture one decode step at position ``past`` (shape-only for a meta model).
 
@@ -156,6 +164,7 @@ def capture_decode(
         batch: sequences decoded together.
         max_cache_len: positions of a static cache (default ``past + 1``).
         seed: seeds the prefill and the new token.
+        stack_traces: as for ``workbench.capture`` (by default recorded unless shape-only).
     """
     check_model(model)
     device = _device(model)
@@ -170,12 +179,13 @@ def capture_decode(
     rows = next((t.shape[0] for t in states if t.dim() > 0), batch)  # a given cache sets the batch
     token = example_tokens(_vocab(model), rows, 1, seed + 1, device)
     inputs = (token, torch.tensor([past], device=device), *states)
-    program = capture(step, inputs, shape_only=device.type == "meta")
+    shape_only = device.type == "meta"
+    program = capture(step, inputs, shape_only=shape_only, stack_traces=stack_traces)
     written = _inputs_written_in_place(program)
     if written:  # rule 3: capture again, cloning those states too
         names = [step.slots[i - 2].name for i in written]
         step = DecodeStep(model, cache, in_place=tuple(names))
-        program = capture(step, inputs, shape_only=device.type == "meta")
+        program = capture(step, inputs, shape_only=shape_only, stack_traces=stack_traces)
         if _inputs_written_in_place(program):
             raise HFError(f"the decode step still writes its inputs in place after cloning {names}")
     return CapturedStep("decode", program, step, inputs, step.state_names)

@@ -188,6 +188,7 @@ class Call:
                     exc,
                     f"workbench: while running node {node.name!r} ({op_name(node)}) on "
                     f"{entry.step.device or 'the host'}, step {entry.step.index} of the planned graph"
+                    + _issued_at(node)
                 )
                 raise
         raise ExecutorError("the graph has no output node")
@@ -553,6 +554,13 @@ class Call:
             done.append(value)
         self._write_back()
         return pytree.tree_unflatten(done, self.plan.device_graph.program.exported.call_spec.out_spec)
+
+
+def _issued_at(node: torch.fx.Node) -> str:
+    """The model source that issued the node's op, as capture recorded it; empty for a
+    node the workbench inserted (a copy) or a shape-only capture."""
+    stack = node.meta.get("stack_trace")
+    return f"; the model issued it at:\n{stack.rstrip()}" if isinstance(stack, str) and stack.strip() else ""
 
 
 def _add_note(exc: BaseException, note: str) -> None:
