@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+import os
+
 import pytest
+import torch
 from matplotlib.figure import Figure
 
 import workbench as wb
@@ -199,6 +203,43 @@ def test_spec_without_a_plan_uses_graph_order_lifetimes():
         last = max((dg.order_of(u.name) for u in node.users), default=dg.order_of(node.name))
         assert spec.lifetime == (dg.order_of(node.name), last)
         assert spec.offset is None
+
+
+class _Inner(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2  # the inner line
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _Inner()
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+@pytest.mark.parametrize("shape_only", [False, True])
+def test_spec_of_an_op_names_the_module_and_line_that_issued_it(shape_only):
+    """An op's spec names the innermost module it was traced in and, for a runnable capture,
+    the exact model line (file name, number, function, code); a shape-only capture records
+    no stack, and a copy the workbench inserted has neither."""
+    prog = wb.capture(_Outer(), (torch.randn(2, 3),), shape_only=shape_only)
+    dg = wb.propagate(wb.place(prog, {"cuda:0": ["aten.relu"]}))
+    relu = next(n.name for n in dg.graph.nodes if n.target is torch.ops.aten.relu.default)
+    add = next(n.name for n in dg.graph.nodes if n.target is torch.ops.aten.add.Tensor)
+    lines, first = inspect.getsourcelines(_Inner.forward)
+    line = first + next(i for i, text in enumerate(lines) if "the inner line" in text)
+    inner, outer = node_spec(dg, relu), node_spec(dg, add)
+    assert inner.module == "inner (_Inner)" and outer.module is None  # the root module has no path
+    if shape_only:
+        assert inner.source is None
+    else:
+        assert inner.source == f"{os.path.basename(__file__)}:{line} in forward: return torch.relu(x) * 2  # the inner line"
+        assert outer.source.endswith("in forward: return self.inner(x) + 1")
+    for c in dg.copies:
+        spec = node_spec(dg, c.name)
+        assert spec.module is None and spec.source is None
 
 
 def test_spec_of_an_unknown_node_lists_real_names():

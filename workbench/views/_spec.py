@@ -10,10 +10,16 @@ Rules:
 3. A copy node carries what its copy record says: kind, source, destination, consumers,
    the reason recorded when it was inserted, its role (plain, gather, prefetch, reuse)
    and, for row copies, the node holding the row ids.
+4. An op names where the model issued it: the innermost module it was traced in (path
+   and class) and, when capture recorded the Python stack (runnable programs), the
+   innermost frame as ``file.py:line in function: code`` — the file's name only, so the
+   text is the same on every machine. A node the workbench inserted has neither.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Optional
 
@@ -38,6 +44,8 @@ class NodeSpec:
     nbytes: int
     device: Optional[str]
     delegate: Optional[str]
+    module: Optional[str]  # innermost module that issued the op: "layers.0.mlp (MoE)" (rule 4)
+    source: Optional[str]  # the model line that issued it: "layers.py:403 in forward: …" (rule 4)
     inputs: tuple[str, ...]
     users: tuple[str, ...]
     lifetime: Optional[tuple[int, int]]  # inclusive steps
@@ -127,6 +135,8 @@ def _spec(dg: DeviceGraph, node: torch.fx.Node, plan: Any, record: Optional[Copy
         nbytes=node_nbytes(node, unbounded="hint") if node.op != "output" else 0,
         device=str(device) if device is not None else None,
         delegate=dg.placement.node_delegate.get(node.name),
+        module=None if record else _module(node),
+        source=None if record else _source(node),
         inputs=tuple(a.name for a in node.all_input_nodes),
         users=tuple(u.name for u in node.users),
         lifetime=lifetime,
@@ -144,6 +154,30 @@ def _spec(dg: DeviceGraph, node: torch.fx.Node, plan: Any, record: Optional[Copy
         copy_role=str(record.role) if record else None,
         copy_index=record.index if record else None,
     )
+
+
+#: One frame of a recorded stack: ``File "path", line N, in fn`` then the code line.
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
+
+
+def _module(node: torch.fx.Node) -> Optional[str]:
+    """Rule 4: the innermost ``nn_module_stack`` entry as ``path (Class)``."""
+    entries = [v for v in (node.meta.get("nn_module_stack") or {}).values() if isinstance(v, tuple) and len(v) == 2 and v[0]]
+    if not entries:
+        return None
+    path, kind = entries[-1]
+    kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    return f"{path} ({kind.rsplit('.', 1)[-1]})"
+
+
+def _source(node: torch.fx.Node) -> Optional[str]:
+    """Rule 4: the innermost frame of the recorded stack, or None."""
+    stack = node.meta.get("stack_trace")
+    frames = list(_FRAME.finditer(stack)) if isinstance(stack, str) else []
+    if not frames:
+        return None
+    last = frames[-1]
+    return f"{os.path.basename(last['path'])}:{last['line']} in {last['fn']}: {last['code'].strip()}"
 
 
 def _memory(dg: DeviceGraph, node: torch.fx.Node, plan: Any):
