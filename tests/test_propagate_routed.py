@@ -206,3 +206,27 @@ def test_a_hand_edited_routed_copy_is_refused(tmp_path, field, value, says):
             archive.writestr(name, data)
     with pytest.raises(wb.PlanFileError, match=rf"device_graph\.copies\[\d+\].*{says}"):
         wb.load_plan(edited)
+
+
+@pytest.mark.parametrize("form, dtype", FORMS)
+def test_rewritten_nodes_keep_the_model_source_of_the_op_they_compute_for(form, dtype):
+    """Every node the rewrite adds (distinct ids, the routed copy, replayed views, offsets)
+    carries a captured op's module and source stack, so views group it with that op and an
+    error in it names the model line; a captured op keeps its own; plain copies between
+    devices carry no source."""
+    _model, _inputs, prog, dg = _streamed(form, 6, dtype)
+    captured = {n.name: n for n in prog.graph.nodes if n.op == "call_function"}
+    stacks = {n.meta["stack_trace"] for n in captured.values()}
+    plain = {c.name for c in dg.copies if c.role is wb.CopyRole.PLAIN}
+    added = 0
+    for node in dg.graph.nodes:
+        if node.op != "call_function" or node.name in plain:
+            continue
+        if node.name in captured:
+            assert node.meta.get("stack_trace") == captured[node.name].meta["stack_trace"]
+        else:
+            added += 1
+            assert node.meta.get("stack_trace") in stacks and node.meta.get("nn_module_stack"), node.name
+    assert added >= 3  # ids, count and the routed copy at least
+    for name in plain:
+        assert not next(n for n in dg.graph.nodes if n.name == name).meta.get("stack_trace")

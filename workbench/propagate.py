@@ -959,10 +959,12 @@ def _rows_of(node: torch.fx.Node) -> int:
 
 def _meta_like(like: torch.fx.Node, val: Any) -> dict[str, Any]:
     """Meta of a node propagation adds for ``like``: its traced value, and ``like``'s module
-    stack, so views and module groups show it where ``like`` sits."""
+    stack and source stack, so views and module groups show it where ``like`` sits and an
+    error in it names the model line it computes for."""
     meta: dict[str, Any] = {"val": val}
-    if "nn_module_stack" in like.meta:
-        meta["nn_module_stack"] = like.meta["nn_module_stack"]
+    for key in ("nn_module_stack", "stack_trace"):
+        if key in like.meta:
+            meta[key] = like.meta[key]
     return meta
 
 

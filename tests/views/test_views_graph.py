@@ -223,7 +223,7 @@ class _Outer(torch.nn.Module):
 def test_spec_of_an_op_names_the_module_and_line_that_issued_it(shape_only):
     """An op's spec names the innermost module it was traced in and, for a runnable capture,
     the exact model line (file name, number, function, code); a shape-only capture records
-    no stack, and a copy the workbench inserted has neither."""
+    no stack, and a plain copy between devices has neither."""
     prog = wb.capture(_Outer(), (torch.randn(2, 3),), shape_only=shape_only)
     dg = wb.propagate(wb.place(prog, {"cuda:0": ["aten.relu"]}))
     relu = next(n.name for n in dg.graph.nodes if n.target is torch.ops.aten.relu.default)

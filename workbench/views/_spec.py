@@ -13,7 +13,9 @@ Rules:
 4. An op names where the model issued it: the innermost module it was traced in (path
    and class) and, when capture recorded the Python stack (runnable programs), the
    innermost frame as ``file.py:line in function: code`` — the file's name only, so the
-   text is the same on every machine. A node the workbench inserted has neither.
+   text is the same on every machine. A node propagation adds for a model op (a
+   rewrite's ops, a gather that replaces the op's row selection) names that op's; a
+   plain copy between devices names neither.
 """
 
 from __future__ import annotations
@@ -135,8 +137,8 @@ def _spec(dg: DeviceGraph, node: torch.fx.Node, plan: Any, record: Optional[Copy
         nbytes=node_nbytes(node, unbounded="hint") if node.op != "output" else 0,
         device=str(device) if device is not None else None,
         delegate=dg.placement.node_delegate.get(node.name),
-        module=None if record else _module(node),
-        source=None if record else _source(node),
+        module=_module(node),
+        source=_source(node),
         inputs=tuple(a.name for a in node.all_input_nodes),
         users=tuple(u.name for u in node.users),
         lifetime=lifetime,
