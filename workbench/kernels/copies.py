@@ -247,19 +247,22 @@ __device__ __forceinline__ void wb_gather_rows_b1_body(
     for (; i < row_bytes; i += step) d[i] = s[i];
 }
 
-extern "C" __global__ void wb_gather_rows_v16(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const long long* __restrict__ ids, unsigned char* __restrict__ dst, long long row_bytes)
-{
-    wb_gather_rows_v16_body(src, src_span, row_stride, ids[blockIdx.y], dst, row_bytes);
-}
+// One gather entry point in both variants: ``NAME_v16`` and ``NAME_b1`` take the source,
+// then the parameters after ROW_ID (how block row blockIdx.y finds its id; they must end
+// with ``dst, row_bytes``), and run the matching row body.
+#define WB_GATHER_ENTRY(NAME, BODY, ROW_ID, ...)                                            \
+    extern "C" __global__ void NAME(                                                        \
+        const unsigned char* __restrict__ src, long long src_span, long long row_stride,    \
+        __VA_ARGS__)                                                                        \
+    {                                                                                       \
+        BODY(src, src_span, row_stride, ROW_ID, dst, row_bytes);                            \
+    }
+#define WB_GATHER_ENTRIES(NAME, ROW_ID, ...)                                                \
+    WB_GATHER_ENTRY(NAME##_v16, wb_gather_rows_v16_body, ROW_ID, __VA_ARGS__)               \
+    WB_GATHER_ENTRY(NAME##_b1, wb_gather_rows_b1_body, ROW_ID, __VA_ARGS__)
 
-extern "C" __global__ void wb_gather_rows_b1(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+WB_GATHER_ENTRIES(wb_gather_rows, ids[blockIdx.y],
     const long long* __restrict__ ids, unsigned char* __restrict__ dst, long long row_bytes)
-{
-    wb_gather_rows_b1_body(src, src_span, row_stride, ids[blockIdx.y], dst, row_bytes);
-}
 
 // Up to 8 row ids as plain scalar parameters (a router's top-k), the cheapest launch.
 __device__ __forceinline__ long long wb_pick8(
@@ -272,43 +275,17 @@ __device__ __forceinline__ long long wb_pick8(
     }
 }
 
-extern "C" __global__ void wb_gather_rows_k8_v16(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+WB_GATHER_ENTRIES(wb_gather_rows_k8, wb_pick8(a0, a1, a2, a3, a4, a5, a6, a7, blockIdx.y),
     long long a0, long long a1, long long a2, long long a3,
     long long a4, long long a5, long long a6, long long a7,
     unsigned char* __restrict__ dst, long long row_bytes)
-{
-    wb_gather_rows_v16_body(src, src_span, row_stride, wb_pick8(a0, a1, a2, a3, a4, a5, a6, a7, blockIdx.y),
-                            dst, row_bytes);
-}
-
-extern "C" __global__ void wb_gather_rows_k8_b1(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    long long a0, long long a1, long long a2, long long a3,
-    long long a4, long long a5, long long a6, long long a7,
-    unsigned char* __restrict__ dst, long long row_bytes)
-{
-    wb_gather_rows_b1_body(src, src_span, row_stride, wb_pick8(a0, a1, a2, a3, a4, a5, a6, a7, blockIdx.y),
-                           dst, row_bytes);
-}
 
 // The same gathers with at most WB_INLINE_IDS row ids passed by value in the launch's
 // parameters: no buffer to fill, no event to wait for (rule 5).
 struct wb_inline_ids { long long v[WB_INLINE_IDS]; };
 
-extern "C" __global__ void wb_gather_rows_inline_v16(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+WB_GATHER_ENTRIES(wb_gather_rows_inline, ids.v[blockIdx.y],
     const wb_inline_ids ids, unsigned char* __restrict__ dst, long long row_bytes)
-{
-    wb_gather_rows_v16_body(src, src_span, row_stride, ids.v[blockIdx.y], dst, row_bytes);
-}
-
-extern "C" __global__ void wb_gather_rows_inline_b1(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const wb_inline_ids ids, unsigned char* __restrict__ dst, long long row_bytes)
-{
-    wb_gather_rows_b1_body(src, src_span, row_stride, ids.v[blockIdx.y], dst, row_bytes);
-}
 """
 
 
@@ -401,21 +378,9 @@ __device__ __forceinline__ long long wb_routed_id(
     return (long long)blockIdx.y < n ? ids[blockIdx.y] : -1;
 }
 
-extern "C" __global__ void wb_gather_routed_rows_v16(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
+WB_GATHER_ENTRIES(wb_gather_routed_rows, wb_routed_id(ids, count, moved),
     const long long* __restrict__ ids, const long long* __restrict__ count,
     unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
-{
-    wb_gather_rows_v16_body(src, src_span, row_stride, wb_routed_id(ids, count, moved), dst, row_bytes);
-}
-
-extern "C" __global__ void wb_gather_routed_rows_b1(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const long long* __restrict__ ids, const long long* __restrict__ count,
-    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
-{
-    wb_gather_rows_b1_body(src, src_span, row_stride, wb_routed_id(ids, count, moved), dst, row_bytes);
-}
 """
 
 
