@@ -30,6 +30,7 @@ import torch
 import torch.fx
 
 from ._inputs import UnknownNameError
+from .groups import module_stack
 from ._style import format_bytes
 from ._upstream import CopyRecord, DeviceGraph, node_nbytes, node_role, op_name, value_of
 
@@ -158,27 +159,24 @@ def _spec(dg: DeviceGraph, node: torch.fx.Node, plan: Any, record: Optional[Copy
     )
 
 
-#: One frame of a recorded stack: ``File "path", line N, in fn`` then the code line.
+#: The innermost frame of a recorded stack: ``File "path", line N, in fn`` then the code line.
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
 
 
 def _module(node: torch.fx.Node) -> Optional[str]:
-    """Rule 4: the innermost ``nn_module_stack`` entry as ``path (Class)``."""
-    entries = [v for v in (node.meta.get("nn_module_stack") or {}).values() if isinstance(v, tuple) and len(v) == 2 and v[0]]
-    if not entries:
-        return None
-    path, kind = entries[-1]
-    kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
-    return f"{path} ({kind.rsplit('.', 1)[-1]})"
+    """Rule 4: the innermost module of the node's stack as ``path (Class)``."""
+    stack = module_stack(node)
+    return f"{stack[-1][0]} ({stack[-1][1]})" if stack else None
 
 
 def _source(node: torch.fx.Node) -> Optional[str]:
     """Rule 4: the innermost frame of the recorded stack, or None."""
     stack = node.meta.get("stack_trace")
-    frames = list(_FRAME.finditer(stack)) if isinstance(stack, str) else []
-    if not frames:
+    if not isinstance(stack, str):
         return None
-    last = frames[-1]
+    last = _FRAME.match(stack, max(stack.rfind('File "'), 0))
+    if last is None:
+        return None
     return f"{os.path.basename(last['path'])}:{last['line']} in {last['fn']}: {last['code'].strip()}"
 
 

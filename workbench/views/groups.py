@@ -95,7 +95,7 @@ def _claimable(program: Program) -> list[torch.fx.Node]:
     ]
 
 
-def _stack(node: torch.fx.Node) -> list[tuple[str, str]]:
+def module_stack(node: torch.fx.Node) -> list[tuple[str, str]]:
     """(path, class name) of the modules ``node`` was traced in, outermost first, root left out."""
     out = []
     for value in (node.meta.get("nn_module_stack") or {}).values():
@@ -153,7 +153,7 @@ def module_groups(program: Program) -> GroupSet:
     experts = set(expert_modules(program))
     blocks = {e.rsplit(".", 1)[0] for e in experts if "." in e}
     nodes = _claimable(program)
-    stacks = {n.name: _stack(n) for n in nodes}
+    stacks = {n.name: module_stack(n) for n in nodes}
     containers = {wildcard(p) for st in stacks.values() for p, _k in st[:-1]}
     members: dict[str, list[str]] = {}
     patterns: dict[str, dict[str, None]] = {}
