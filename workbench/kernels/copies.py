@@ -290,8 +290,12 @@ WB_GATHER_ENTRIES(wb_gather_rows_inline, ids.v[blockIdx.y],
 
 
 # Rule 6. One block row per output row (grid.y); every thread of it scans the few cached
-# ids (the same addresses for the whole warp, so the loads are broadcast from cache).
-GATHER_REUSE_SOURCE = r"""
+# ids (the same addresses for the whole warp, so the loads are broadcast from cache), then
+# runs the gather's row body (rule 5) on the prefetched device buffer ``cached`` of
+# ``n_cached`` rows (a hit: row ``slot``, always in bounds) or on the source over the link
+# (a miss: a bad id is written as zeros). The v16 entry reads ``cached`` with 16-byte loads,
+# so ``gather_reuse_variant`` picks it only when ``cached`` is 16-byte aligned too.
+GATHER_REUSE_SOURCE = GATHER_SOURCE + r"""
 __device__ __forceinline__ int wb_cached_slot(
     const long long* __restrict__ cached_index, int n_cached, long long id)
 {
@@ -301,65 +305,24 @@ __device__ __forceinline__ int wb_cached_slot(
     return -1;
 }
 
-extern "C" __global__ void wb_gather_reuse_rows_v16(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const long long* __restrict__ index,
-    const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
-    unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)
-{
-    const long long row = blockIdx.y;
-    const long long id = index[row];
-    const int slot = wb_cached_slot(cached_index, n_cached, id);
-    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
-    uint4* d = reinterpret_cast<uint4*>(dst + row * row_bytes);
-    const long long n = row_bytes >> 4;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned char* from;
-    if (slot >= 0) {
-        from = cached + (long long)slot * row_bytes;  // prefetched: device memory
-    } else {
-        const long long off = id * row_stride;
-        if (id < 0 || off > src_span - row_bytes) {  // bad index: zeros, and no stray read
-            for (; i < n; i += step) d[i] = make_uint4(0u, 0u, 0u, 0u);
-            return;
-        }
-        from = src + off;  // missed: over the link from mapped host memory
+#define WB_GATHER_REUSE_ENTRY(NAME, BODY)                                                   \
+    extern "C" __global__ void NAME(                                                        \
+        const unsigned char* __restrict__ src, long long src_span, long long row_stride,    \
+        const long long* __restrict__ index, const unsigned char* __restrict__ cached,      \
+        const long long* __restrict__ cached_index, int n_cached,                           \
+        unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)  \
+    {                                                                                       \
+        const long long row = blockIdx.y;                                                   \
+        const long long id = index[row];                                                    \
+        const int slot = wb_cached_slot(cached_index, n_cached, id);                        \
+        const bool hit = slot >= 0;                                                         \
+        if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = hit ? 1 : 0;              \
+        BODY(hit ? cached : src, hit ? (long long)n_cached * row_bytes : src_span,          \
+             hit ? row_bytes : row_stride, hit ? (long long)slot : id, dst, row_bytes);     \
     }
-    const uint4* s = reinterpret_cast<const uint4*>(from);
-    for (; i + 3 * step < n; i += 4 * step) {
-        const uint4 a = s[i], b = s[i + step], c = s[i + 2 * step], e = s[i + 3 * step];
-        d[i] = a; d[i + step] = b; d[i + 2 * step] = c; d[i + 3 * step] = e;
-    }
-    for (; i < n; i += step) d[i] = s[i];
-}
 
-extern "C" __global__ void wb_gather_reuse_rows_b1(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const long long* __restrict__ index,
-    const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
-    unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)
-{
-    const long long row = blockIdx.y;
-    const long long id = index[row];
-    const int slot = wb_cached_slot(cached_index, n_cached, id);
-    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
-    unsigned char* d = dst + row * row_bytes;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned char* s;
-    if (slot >= 0) {
-        s = cached + (long long)slot * row_bytes;
-    } else {
-        const long long off = id * row_stride;
-        if (id < 0 || off > src_span - row_bytes) {
-            for (; i < row_bytes; i += step) d[i] = 0;
-            return;
-        }
-        s = src + off;
-    }
-    for (; i < row_bytes; i += step) d[i] = s[i];
-}
+WB_GATHER_REUSE_ENTRY(wb_gather_reuse_rows_v16, wb_gather_rows_v16_body)
+WB_GATHER_REUSE_ENTRY(wb_gather_reuse_rows_b1, wb_gather_rows_b1_body)
 """
 
 
