@@ -205,6 +205,9 @@ def gather_launch_config(
     return (min(most, wanted), n_rows, 1), (threads, 1, 1)
 
 
+# -- kernel sources (CUDA C++, compiled on first use) ----------------------------------------
+
+
 GATHER_SOURCE = r"""
 #define WB_INLINE_IDS 64
 __device__ __forceinline__ void wb_gather_rows_v16_body(
@@ -248,8 +251,8 @@ __device__ __forceinline__ void wb_gather_rows_b1_body(
 }
 
 // One gather entry point in both variants: ``NAME_v16`` and ``NAME_b1`` take the source,
-// then the parameters after ROW_ID (how block row blockIdx.y finds its id; they must end
-// with ``dst, row_bytes``), and run the matching row body.
+// then the parameters after ROW_ID (how block row blockIdx.y finds its id; they must
+// include ``dst`` and ``row_bytes``), and run the matching row body.
 #define WB_GATHER_ENTRY(NAME, BODY, ROW_ID, ...)                                            \
     extern "C" __global__ void NAME(                                                        \
         const unsigned char* __restrict__ src, long long src_span, long long row_stride,    \
@@ -326,9 +329,6 @@ WB_GATHER_REUSE_ENTRY(wb_gather_reuse_rows_b1, wb_gather_rows_b1_body)
 """
 
 
-# -- GPU parts -------------------------------------------------------------------------------
-
-
 # Rule 7: the gather kernels' row bodies, with the id of a row past the count replaced by
 # -1, which the bodies write as zeros without reading the source.
 GATHER_ROUTED_SOURCE = GATHER_SOURCE + r"""
@@ -345,6 +345,9 @@ WB_GATHER_ENTRIES(wb_gather_routed_rows, wb_routed_id(ids, count, moved),
     const long long* __restrict__ ids, const long long* __restrict__ count,
     unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
 """
+
+
+# -- GPU parts -------------------------------------------------------------------------------
 
 
 def _cp() -> Any:
