@@ -208,8 +208,8 @@ def gather_launch_config(
 # -- kernel sources (CUDA C++, compiled on first use) ----------------------------------------
 
 
-GATHER_SOURCE = r"""
-#define WB_INLINE_IDS 64
+# The inline kernels' id count is INLINE_IDS, defined here so the two cannot differ.
+GATHER_SOURCE = f"#define WB_INLINE_IDS {INLINE_IDS}\n" + r"""
 __device__ __forceinline__ void wb_gather_rows_v16_body(
     const unsigned char* __restrict__ src, long long src_span, long long row_stride,
     long long id, unsigned char* __restrict__ dst, long long row_bytes)
