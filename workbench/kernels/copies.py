@@ -117,8 +117,8 @@ def staging_schedule(nbytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES, slots:
     )
 
 
-def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np.ndarray:
-    """Byte offsets (int64) of rows ``indices`` in a source of ``num_rows`` rows.
+def gather_row_ids(indices: Any, num_rows: int) -> np.ndarray:
+    """``indices`` as checked row ids (a new int64 array) of a source of ``num_rows`` rows.
 
     ``indices`` is a 1-D sequence of ints (list, numpy array or CPU torch tensor) in
     ``[0, num_rows)``; anything else is an error saying what was wrong.
@@ -137,13 +137,15 @@ def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np
     if idx.size and (idx.min() < 0 or idx.max() >= num_rows):
         bad = idx[(idx < 0) | (idx >= num_rows)]
         raise GatherIndexError(f"gather indices {bad[:8].tolist()} are out of range; valid: 0..{num_rows - 1}")
-    return idx.astype(np.int64) * np.int64(row_stride_bytes)
+    # Always a new array, never a view of the caller's: the GPU path hands it to
+    # torch.from_numpy, which refuses negative strides and warns on read-only arrays.
+    return idx.astype(np.int64)
 
 
-def gather_row_ids(indices: Any, num_rows: int) -> np.ndarray:
-    """``indices`` as checked int64 row ids of a source of ``num_rows`` rows (see
-    ``gather_row_offsets`` for what is accepted)."""
-    return gather_row_offsets(indices, num_rows, 1)
+def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np.ndarray:
+    """Byte offsets (int64) of rows ``indices`` in a source of ``num_rows`` rows whose rows
+    are ``row_stride_bytes`` apart (``indices`` as for ``gather_row_ids``)."""
+    return gather_row_ids(indices, num_rows) * np.int64(row_stride_bytes)
 
 
 #: The by-value parameter of the inline gather kernels: ``struct { long long v[INLINE_IDS]; }``.
