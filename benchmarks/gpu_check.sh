@@ -4,7 +4,8 @@
 #   OUT=/some/dir PYTHONPATH=. bash benchmarks/gpu_check.sh      # from the repository root
 #
 # Parts (each guarded: a failure or timeout is logged and the next part still runs), with
-# their time limits; the limits and the set-up add up to under 8 minutes:
+# their time limits; the limits add up to 510 s (8.5 minutes), plus the set-up (three Python
+# start-ups and two nvidia-smi calls for env.txt):
 #   1. pytest -m gpu on every test file with gpu tests (160 s) -> $OUT/gpu_tests.log
 #   2. benchmarks/copy_bandwidth.py up to 256 MiB (100 s)
 #                                                     -> $OUT/copy_bandwidth.csv
@@ -17,9 +18,10 @@
 #                                                        $OUT/moe_timelines.csv (measured events)
 #   5. benchmarks/executor_overhead.py on cuda: the executor's cost per step against eager
 #      torch, with a cProfile of the MoE step (60 s) -> $OUT/run.log
-# The output of parts 2-4 goes to $OUT/run.log; $OUT/env.txt holds versions, the GPU as
-# nvidia-smi reports it and, at the end, each part's exit code and seconds. Seven files
-# in all, each truncated to 15 MiB (small enough to copy back from a remote GPU machine).
+# The output of parts 2-5 and each part's exit code and seconds go to $OUT/run.log (part 1
+# writes only its own log); $OUT/env.txt holds versions, the GPU as nvidia-smi reports it
+# and, at the end, each part's exit code and seconds. Seven files in all, each truncated
+# to 15 MiB (small enough to copy back from a remote GPU machine).
 set -u
 
 OUT="${OUT:?set OUT to the folder the results go to}"

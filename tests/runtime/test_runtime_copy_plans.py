@@ -11,6 +11,7 @@ from workbench.kernels.copies import INLINE_IDS, KernelArgumentError, GATHER_SOU
 from workbench.kernels import (
     dma_runs,
     gather_launch_config,
+    gather_row_ids,
     gather_row_offsets,
     gather_variant,
     staging_schedule,
@@ -63,6 +64,19 @@ def test_gather_offsets_reject_bad_indices():
         gather_row_offsets([[1]], 256, 16)
     with pytest.raises(TypeError, match="integers"):
         gather_row_offsets([1.5], 256, 16)
+
+
+def test_gather_row_ids_are_a_new_int64_array_even_for_int64_input():
+    """Row ids come back as a new, writable, contiguous int64 array, never a view of the
+    caller's (the GPU path hands them to torch.from_numpy, which refuses the negative
+    strides of a reversed view), with the same checks as the offsets."""
+    backwards = np.arange(8, dtype=np.int64)[::-1]
+    got = gather_row_ids(backwards, 8)
+    assert got.dtype == np.int64 and got.tolist() == list(range(7, -1, -1))
+    assert not np.shares_memory(got, backwards) and got.flags.writeable and got.flags.c_contiguous
+    assert torch.from_numpy(got).tolist() == got.tolist()
+    with pytest.raises(IndexError, match="0..7"):
+        gather_row_ids([8], 8)
 
 
 def test_vectorised_variant_only_when_everything_is_aligned():

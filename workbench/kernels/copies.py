@@ -117,8 +117,8 @@ def staging_schedule(nbytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES, slots:
     )
 
 
-def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np.ndarray:
-    """Byte offsets (int64) of rows ``indices`` in a source of ``num_rows`` rows.
+def gather_row_ids(indices: Any, num_rows: int) -> np.ndarray:
+    """``indices`` as checked row ids (a new int64 array) of a source of ``num_rows`` rows.
 
     ``indices`` is a 1-D sequence of ints (list, numpy array or CPU torch tensor) in
     ``[0, num_rows)``; anything else is an error saying what was wrong.
@@ -137,13 +137,15 @@ def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np
     if idx.size and (idx.min() < 0 or idx.max() >= num_rows):
         bad = idx[(idx < 0) | (idx >= num_rows)]
         raise GatherIndexError(f"gather indices {bad[:8].tolist()} are out of range; valid: 0..{num_rows - 1}")
-    return idx.astype(np.int64) * np.int64(row_stride_bytes)
+    # Always a new array, never a view of the caller's: the GPU path hands it to
+    # torch.from_numpy, which refuses negative strides and warns on read-only arrays.
+    return idx.astype(np.int64)
 
 
-def gather_row_ids(indices: Any, num_rows: int) -> np.ndarray:
-    """``indices`` as checked int64 row ids of a source of ``num_rows`` rows (see
-    ``gather_row_offsets`` for what is accepted)."""
-    return gather_row_offsets(indices, num_rows, 1)
+def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np.ndarray:
+    """Byte offsets (int64) of rows ``indices`` in a source of ``num_rows`` rows whose rows
+    are ``row_stride_bytes`` apart (``indices`` as for ``gather_row_ids``)."""
+    return gather_row_ids(indices, num_rows) * np.int64(row_stride_bytes)
 
 
 #: The by-value parameter of the inline gather kernels: ``struct { long long v[INLINE_IDS]; }``.
@@ -205,8 +207,11 @@ def gather_launch_config(
     return (min(most, wanted), n_rows, 1), (threads, 1, 1)
 
 
-GATHER_SOURCE = r"""
-#define WB_INLINE_IDS 64
+# -- kernel sources (CUDA C++, compiled on first use) ----------------------------------------
+
+
+# The inline kernels' id count is INLINE_IDS, defined here so the two cannot differ.
+GATHER_SOURCE = f"#define WB_INLINE_IDS {INLINE_IDS}\n" + r"""
 __device__ __forceinline__ void wb_gather_rows_v16_body(
     const unsigned char* __restrict__ src, long long src_span, long long row_stride,
     long long id, unsigned char* __restrict__ dst, long long row_bytes)
@@ -248,8 +253,8 @@ __device__ __forceinline__ void wb_gather_rows_b1_body(
 }
 
 // One gather entry point in both variants: ``NAME_v16`` and ``NAME_b1`` take the source,
-// then the parameters after ROW_ID (how block row blockIdx.y finds its id; they must end
-// with ``dst, row_bytes``), and run the matching row body.
+// then the parameters after ROW_ID (how block row blockIdx.y finds its id; they must
+// include ``dst`` and ``row_bytes``), and run the matching row body.
 #define WB_GATHER_ENTRY(NAME, BODY, ROW_ID, ...)                                            \
     extern "C" __global__ void NAME(                                                        \
         const unsigned char* __restrict__ src, long long src_span, long long row_stride,    \
@@ -290,8 +295,12 @@ WB_GATHER_ENTRIES(wb_gather_rows_inline, ids.v[blockIdx.y],
 
 
 # Rule 6. One block row per output row (grid.y); every thread of it scans the few cached
-# ids (the same addresses for the whole warp, so the loads are broadcast from cache).
-GATHER_REUSE_SOURCE = r"""
+# ids (the same addresses for the whole warp, so the loads are broadcast from cache), then
+# runs the gather's row body (rule 5) on the prefetched device buffer ``cached`` of
+# ``n_cached`` rows (a hit: row ``slot``, always in bounds) or on the source over the link
+# (a miss: a bad id is written as zeros). The v16 entry reads ``cached`` with 16-byte loads,
+# so ``gather_reuse_variant`` picks it only when ``cached`` is 16-byte aligned too.
+GATHER_REUSE_SOURCE = GATHER_SOURCE + r"""
 __device__ __forceinline__ int wb_cached_slot(
     const long long* __restrict__ cached_index, int n_cached, long long id)
 {
@@ -301,69 +310,25 @@ __device__ __forceinline__ int wb_cached_slot(
     return -1;
 }
 
-extern "C" __global__ void wb_gather_reuse_rows_v16(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const long long* __restrict__ index,
-    const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
-    unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)
-{
-    const long long row = blockIdx.y;
-    const long long id = index[row];
-    const int slot = wb_cached_slot(cached_index, n_cached, id);
-    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
-    uint4* d = reinterpret_cast<uint4*>(dst + row * row_bytes);
-    const long long n = row_bytes >> 4;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned char* from;
-    if (slot >= 0) {
-        from = cached + (long long)slot * row_bytes;  // prefetched: device memory
-    } else {
-        const long long off = id * row_stride;
-        if (id < 0 || off > src_span - row_bytes) {  // bad index: zeros, and no stray read
-            for (; i < n; i += step) d[i] = make_uint4(0u, 0u, 0u, 0u);
-            return;
-        }
-        from = src + off;  // missed: over the link from mapped host memory
+#define WB_GATHER_REUSE_ENTRY(NAME, BODY)                                                   \
+    extern "C" __global__ void NAME(                                                        \
+        const unsigned char* __restrict__ src, long long src_span, long long row_stride,    \
+        const long long* __restrict__ index, const unsigned char* __restrict__ cached,      \
+        const long long* __restrict__ cached_index, int n_cached,                           \
+        unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)  \
+    {                                                                                       \
+        const long long row = blockIdx.y;                                                   \
+        const long long id = index[row];                                                    \
+        const int slot = wb_cached_slot(cached_index, n_cached, id);                        \
+        const bool hit = slot >= 0;                                                         \
+        if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = hit ? 1 : 0;              \
+        BODY(hit ? cached : src, hit ? (long long)n_cached * row_bytes : src_span,          \
+             hit ? row_bytes : row_stride, hit ? (long long)slot : id, dst, row_bytes);     \
     }
-    const uint4* s = reinterpret_cast<const uint4*>(from);
-    for (; i + 3 * step < n; i += 4 * step) {
-        const uint4 a = s[i], b = s[i + step], c = s[i + 2 * step], e = s[i + 3 * step];
-        d[i] = a; d[i + step] = b; d[i + 2 * step] = c; d[i + 3 * step] = e;
-    }
-    for (; i < n; i += step) d[i] = s[i];
-}
 
-extern "C" __global__ void wb_gather_reuse_rows_b1(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    const long long* __restrict__ index,
-    const unsigned char* __restrict__ cached, const long long* __restrict__ cached_index, int n_cached,
-    unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)
-{
-    const long long row = blockIdx.y;
-    const long long id = index[row];
-    const int slot = wb_cached_slot(cached_index, n_cached, id);
-    if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = slot >= 0 ? 1 : 0;
-    unsigned char* d = dst + row * row_bytes;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned char* s;
-    if (slot >= 0) {
-        s = cached + (long long)slot * row_bytes;
-    } else {
-        const long long off = id * row_stride;
-        if (id < 0 || off > src_span - row_bytes) {
-            for (; i < row_bytes; i += step) d[i] = 0;
-            return;
-        }
-        s = src + off;
-    }
-    for (; i < row_bytes; i += step) d[i] = s[i];
-}
+WB_GATHER_REUSE_ENTRY(wb_gather_reuse_rows_v16, wb_gather_rows_v16_body)
+WB_GATHER_REUSE_ENTRY(wb_gather_reuse_rows_b1, wb_gather_rows_b1_body)
 """
-
-
-# -- GPU parts -------------------------------------------------------------------------------
 
 
 # Rule 7: the gather kernels' row bodies, with the id of a row past the count replaced by
@@ -382,6 +347,9 @@ WB_GATHER_ENTRIES(wb_gather_routed_rows, wb_routed_id(ids, count, moved),
     const long long* __restrict__ ids, const long long* __restrict__ count,
     unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
 """
+
+
+# -- GPU parts -------------------------------------------------------------------------------
 
 
 def _cp() -> Any:
