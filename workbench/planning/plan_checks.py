@@ -18,7 +18,9 @@ Rules:
    routing too).
 4. Reads: every op other than a copy reads values on its own device, constants resident
    there, or (metadata-only ops) anything; residency is exactly where constants are read
-   for their data (a metadata-only read holds a constant nowhere).
+   for their data (a metadata-only read holds a constant nowhere); a copy reads the
+   value it copies on the host and its other inputs (a reuse copy's cache slabs and
+   slots) on its destination.
 5. Memory plan: every tensor value is planned or not, never both; a storage owns itself
    and an alias shares the memory of one of its inputs (a graph read back by
    ``torch.export.load`` no longer records which views share storage, so the saved alias
@@ -184,6 +186,18 @@ def _copies_problems(plan: MemoryPlan) -> list[str]:
     return problems
 
 
+def _read_on(dg: DeviceGraph, node: torch.fx.Node, constant: str) -> Device:
+    """The device ``node`` reads ``constant`` on: a copy reads the value it copies on the
+    host and its index inputs (a cache's slots and slabs, for a reuse copy) where it
+    writes; any other op reads on its own device, the graph's output on the host."""
+    if node.op != "call_function":
+        return CPU
+    record = dg.copy_table.get(node.name)
+    if record is None:
+        return dg.node_device[node.name]
+    return CPU if constant == record.value else record.dst
+
+
 def _reads_problems(plan: MemoryPlan) -> list[str]:
     """Rule 4."""
     dg = plan.device_graph
@@ -195,8 +209,7 @@ def _reads_problems(plan: MemoryPlan) -> list[str]:
     for node in dg.graph.nodes:
         for arg in node.all_input_nodes:
             if arg.name in held and not reads_metadata_only(node):
-                copying = node.op != "call_function" or node.name in dg.copy_table
-                held[arg.name].add(CPU if copying else dg.node_device[node.name])
+                held[arg.name].add(_read_on(dg, node, arg.name))
         if node.op != "call_function" or node.name in dg.copy_table or reads_metadata_only(node):
             continue
         here = dg.node_device[node.name]

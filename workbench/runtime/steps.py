@@ -55,7 +55,7 @@ from ..devices import CPU, CopyKind, Device
 from ..errors import WorkbenchError
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord, CopyRole
-from .node_facts import RowShare, copy_stream_op, row_share
+from ..node_facts import RowShare, copy_stream_op, row_share
 from .out_variants import out_variant
 
 __all__ = ["HOST_LANE", "Lane", "Step", "StepError", "Steps", "event_of", "resident_write_step", "steps_of"]
