@@ -117,8 +117,8 @@ def _graph_problems(plan: MemoryPlan) -> list[str]:
     return problems
 
 
-def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, where: str) -> str:
-    """Rule 3 for one record, or ""."""
+def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, nodes: Mapping[str, torch.fx.Node], where: str) -> str:
+    """Rule 3 for one record, or "" (``nodes``: the saved graph's nodes by name)."""
     names = [a.name if isinstance(a, torch.fx.Node) else a for a in node.args]
     inputs: tuple[Any, ...]
     if node.target is GATHER_REUSE:
@@ -149,11 +149,13 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, wher
     for extra in (record.index, record.prefetch, record.prefetch_index, record.count):
         if extra is not None and dg.node_device.get(extra) != record.dst:
             return f"{where} reads {extra!r} on {record.dst}, but it lives on {dg.node_device.get(extra)}"
-    nodes = {n.name: n for n in dg.graph.nodes}
-    if record.role is CopyRole.ROUTED and record.slots != _rows(node):
-        return f"{where}.slots is {record.slots}, but node {node.name!r} gathers {_rows(node)} rows"
-    if record.role is CopyRole.ROUTED and record.index is not None and record.routing != routing_of(nodes[record.index]):
-        return f"{where}.routing is {record.routing}, but the router behind {record.index!r} gives {routing_of(nodes[record.index])}"
+    if record.role is CopyRole.ROUTED:
+        rows = _rows(node)
+        if record.slots != rows:
+            return f"{where}.slots is {record.slots}, but node {node.name!r} gathers {rows} rows"
+        routing = routing_of(nodes[record.index]) if record.index is not None else record.routing
+        if record.routing != routing:
+            return f"{where}.routing is {record.routing}, but the router behind {record.index!r} gives {routing}"
     moved = node_nbytes(nodes[record.value] if record.role is CopyRole.PLAIN else node, unbounded="hint")
     if record.nbytes != moved:
         return f"{where}.nbytes is {record.nbytes}, but the copy moves {moved} bytes"
@@ -179,8 +181,9 @@ def _copies_problems(plan: MemoryPlan) -> list[str]:
         problems.append("device_graph.copies lists a copy node twice")
     if problems:
         return problems
+    nodes = {n.name: n for n in dg.graph.nodes}
     for i, record in enumerate(dg.copies):
-        problem = _copy_problem(record, copy_nodes[record.name], dg, f"device_graph.copies[{i}]")
+        problem = _copy_problem(record, copy_nodes[record.name], dg, nodes, f"device_graph.copies[{i}]")
         if problem:
             problems.append(problem)
     return problems
