@@ -31,10 +31,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import workbench as wb  # noqa: E402
 from workbench.models import MoEConfig, QwenMoEDecoder  # noqa: E402
-from workbench.runtime import cuda_available, cuda_unavailable_reason, stage_inputs  # noqa: E402
-from workbench.runtime.executor import load  # noqa: E402
-from workbench.runtime.executor_probe import DecoderOpMix, TinyOpChain  # noqa: E402
+from workbench.runtime import cuda_available, cuda_unavailable_reason  # noqa: E402
+from workbench.runtime.executor_probe import DecoderOpMix, timed_calls  # noqa: E402
 from workbench.strategies import strategy_variants  # noqa: E402
+
+
+class TinyOpChain(torch.nn.Module):
+    """``n`` additions of 1 in a row: the cheapest step there is."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.n):
+            x = x + 1
+        return x
 
 
 def _sync(backend: str) -> None:
@@ -64,21 +76,9 @@ def measure(name: str, model: torch.nn.Module, inputs: tuple, plan_fn, backend: 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dg = plan_fn(program)
-    plan = wb.plan(dg, "greedy")
-    staged = stage_inputs(dg, inputs, backend)
-    with load(plan, backend) as session:
-        first = session.run(*staged)
-        spans, walls = [], []
-        profiler = cProfile.Profile() if profile else None
-        for _ in range(repeats):
-            if profiler:
-                profiler.enable()
-            t = time.perf_counter()
-            res = session.run(*staged)
-            walls.append((time.perf_counter() - t) * 1e6)
-            if profiler:
-                profiler.disable()
-            spans.append(res.time_us)
+    profiler = cProfile.Profile() if profile else None
+    calls = timed_calls(dg, inputs, backend, repeats, profiler=profiler)
+    first, spans, walls = calls.first, calls.spans_us, calls.walls_us
     steps = len(first.timeline)
     span, wall = statistics.median(spans), statistics.median(walls)
     eager = _eager_us(model, inputs, backend, repeats)

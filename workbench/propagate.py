@@ -97,6 +97,7 @@ from .devices import CPU, CopyKind, Device, DeviceError, host_first
 from .errors import ArgumentTypeError, WorkbenchError
 from .expert_ops import Routing, grouped_operands, routing_of
 from .json_fields import JsonFieldError, JsonObject
+from .node_facts import facts_to_json, restore_facts
 from .capture import Program
 from .place import Placement
 
@@ -321,11 +322,13 @@ class DeviceGraph:
         return pd.DataFrame(rows)
 
     def to_json(self) -> dict[str, Any]:
-        """Devices, copies, residency and flags as JSON data; the graph itself is saved
-        as the propagated program (``exported_program``)."""
+        """Devices, copies, node facts, residency and flags as JSON data; the graph itself
+        is saved as the propagated program (``exported_program``), which keeps no custom
+        ``node.meta``, so the facts of ``node_facts`` are a table of their own."""
         return {
             "node_device": {k: str(v) for k, v in self.node_device.items()},
             "copies": [c.to_json() for c in self.copies],
+            "node_facts": facts_to_json(self.graph),
             "residency": {k: [str(d) for d in v] for k, v in self.residency.items()},
             "input_devices": {k: str(v) for k, v in self.input_devices.items()},
             "user_outputs": list(self.user_outputs),
@@ -338,7 +341,9 @@ class DeviceGraph:
         cls, data: Any, placement: Placement, propagated: ExportedProgram, path: str = "device_graph"
     ) -> "DeviceGraph":
         """The device graph ``to_json`` described, over the graph of ``propagated`` (the
-        saved ``exported_program``); a bad field is a ``JsonFieldError`` naming it."""
+        saved ``exported_program``), its nodes given back their ``node_facts`` (absent
+        from files written before the table existed: none); a bad field is a
+        ``JsonFieldError`` naming it."""
         obj = JsonObject(data, path)
         graph = propagated.graph_module.graph
         node_device = obj.device_map("node_device")
@@ -347,7 +352,7 @@ class DeviceGraph:
         if missing:
             raise JsonFieldError(f"{path}.node_device names nodes the saved graph lacks: {missing[:5]}")
         residency_obj = obj.mapping("residency")
-        return cls(
+        dg = cls(
             placement=placement,
             graph=graph,
             node_device=node_device,
@@ -359,6 +364,9 @@ class DeviceGraph:
             skip_h2d_for_method_inputs=obj.flag("skip_h2d_for_method_inputs"),
             skip_d2h_for_method_outputs=obj.flag("skip_d2h_for_method_outputs"),
         )
+        if "node_facts" in obj.data:
+            restore_facts(graph, obj.raw("node_facts"), f"{path}.node_facts")
+        return dg
 
     def order_of(self, name: str) -> int:
         """Execution index of a node."""

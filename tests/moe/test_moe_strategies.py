@@ -212,7 +212,7 @@ def test_host_compute_charges_the_host_only_for_misses():
     estimate, the expected miss rate 1 - prefetch_hit_rate."""
     from workbench.moe.cache_graph import cache_reads
     from workbench.runtime import CostModel, estimate
-    from workbench.runtime.node_facts import row_share
+    from workbench.node_facts import row_share
 
     plan, result, _ = _decode(expert_cache(3, "lru", on_miss="host_compute"), steps=5)
     graph = plan.device_graph.graph

@@ -109,3 +109,46 @@ def test_estimate_schedules_the_full_size_model_from_shapes_alone():
     ops = [e for e in tl if e.activity == "op"]
     assert len(ops) == len(events) and len(tl) - len(ops) == sum(s.slot_write == "copy" for s in events)
     assert tl.span_us > 0 and live_bytes_by_device() == before
+
+
+class _Masked(nn.Module):
+    def forward(self, x):
+        mask = x[:, 0] > 0  # (N,) bool
+        y = torch.relu(x) * 2.0
+        z = y + 1.0
+        return z, mask
+
+
+def _masked_plan(share_node: str, mask_node: str):
+    """A plan of ``_Masked`` on cuda:0 whose ``share_node`` is charged by ``mask_node``."""
+    from workbench.node_facts import mark_row_share
+
+    x = torch.randn(4, 3)
+    dg = wb.propagate(wb.place(wb.capture(_Masked(), (x,)), {"cuda:0": ["aten.*"]}))
+    nodes = {n.name: n for n in dg.graph.nodes}
+    mark_row_share(nodes[share_node], nodes[mask_node], where=True)
+    return wb.plan(dg), nodes, x
+
+
+def test_a_row_share_read_from_an_earlier_bool_mask_is_a_step_fact():
+    """Rule 11: a share whose mask is an earlier op step of bool value is on the share's
+    step, and the mask's step is marked to be counted."""
+    plan, nodes, _ = _masked_plan("mul", "gt")
+    steps = steps_of(plan).by_name
+    assert steps["mul"].share is not None and steps["mul"].share.mask == "gt" and steps["gt"].row_mask
+
+
+@pytest.mark.parametrize(
+    "share_node, mask_node, message",
+    [("mul", "relu", "must be a bool tensor, got a torch.float32 tensor"), ("relu", "add", "no op step issued before it")],
+)
+def test_a_row_share_whose_mask_cannot_count_it_is_refused_when_steps_are_made(share_node, mask_node, message):
+    """Rule 11: a mask that is no bool tensor, or runs after the step it charges, is a
+    StepError when the steps are made (estimate and load alike), not at some later call."""
+    from workbench.runtime.steps import StepError
+
+    plan, *_ = _masked_plan(share_node, mask_node)
+    with pytest.raises(StepError, match=message):
+        steps_of(plan)
+    with pytest.raises(StepError, match=message):
+        wb.estimate(plan)

@@ -112,10 +112,6 @@ def side_by_side(
         (ours, our_facts), (theirs, their_facts) = (
             _measure(strategy, p, algorithm, cost_model) for p in (builtin_program, step.program)
         )
-        facts.largest = {
-            device: (our_facts["largest"].get(device, "-"), their_facts["largest"].get(device, "-"))
-            for device in ("cpu", strategy.device)
-        }
         facts.runs = (our_facts, their_facts)
         for quantity in ours:
             rows.append(_row(strategy.label, quantity, ours[quantity], theirs[quantity], facts))
@@ -183,9 +179,14 @@ class _Facts:
         self.hidden_bytes = config.hidden_size * config.torch_dtype.itemsize
         self.k = config.num_experts_per_tok
         self.dtype = str(config.torch_dtype)
-        self.largest: dict[str, tuple[str, str]] = {}  # device → (built-in, transformers) largest buffer
         self.runs: tuple[dict[str, Any], dict[str, Any]] = ({}, {})  # (built-in, transformers) facts of the strategy
         self.cost_model = cost_model
+
+    def largest(self, device: str) -> tuple[str, str]:
+        """The largest planned buffer on ``device`` of the strategy's (built-in,
+        transformers) plans, "-" where a plan has none there."""
+        ours, theirs = self.runs
+        return ours["largest"].get(device, "-"), theirs["largest"].get(device, "-")
 
     def step_time_difference(self, strategy: str) -> str:
         """Why the modeled step times differ: the device operations each launches, and the
@@ -270,7 +271,7 @@ def _note(strategy: str, quantity: str, builtin: float, hf: float, facts: _Facts
         )
     if quantity.startswith("arena"):
         device = quantity.removeprefix("arena_").removesuffix("_bytes")
-        ours, theirs = facts.largest.get(device, ("-", "-"))
+        ours, theirs = facts.largest(device)
         base = strategy.split("+")[0]
         attention = "transformers materialises repeated K/V heads for attention and clones its static caches"
         if base == "experts_on_host" and device == "cpu":

@@ -17,6 +17,10 @@ Rules:
    program, the propagated program and ``plan.json``: the SHA-256 of both programs and
    the JSON forms of the placement, the device graph and the plan; ``plan_file.load_plan``
    reads it back and checks it.
+7. The propagated program is saved by ``torch.export.save``, which holds functional
+   graphs only: a graph with an op that updates its inputs in place (an expert cache's
+   admission, ``lru``/``lfu``) cannot be saved, and ``save`` refuses it with a
+   ``PlanSaveError`` naming those ops before writing anything.
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ class PlanError(WorkbenchError, ValueError):
 
 class CapacityError(PlanError):
     """A device's planned memory does not fit its capacity."""
+
+
+class PlanSaveError(PlanError):
+    """A plan the plan file format cannot hold (rule 7)."""
 
 
 @dataclass(frozen=True)
@@ -240,8 +248,16 @@ class MemoryPlan:
     def save(self, path: Union[str, Path]) -> None:
         """Write the captured program, the propagated program and this plan to one file
         (rule 6; ``load_plan`` reads it). The write is atomic: ``path`` is either the
-        complete new file or untouched."""
+        complete new file or untouched. A graph with ops that update their inputs in
+        place is a ``PlanSaveError`` (rule 7)."""
         dg = self.device_graph
+        in_place = sorted({str(n.target) for n in dg.graph.nodes if _updates_inputs(n)})
+        if in_place:
+            raise PlanSaveError(
+                f"cannot save this plan: its graph runs ops that update their inputs in place ({', '.join(in_place)}), "
+                "and a plan file holds functional graphs only (torch.export.save); plans whose ops are all "
+                "functional (an expert cache with the static_hot policy, for one) can be saved"
+            )
         programs = {
             PROGRAM_MEMBER: _exported_bytes(dg.program.exported),
             PROPAGATED_MEMBER: _exported_bytes(dg.exported_program()),
@@ -269,6 +285,12 @@ def _device_keys(mapping: Mapping[Device, int]) -> dict[str, int]:
 def member_hash(data: bytes) -> str:
     """The SHA-256 of an archive member, as ``plan.json`` records it (rule 6)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def _updates_inputs(node: torch.fx.Node) -> bool:
+    """Rule 7: whether ``node`` calls an op whose schema writes one of its arguments."""
+    schema = getattr(node.target, "_schema", None)
+    return node.op == "call_function" and schema is not None and schema.is_mutable
 
 
 def _exported_bytes(ep: torch.export.ExportedProgram) -> bytes:

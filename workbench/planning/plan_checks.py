@@ -18,7 +18,9 @@ Rules:
    routing too).
 4. Reads: every op other than a copy reads values on its own device, constants resident
    there, or (metadata-only ops) anything; residency is exactly where constants are read
-   for their data (a metadata-only read holds a constant nowhere).
+   for their data (a metadata-only read holds a constant nowhere); a copy reads the
+   value it copies on the host and its other inputs (a reuse copy's cache slabs and
+   slots) on its destination.
 5. Memory plan: every tensor value is planned or not, never both; a storage owns itself
    and an alias shares the memory of one of its inputs (a graph read back by
    ``torch.export.load`` no longer records which views share storage, so the saved alias
@@ -115,8 +117,8 @@ def _graph_problems(plan: MemoryPlan) -> list[str]:
     return problems
 
 
-def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, where: str) -> str:
-    """Rule 3 for one record, or ""."""
+def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, nodes: Mapping[str, torch.fx.Node], where: str) -> str:
+    """Rule 3 for one record, or "" (``nodes``: the saved graph's nodes by name)."""
     names = [a.name if isinstance(a, torch.fx.Node) else a for a in node.args]
     inputs: tuple[Any, ...]
     if node.target is GATHER_REUSE:
@@ -147,11 +149,13 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, wher
     for extra in (record.index, record.prefetch, record.prefetch_index, record.count):
         if extra is not None and dg.node_device.get(extra) != record.dst:
             return f"{where} reads {extra!r} on {record.dst}, but it lives on {dg.node_device.get(extra)}"
-    nodes = {n.name: n for n in dg.graph.nodes}
-    if record.role is CopyRole.ROUTED and record.slots != _rows(node):
-        return f"{where}.slots is {record.slots}, but node {node.name!r} gathers {_rows(node)} rows"
-    if record.role is CopyRole.ROUTED and record.index is not None and record.routing != routing_of(nodes[record.index]):
-        return f"{where}.routing is {record.routing}, but the router behind {record.index!r} gives {routing_of(nodes[record.index])}"
+    if record.role is CopyRole.ROUTED:
+        rows = _rows(node)
+        if record.slots != rows:
+            return f"{where}.slots is {record.slots}, but node {node.name!r} gathers {rows} rows"
+        routing = routing_of(nodes[record.index]) if record.index is not None else record.routing
+        if record.routing != routing:
+            return f"{where}.routing is {record.routing}, but the router behind {record.index!r} gives {routing}"
     moved = node_nbytes(nodes[record.value] if record.role is CopyRole.PLAIN else node, unbounded="hint")
     if record.nbytes != moved:
         return f"{where}.nbytes is {record.nbytes}, but the copy moves {moved} bytes"
@@ -177,11 +181,24 @@ def _copies_problems(plan: MemoryPlan) -> list[str]:
         problems.append("device_graph.copies lists a copy node twice")
     if problems:
         return problems
+    nodes = {n.name: n for n in dg.graph.nodes}
     for i, record in enumerate(dg.copies):
-        problem = _copy_problem(record, copy_nodes[record.name], dg, f"device_graph.copies[{i}]")
+        problem = _copy_problem(record, copy_nodes[record.name], dg, nodes, f"device_graph.copies[{i}]")
         if problem:
             problems.append(problem)
     return problems
+
+
+def _read_on(dg: DeviceGraph, node: torch.fx.Node, constant: str) -> Device:
+    """The device ``node`` reads ``constant`` on: a copy reads the value it copies on the
+    host and its index inputs (a cache's slots and slabs, for a reuse copy) where it
+    writes; any other op reads on its own device, the graph's output on the host."""
+    if node.op != "call_function":
+        return CPU
+    record = dg.copy_table.get(node.name)
+    if record is None:
+        return dg.node_device[node.name]
+    return CPU if constant == record.value else record.dst
 
 
 def _reads_problems(plan: MemoryPlan) -> list[str]:
@@ -195,8 +212,7 @@ def _reads_problems(plan: MemoryPlan) -> list[str]:
     for node in dg.graph.nodes:
         for arg in node.all_input_nodes:
             if arg.name in held and not reads_metadata_only(node):
-                copying = node.op != "call_function" or node.name in dg.copy_table
-                held[arg.name].add(CPU if copying else dg.node_device[node.name])
+                held[arg.name].add(_read_on(dg, node, arg.name))
         if node.op != "call_function" or node.name in dg.copy_table or reads_metadata_only(node):
             continue
         here = dg.node_device[node.name]

@@ -6,8 +6,8 @@
 - ``cost_model``: link, device, launch and host figures; copy and roofline times; ``op_cost``.
 - ``calibrate`` (with ``probes``): measure a machine and fit a ``CostModel`` to it.
 - ``timeline``: ``Event``, ``Timeline`` and the ``StreamScheduler`` for modeled time.
-- ``node_facts``: what a graph rewrite records on its own ops for the runtime (a
-  copy-stream op; a row share charged by a mask).
+- ``workbench.node_facts`` (re-exported here): what a graph rewrite records on its own
+  ops for the runtime (a copy-stream op; a row share charged by a mask).
 - ``cuda``: whether CUDA can run here, and the CuPy allocator.
 - ``executor``: ``run`` a plan, ``load`` it into a ``Session`` for many calls, ``estimate``
   its modeled timeline from shapes alone; ``RunResult``. Built from ``steps`` (what each
@@ -41,7 +41,7 @@ from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
 from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Session, estimate, load, run, steps_of
 from .run_result import RoutedStat, RowMaskStat, SlotWrites
-from .node_facts import CopyStreamOp, NodeFactError, RowShare, mark_copy_stream, mark_row_share
+from ..node_facts import CopyStreamOp, NodeFactError, RowShare, mark_copy_stream, mark_row_share
 from .calibrate import Calibration, CalibrationError, CalibrationPlan, calibrate
 
 __all__ = [

@@ -41,6 +41,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ from .cost_model import CostModel, UncountedOps
 from .out_variants import out_variant
 from .routing import CopyRouter
 from .run_result import PrefetchStat, RoutedStat, RowMaskStat, SlotWrites
-from .sim_timing import bind_cost, copy_cost, reuse_cost, scaled, stream_cost
+from .sim_timing import bind_cost, copy_cost, memory_copy_cost, reuse_cost, scaled
 from ..mutations import Mutation
 from .state import StateError, StateWrite
 from .steps import Step, Steps
@@ -323,28 +324,18 @@ class Call:
         model, session, uncounted = self.model, self.s, self.uncounted
         if step.stream_bytes is not None:
             moved = step.stream_bytes
-            return lambda: stream_cost(model, step, moved)
+            return lambda: memory_copy_cost(model, step, moved)
         share = step.share
         if share is None:
             return lambda: session.op_time(step, node, args, kwargs, result, uncounted)
-        if share.mask not in self._masks:
-            raise ExecutorError(f"{node.name} is charged by the row mask {share.mask!r}, which has not run before it")
-        rows, true = self._masks[share.mask]
+        rows, true = self._masks[share.mask]  # its mask ran before it (steps rule 11)
         return lambda: scaled(session.op_time(step, node, args, kwargs, result, uncounted), share.share(rows, true()))
 
     def _count_mask(self, name: str, mask: Any) -> None:
-        """Rule 10: the mask's True entries, counted where it was written (read later)."""
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise ExecutorError(f"{name} is a row mask, so it must be a bool tensor, got {type(mask).__name__}")
+        """Rule 10: the mask's True entries, counted where it was written (read later); a
+        bool tensor (steps rule 11)."""
         count = mask.reshape(-1).sum()  # on the device, on the stream that wrote the mask
-        box: list[int] = []
-
-        def true_rows() -> int:
-            if not box:
-                box.append(int(count))
-            return box[0]
-
-        self._masks[name] = (mask.numel(), true_rows)
+        self._masks[name] = (mask.numel(), functools.cache(lambda: int(count)))  # read once, after the call
 
     def _direct_destinations(self, node: torch.fx.Node, device: Device) -> list[torch.Tensor]:
         """Where an ``out=`` op writes, one tensor per result: the planned slots (of the

@@ -93,12 +93,19 @@ class CudaClock:
         self._ends: dict[str, tuple[Lane, Optional[Any]]] = {}
         self._open: Optional[tuple[Step, Any]] = None  # the step between before() and after()
         self._splits: dict[str, tuple[Any, int]] = {}  # step → (mark where its slot copy began, bytes)
+        self._taken: list[torch.cuda.Event] = []  # every event taken from the pool (rule 7)
+
+    def _event(self) -> torch.cuda.Event:
+        """An event from the pool, given back when the call finishes (rule 7)."""
+        event = self._streams.event()
+        self._taken.append(event)
+        return event
 
     def begin(self) -> None:
         """Rule 4."""
         self._streams.synchronize()
         for i in self._streams.indices:
-            event = self._streams.event()
+            event = self._event()
             event.record(self._streams.compute(i))
             self._start[i] = event
         for event in self._start.values():
@@ -120,7 +127,7 @@ class CudaClock:
             dep_lane, event = self._ends.get(dep, (HOST_LANE, None))
             if event is not None and dep_lane != lane:
                 stream.wait_event(event)
-        start = self._streams.event()
+        start = self._event()
         start.record(stream)
         self._open = (step, start)
 
@@ -132,7 +139,7 @@ class CudaClock:
         if lane == HOST_LANE:
             self._splits[step.name] = (time.perf_counter(), int(nbytes))
             return
-        mark = self._streams.event()
+        mark = self._event()
         mark.record(self._streams.for_lane(lane))
         self._splits[step.name] = (mark, int(nbytes))
 
@@ -149,7 +156,7 @@ class CudaClock:
             self._records.append((step, start, time.perf_counter(), nbytes, cost))
             self._ends[step.name] = (lane, None)
             return
-        end = self._streams.event()
+        end = self._event()
         end.record(self._streams.for_lane(lane))
         self._records.append((step, start, end, nbytes, cost))
         self._ends[step.name] = (lane, end)
@@ -171,20 +178,8 @@ class CudaClock:
             if split is not None:
                 _, s1 = self._times(lane, split[0], end)
                 events.append(Event(kind, step.name, device, stream, max(t0, t1), max(t0, t1, s1), split[1], 0, step.index, "slot_copy"))
-        self._recycle()
+        self._streams.release(self._taken)  # rule 7: every mark of this call has completed
         return Timeline(events)
-
-    def _recycle(self) -> None:
-        """Rule 7: every device mark of this call has completed; back to the pool."""
-        used = [*self._start.values(), *(m for m, _ in self._splits.values())]
-        for step, start, end, _, _ in self._records:
-            if event_of(step)[1] != HOST_LANE:
-                used += [start, end]
-        self._streams.release(e for e in used if isinstance(e, torch.cuda.Event))
-        self._records.clear()
-        self._splits.clear()
-        self._ends.clear()
-        self._start.clear()
 
     def _times(self, lane: Lane, start: Any, end: Any) -> tuple[float, float]:
         """µs since the call began of two marks of ``lane`` (rule 4)."""

@@ -37,6 +37,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import torch
@@ -211,17 +212,18 @@ class CudaExecBackend(_ExecBackend):
             finally:
                 self._current = None
 
-    def _on_compute_stream(self, index: int) -> contextlib.ExitStack:
+    def _on_stream(self, index: int, stream: Any) -> contextlib.ExitStack:
+        """``cuda:<index>`` and ``stream`` (one of its streams) current."""
         stack = contextlib.ExitStack()
         stack.enter_context(torch.cuda.device(index))
-        stack.enter_context(torch.cuda.stream(self.streams.compute(index)))
+        stack.enter_context(torch.cuda.stream(stream))
         return stack
 
+    def _on_compute_stream(self, index: int) -> contextlib.ExitStack:
+        return self._on_stream(index, self.streams.compute(index))
+
     def copy_stream_context(self, device: Device) -> contextlib.AbstractContextManager:
-        stack = contextlib.ExitStack()
-        stack.enter_context(torch.cuda.device(device.index))
-        stack.enter_context(torch.cuda.stream(self.streams.copy(device.index)))
-        return stack
+        return self._on_stream(device.index, self.streams.copy(device.index))
 
     def copy_stream(self, device: Device) -> Optional[Any]:
         return self.streams.copy(device.index)
@@ -268,7 +270,7 @@ class CudaExecBackend(_ExecBackend):
         flags = engine.gather_reuse_rows(
             dst.data_ptr(), src, index.reshape(-1), cached, cached_index.reshape(-1), stream
         )
-        return _once(lambda: int(flags.sum()))  # read after the call has synchronized
+        return functools.cache(lambda: int(flags.sum()))  # read once, after the call has synchronized
 
     def _torch_gather_reuse(self, dst, src, index, cached, cached_index, stream) -> Callable[[], int]:
         with torch.cuda.stream(stream):
@@ -300,7 +302,7 @@ class CudaExecBackend(_ExecBackend):
             return lambda: n
         engine = self._engine(dst.device.index)
         moved = engine.gather_routed_rows(dst.data_ptr(), src, index.reshape(-1), count, stream)
-        return _once(lambda: int(moved[0]))  # read after the call has synchronized
+        return functools.cache(lambda: int(moved[0]))  # read once, after the call has synchronized
 
     def _engine(self, index: int) -> CopyEngine:
         """The copy engine of ``cuda:<index>`` (its gather kernels)."""
@@ -314,18 +316,6 @@ class CudaExecBackend(_ExecBackend):
 
     def synchronize(self) -> None:
         self.streams.synchronize()
-
-
-def _once(fn: Callable[[], int]) -> Callable[[], int]:
-    """``fn`` evaluated on the first call only (a device read is done once)."""
-    box: list[int] = []
-
-    def get() -> int:
-        if not box:
-            box.append(fn())
-        return box[0]
-
-    return get
 
 
 def make_exec_backend(

@@ -1,4 +1,4 @@
-"""What the executor itself costs per step: a chain of tiny ops run through a ``Session``.
+"""What the executor itself costs per step: small decoder blocks run through a ``Session``.
 
 ``CostModel.launch_overhead`` is what the runtime and driver charge to issue one kernel;
 the workbench executor, an interpreter over the planned graph, adds its own work per
@@ -11,21 +11,25 @@ Rules:
 1. The probe program is ``n`` small decoder blocks in a row (``DecoderOpMix``: an RMS
    norm, a gated MLP, a softmax router with its top-k; 64 wide, seeded weights), the op
    mix a decoder step is made of, captured with ``torch.export``, every op placed on
-   ``cuda:0``, planned (``"greedy"``). Its input crosses to the device and its output
+   one device (``cuda:0`` unless asked), planned (``"greedy"``). Its input crosses to the device and its output
    back once: a fixed cost, the same for every ``n``, that a slope over the number of
    steps cancels. Every op of the mix writes its planned slot directly (it has an
    ``out=`` variant), so each step is one launch as the cost model counts them; what a
    real op launches beyond that (a matmul's extra kernels) is part of what is measured.
 2. A call's time is its span, ``RunResult.time_us`` (CUDA events on ``cuda``, the
    modeled clock on ``sim``): what the measured-vs-modeled comparison of a model
-   compares. One warm-up call, then ``repeats`` timed calls of the same session.
+   compares. One warm-up call, then ``repeats`` timed calls of the same session
+   (``timed_calls``, which the executor benchmark runs too).
 3. The answer is checked against eager torch on the host; a wrong answer is an error,
    never a time.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -33,29 +37,18 @@ from ..capture import capture
 from ..errors import WorkbenchError
 from ..place import place
 from ..planning.memory_plan import plan as plan_memory
-from ..propagate import propagate
+from ..devices import Device, DeviceLike
+from ..propagate import DeviceGraph, propagate
 from .cost_model import CostModel
+from .run_result import RunResult
 from .session import load
 from .tensors import stage_inputs, to_host
 
-__all__ = ["DecoderOpMix", "ExecutorProbeError", "TinyOpChain", "executor_steps"]
+__all__ = ["DecoderOpMix", "ExecutorProbeError", "TimedCalls", "executor_steps", "timed_calls"]
 
 
 class ExecutorProbeError(WorkbenchError, RuntimeError):
     """The executor probe computed a wrong answer (the backend is broken)."""
-
-
-class TinyOpChain(torch.nn.Module):
-    """``n`` additions of 1 in a row: the cheapest step there is."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.n = n
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.n):
-            x = x + 1
-        return x
 
 
 class DecoderOpMix(torch.nn.Module):
@@ -83,25 +76,62 @@ class DecoderOpMix(torch.nn.Module):
         return x
 
 
+@dataclass(frozen=True)
+class TimedCalls:
+    """One warm-up call and the timed calls after it, of one session (rule 2)."""
+
+    first: RunResult  # the warm-up call
+    spans_us: tuple[float, ...]  # RunResult.time_us of each timed call
+    walls_us: tuple[float, ...]  # host wall-clock µs of each timed call
+
+
+def timed_calls(
+    device_graph: DeviceGraph,
+    inputs: Sequence[object],
+    backend: str,
+    repeats: int,
+    cost_model: Optional[CostModel] = None,
+    check: Optional[Callable[[RunResult], None]] = None,
+    profiler: Optional[contextlib.AbstractContextManager] = None,
+) -> TimedCalls:
+    """Plan ``device_graph`` (``"greedy"``), stage ``inputs`` where it expects them, load
+    one session on ``backend`` and run one warm-up call, which ``check`` may refuse by
+    raising, then ``repeats`` timed calls (rule 2). ``profiler`` (a ``cProfile.Profile``)
+    is entered around each timed call only."""
+    memory_plan = plan_memory(device_graph, "greedy")
+    staged = stage_inputs(device_graph, inputs, backend)
+    around = profiler if profiler is not None else contextlib.nullcontext()
+    spans, walls = [], []
+    with load(memory_plan, backend, cost_model) as session:
+        first = session.run(*staged)
+        if check is not None:
+            check(first)
+        for _ in range(repeats):
+            with around:
+                t = time.perf_counter()
+                result = session.run(*staged)
+                walls.append((time.perf_counter() - t) * 1e6)
+            spans.append(result.time_us)
+    return TimedCalls(first, tuple(spans), tuple(walls))
+
+
 def executor_steps(
-    backend: str, n: int, repeats: int, cost_model: Optional[CostModel] = None
+    backend: str, n: int, repeats: int, cost_model: Optional[CostModel] = None, device: DeviceLike = "cuda:0"
 ) -> tuple[int, tuple[float, ...]]:
     """(steps, span in seconds of each of ``repeats`` calls) of ``n`` ``DecoderOpMix``
-    blocks on ``backend`` (see the module rules); ``cost_model`` times ``sim`` calls."""
+    blocks on ``device`` with ``backend`` (see the module rules); ``cost_model`` times
+    ``sim`` calls."""
     model = DecoderOpMix(n).eval()
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = model(x)
-    program = capture(model, (x,))
-    device_graph = propagate(place(program, lambda node: "cuda:0"))
-    memory_plan = plan_memory(device_graph, "greedy")
-    staged = stage_inputs(device_graph, (x,), backend)
-    spans = []
-    with load(memory_plan, backend, cost_model) as session:
-        first = session.run(*staged)
+    target = Device.parse(device)
+
+    def check(first: RunResult) -> None:
         out = first.outputs[0] if isinstance(first.outputs, (tuple, list)) else first.outputs
         if not torch.allclose(to_host(out), expected, rtol=1e-4, atol=1e-5):
             raise ExecutorProbeError(f"{n} decoder blocks on {backend!r} do not compute what eager torch does")
-        for _ in range(repeats):
-            spans.append(session.run(*staged).time_us * 1e-6)
-    return len(first.timeline), tuple(spans)
+
+    device_graph = propagate(place(capture(model, (x,)), lambda node: target))
+    calls = timed_calls(device_graph, (x,), backend, repeats, cost_model, check)
+    return len(calls.first.timeline), tuple(span * 1e-6 for span in calls.spans_us)

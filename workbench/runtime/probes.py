@@ -336,7 +336,7 @@ class CudaProbe:
 
     def executor_steps(self, n: int, repeats: int) -> tuple[int, tuple[float, ...]]:
         with torch.cuda.device(self.device):
-            return executor_steps("cuda", n, repeats)
+            return executor_steps("cuda", n, repeats, device=str(self.device))
 
     def host_op(self, repeats: int) -> tuple[float, ...]:
         a, b, n = torch.zeros(TINY_ELEMENTS), torch.empty(TINY_ELEMENTS), 1000

@@ -107,7 +107,7 @@ class RunResult:
     the constants when the session was loaded (once per session, shared by its calls).
     ``prefetch`` says, per reuse copy, how many selected rows the prefetch already held;
     ``routed``, per routed copy, how many distinct experts' rows crossed;
-    ``row_masks``, per row mask (``workbench.runtime.node_facts``), how many rows it selected.
+    ``row_masks``, per row mask (``workbench.node_facts``), how many rows it selected.
     """
 
     outputs: Any

@@ -76,10 +76,10 @@ __all__ = [
     "estimate",
     "expected_link_bytes",
     "expected_routed_groups",
+    "memory_copy_cost",
     "reuse_cost",
     "scaled",
     "step_dtype",
-    "stream_cost",
 ]
 
 #: A step's cost, computed when the clock places it: (µs, bytes, flops).
@@ -173,16 +173,11 @@ def bind_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, in
     return model.compute_time_us(0, 2 * int(nbytes), "cpu"), int(nbytes), 0
 
 
-def slot_copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
-    """(µs, bytes, flops) of copying a step's result into its planned slot (rule 7): a
-    memory copy on the step's device, every byte read and written once."""
+def memory_copy_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
+    """(µs, bytes, flops) of a memory copy of ``nbytes`` on the step's device, every byte
+    read and written once: a result copied into its planned slot (rule 7) or a
+    copy-stream op (rule 8, whose copy lane is on its own device)."""
     device = event_of(step)[1][0] if step.device is None else step.device
-    return model.compute_time_us(0, 2 * int(nbytes), device), int(nbytes), 0
-
-
-def stream_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
-    """(µs, bytes, flops) of a copy-stream op moving ``nbytes`` within device memory (rule 8)."""
-    device = event_of(step)[1][0]
     return model.compute_time_us(0, 2 * int(nbytes), device), int(nbytes), 0
 
 
@@ -281,7 +276,7 @@ class SimClock:
     def add_slot_copy(self, step: Step, nbytes: int) -> Event:
         """Schedule the copy of ``step``'s result into its slot, right after the op on the
         same lane; later steps that wait for ``step`` wait for this copy (rule 7)."""
-        duration, moved, _ = slot_copy_cost(self.model, step, nbytes)
+        duration, moved, _ = memory_copy_cost(self.model, step, nbytes)
         return self._place(step, duration, [self._events[step.name]], moved, 0, "slot_copy")
 
     def timeline(self) -> Timeline:
@@ -350,7 +345,7 @@ def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: U
         return lambda: copy_cost(model, step, nbytes)
     if step.stream_bytes is not None:  # rule 8
         moved = step.stream_bytes
-        return lambda: stream_cost(model, step, moved)
+        return lambda: memory_copy_cost(model, step, moved)
     args = torch.fx.node.map_arg(node.args, value_of)
     kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
     share = 1.0 if step.share is None else step.share.expected_share(model.prefetch_hit_rate)  # rule 9

@@ -38,6 +38,13 @@ Rules:
    shows as its own event). A device value the caller owns (an output under
    ``skip_d2h_for_method_outputs``) is written the same way into the buffer it is
    returned in.
+10. A copy-stream op (``node_facts.CopyStreamOp``) is a ``d2d`` event on its device's
+    copy lane with ``stream_bytes``; its result is written into its slot like an op's
+    (rule 9).
+11. A compute or host step with a ``node_facts.RowShare`` has ``share``; the step of its
+    mask has ``row_mask``. The mask must be an event step issued before the share's
+    step, and its traced value a bool tensor: a graph where either fails is a
+    ``StepError`` when its steps are made, so a call need not check them.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from ..devices import CPU, CopyKind, Device
 from ..errors import WorkbenchError
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord, CopyRole
-from .node_facts import RowShare, copy_stream_op, row_share
+from ..node_facts import CopyStreamOp, RowShare, copy_stream_op, row_share
 from .out_variants import out_variant
 
 __all__ = ["HOST_LANE", "Lane", "Step", "StepError", "Steps", "event_of", "resident_write_step", "steps_of"]
@@ -101,6 +108,11 @@ class Step:
     def reuse(self) -> bool:
         """A reuse copy: rows its prefetch holds come from the device (rule 8)."""
         return self.copy is not None and self.copy.role is CopyRole.REUSE
+
+
+def _describe_value(val: object) -> str:
+    """A traced value in an error message: a tensor's dtype, else its type."""
+    return f"a {val.dtype} tensor" if isinstance(val, torch.Tensor) else type(val).__name__
 
 
 def _static(val: object) -> bool:
@@ -235,7 +247,7 @@ class _Analysis:
         return Steps(ordered, dict(self.steps))
 
     # -- classification (rules 1, 2, 7) -------------------------------------------------------
-    def _kind(self, node: torch.fx.Node) -> Optional[str]:
+    def _kind(self, node: torch.fx.Node, stream: Optional[CopyStreamOp]) -> Optional[str]:
         if node.op == "placeholder":
             if node.name in self.constants or node.name not in self.allocations:
                 return None
@@ -244,7 +256,7 @@ class _Analysis:
             return None
         if node.name in self.copies:
             return str(self.copies[node.name].kind)
-        if copy_stream_op(node) is not None:  # rule 10
+        if stream is not None:  # rule 10
             return str(CopyKind.D2D)
         if node.target is operator.getitem or not produces_tensors(node):
             return None
@@ -264,7 +276,8 @@ class _Analysis:
     def _step(self, index: int, node: torch.fx.Node) -> Step:
         name = node.name
         device = self.dg.node_device.get(name, CPU) if node.op != "output" else None
-        kind = self._kind(node)
+        stream = copy_stream_op(node)
+        kind = self._kind(node, stream)
         if kind is None:
             self.producers[name] = self._producers_of_inputs(node)
             return Step(index=index, name=name, op=node.op, device=device, event=None, lane=None)
@@ -303,30 +316,35 @@ class _Analysis:
             lane=lane,
             deps=self._latest_per_lane(deps),
             reuse_deps=self._latest_per_lane(reuse),
-            src=src if record is not None or copy_stream_op(node) is not None else None,
-            dst=dst if record is not None or copy_stream_op(node) is not None else None,
+            src=src if record is not None or stream is not None else None,
+            dst=dst if record is not None or stream is not None else None,
             pinned=self._pinned(record) if record is not None else True,
             copy=record,
-            **self._slot_write(node, kind),
-            **self._facts(node, kind),
+            **self._slot_write(node, kind, stream),
+            **self._facts(node, kind, stream),
         )
 
-    def _facts(self, node: torch.fx.Node, kind: str) -> dict:
+    def _facts(self, node: torch.fx.Node, kind: str, stream: Optional[CopyStreamOp]) -> dict:
         """Rules 10, 11."""
         out: dict = {}
-        stream = copy_stream_op(node)
         if stream is not None:
             out["stream_bytes"] = stream.nbytes
         share = row_share(node)
         if share is not None and kind in ("compute", "host"):
+            mask = self.steps.get(share.mask)
+            if mask is None or not mask.row_mask:
+                raise StepError(f"{node.name} is charged by the row mask {share.mask!r}, which is no op step issued before it")
             out["share"] = share
         if node.name in self.masks:
+            val = value_of(node)
+            if not isinstance(val, torch.Tensor) or val.dtype != torch.bool:
+                raise StepError(f"{node.name} is a row mask, so it must be a bool tensor, got {_describe_value(val)}")
             out["row_mask"] = True
         return out
 
-    def _slot_write(self, node: torch.fx.Node, kind: str) -> dict:
+    def _slot_write(self, node: torch.fx.Node, kind: str, stream: Optional[CopyStreamOp]) -> dict:
         """Rule 9 (a copy-stream op's result, like any op's)."""
-        if node.op != "call_function" or (kind not in ("compute", "host") and copy_stream_op(node) is None):
+        if node.op != "call_function" or (kind not in ("compute", "host") and stream is None):
             return {}
         variant = out_variant(node.target) if not is_inplace_op(node.target) else None
         val = value_of(node)

@@ -4,7 +4,10 @@ Propagation records copies in the ``DeviceGraph``'s copy table. A rewrite that a
 of its own (``workbench.moe``'s expert caches) records the two facts the runtime needs
 about them in ``node.meta`` — where ``torch.fx`` keeps what a pass knows of a node
 (``val``, ``nn_module_stack``), which ``node_copy`` carries through propagation and
-scheduling — through the functions here; ``steps`` reads them back the same way.
+scheduling — through the functions here; ``runtime.steps`` reads them back the same way.
+``torch.export.save`` keeps no custom ``node.meta`` keys, so a saved ``DeviceGraph``
+writes the facts of its graph as a table of its own (``facts_to_json``) and restores them
+on the loaded graph (``restore_facts``).
 
 Rules:
   1. ``CopyStreamOp(nbytes)``: a device op that runs on its device's copy stream (an
@@ -18,18 +21,32 @@ Rules:
      share the mask really selects, in ``estimate`` the expected one
      (``CostModel.prefetch_hit_rate`` selects ``True``).
   3. A node has at most one fact of each kind; ``mask`` names a node of the same graph.
+  4. Saved and loaded, a graph's nodes carry the same facts as before: the table names
+     each node with a fact, and a name that is no node of the loaded graph (or a mask
+     that is none) is a ``JsonFieldError`` naming the field.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch.fx
 
-from ..errors import WorkbenchError
+from .errors import WorkbenchError
+from .json_fields import JsonFieldError, JsonObject
 
-__all__ = ["CopyStreamOp", "NodeFactError", "RowShare", "copy_stream_op", "mark_copy_stream", "mark_row_share", "row_share"]
+__all__ = [
+    "CopyStreamOp",
+    "NodeFactError",
+    "RowShare",
+    "copy_stream_op",
+    "facts_to_json",
+    "mark_copy_stream",
+    "mark_row_share",
+    "restore_facts",
+    "row_share",
+]
 
 _STREAM_KEY = "workbench_copy_stream"
 _SHARE_KEY = "workbench_row_share"
@@ -89,3 +106,40 @@ def row_share(node: torch.fx.Node) -> Optional[RowShare]:
     """Rule 2's fact on ``node``, if recorded."""
     fact = node.meta.get(_SHARE_KEY)
     return fact if isinstance(fact, RowShare) else None
+
+
+def facts_to_json(graph: torch.fx.Graph) -> dict[str, Any]:
+    """Rule 4: the facts recorded on ``graph``'s nodes as plain JSON data."""
+    streams: dict[str, int] = {}
+    shares: dict[str, dict[str, Any]] = {}
+    for node in graph.nodes:
+        stream, share = copy_stream_op(node), row_share(node)
+        if stream is not None:
+            streams[node.name] = stream.nbytes
+        if share is not None:
+            shares[node.name] = {"mask": share.mask, "where": share.where}
+    return {"copy_stream": streams, "row_share": shares}
+
+
+def restore_facts(graph: torch.fx.Graph, data: Any, path: str = "node_facts") -> None:
+    """Rule 4: record on ``graph``'s nodes the facts ``facts_to_json`` wrote. Everything is
+    checked before any node is changed, so a bad table leaves the graph as it was."""
+    obj = JsonObject(data, path)
+    nodes = {n.name: n for n in graph.nodes}
+
+    def node_at(name: str, where: str) -> torch.fx.Node:
+        if name not in nodes:
+            raise JsonFieldError(f"{where} names {name!r}, which is no node of the saved graph")
+        return nodes[name]
+
+    streams = obj.count_map("copy_stream")
+    shares_obj = obj.mapping("row_share")
+    marks: list[tuple[torch.fx.Node, str, Any]] = []
+    for name, nbytes in streams.items():
+        marks.append((node_at(name, f"{path}.copy_stream"), _STREAM_KEY, CopyStreamOp(nbytes)))
+    for name in shares_obj.keys():
+        share = shares_obj.mapping(name)
+        mask = node_at(share.text("mask"), f"{share.path}.mask")
+        marks.append((node_at(name, f"{path}.row_share"), _SHARE_KEY, RowShare(mask.name, share.flag("where"))))
+    for node, key, fact in marks:
+        node.meta[key] = fact
