@@ -22,7 +22,7 @@ from .devices import CPU, CopyKind, Device, DeviceError
 from .errors import WorkbenchError, WorkbenchWarning
 from .place import Delegate, Placement, PlacementError, PlacementWarning, place
 from .planning.archive import PlanFileError
-from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, TensorAllocation, plan
+from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, PlanSaveError, TensorAllocation, plan
 from .planning.plan_file import load_plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
 from .runtime.calibrate import calibrate
@@ -81,6 +81,7 @@ __all__ = [
     "Placement",
     "PlanError",
     "PlanFileError",
+    "PlanSaveError",
     "Program",
     "PropagationError",
     "RunResult",

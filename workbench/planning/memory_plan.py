@@ -50,7 +50,7 @@ from .lifetimes import KINDS, TensorLifetime, tensor_lifetimes
 from .lower_bound import lower_bound as peak_live_bytes
 from .verify import PlanVerificationError, verify as verify_offsets
 
-__all__ = ["CapacityError", "MemoryPlan", "PlanError", "TensorAllocation", "member_hash", "plan"]
+__all__ = ["CapacityError", "MemoryPlan", "PlanError", "PlanSaveError", "TensorAllocation", "member_hash", "plan"]
 
 
 class PlanError(WorkbenchError, ValueError):
