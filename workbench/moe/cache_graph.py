@@ -160,8 +160,6 @@ class CachedProgram:
     program: Program
     layers: tuple[LayerPlan, ...]
     host_ops: frozenset[str]  # host_compute: the host copy of each region op (placed on the host)
-    top_k: int  # N: the rows a layer selects per call
-    num_experts: int  # E
     streamed: tuple[str, ...]  # weight FQNs the device reads by row gathers (copy mode)
 
 
@@ -317,7 +315,7 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
         verifiers=ep.verifiers,  # the program's own IR (in-place ops kept, as captured)
     )
     streamed = tuple(w for _, layer in layers for w in layer.weights) if spec.on_miss == "copy" else ()
-    return CachedProgram(Program(new, program.shape_only), tuple(plans), frozenset(host_ops), top_k, experts, streamed)
+    return CachedProgram(Program(new, program.shape_only), tuple(plans), frozenset(host_ops), streamed)
 
 
 def _check_fits(spec: CacheSpec, top_k: int, experts: int, layers: int) -> None:
