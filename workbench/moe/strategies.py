@@ -103,7 +103,8 @@ class ExpertCache(Strategy):
     @property
     def on_miss(self) -> str:
         """What a miss does: ``"copy"`` or ``"host_compute"``."""
-        return "copy" if self.cache is None else self.cache.on_miss
+        assert self.cache is not None  # the factory always sets it
+        return self.cache.on_miss
 
     @property
     def variant(self) -> str:
