@@ -425,7 +425,7 @@ def _row_wise(node: torch.fx.Node, region: set[torch.fx.Node], rows: int) -> boo
     return torch.Tag.pointwise in tags and aligned
 
 
-def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, container: str) -> list[torch.fx.Node]:
+def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, layer: ExpertLayer) -> list[torch.fx.Node]:
     """Rule 5: the row-wise expert region, in graph order, from the selections on."""
     region = set(found)
     order = []
@@ -435,7 +435,7 @@ def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, contai
             continue
         if node.op != "call_function" or not any(a in region for a in node.all_input_nodes):
             continue
-        inside = any(p == container or p.startswith(container + ".") for p in module_paths(node))
+        inside = any(layer.holds(p) for p in module_paths(node))
         if inside and _row_wise(node, region, rows):
             region.add(node)
             order.append(node)
@@ -454,7 +454,7 @@ def _host_compute(
     ids = found[0].args[1] if found[0].target is SELECT_ROWS else found[0].args[2]
     assert isinstance(ids, torch.fx.Node)
     rows = int(value_of(ids).numel())
-    region = _region(graph, found, rows, layer.module)
+    region = _region(graph, found, rows, layer)
     members = set(region)
     for node in found:
         outside = [u.name for u in node.users if u not in members]
