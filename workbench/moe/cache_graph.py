@@ -409,7 +409,6 @@ def _row_wise(node: torch.fx.Node, region: set[torch.fx.Node], rows: int) -> boo
         return False
     target = node.target
     tensors = [a for a in node.all_input_nodes if isinstance(value_of(a), torch.Tensor)]
-    aligned = all(a in region or _rows(value_of(a)) == rows or value_of(a).dim() < value_of(node).dim() for a in tensors)
     if target is operator.getitem:
         return node.args[0] in region
     if target in _BATCHED:
@@ -421,8 +420,9 @@ def _row_wise(node: torch.fx.Node, region: set[torch.fx.Node], rows: int) -> boo
         return 0 not in _dims(node, value_of(source).dim())
     if target is _aten.linear.default:  # x @ W^T + b with W, b shared by every row
         return node.args[0] in region and all(a is node.args[0] or a not in region for a in tensors)
-    tags = getattr(target, "tags", ())
-    return torch.Tag.pointwise in tags and aligned
+    if torch.Tag.pointwise not in getattr(target, "tags", ()):
+        return False
+    return all(a in region or _rows(value_of(a)) == rows or value_of(a).dim() < value_of(node).dim() for a in tensors)
 
 
 def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, layer: ExpertLayer) -> list[torch.fx.Node]:
