@@ -571,12 +571,15 @@ class _Rewriter:
         return node
 
     def last(self, nodes: list[torch.fx.Node]) -> torch.fx.Node:
-        position = {n: i for i, n in enumerate(self.graph.nodes)}
-        return max(nodes, key=position.__getitem__)
+        return self._in_order(nodes)[-1]
 
     def first(self, nodes: list[torch.fx.Node]) -> torch.fx.Node:
-        position = {n: i for i, n in enumerate(self.graph.nodes)}
-        return min(nodes, key=position.__getitem__)
+        return self._in_order(nodes)[0]
+
+    def _in_order(self, nodes: list[torch.fx.Node]) -> list[torch.fx.Node]:
+        """``nodes`` in graph order (the graph changes between calls: positions are read anew)."""
+        wanted = set(nodes)
+        return [n for n in self.graph.nodes if n in wanted]
 
 
 def _nbytes(node: torch.fx.Node) -> int:
