@@ -184,10 +184,10 @@ def _pinned(spec: CacheSpec, layers: int, experts: int) -> np.ndarray:
 
 
 def _initial(
-    program: Program, layers: tuple[tuple[int, ExpertLayer], ...], states: list[CacheState], spec: CacheSpec, experts: int
+    program: Program, by_fqn: dict[str, str], layers: tuple[tuple[int, ExpertLayer], ...], states: list[CacheState],
+    spec: CacheSpec, experts: int,
 ) -> dict[str, torch.Tensor]:
     """Rule 2: the buffers' first values (meta tensors for a shape-only program)."""
-    by_fqn = {fqn: name for name, fqn in program.constants.items()}
     S = spec.slots_per_layer
     pinned = _pinned(spec, len(layers), experts) if not spec.admits else None
     meta = program.shape_only
@@ -231,11 +231,11 @@ def _selection(node: torch.fx.Node, weights: set[str]) -> Optional[tuple[str, to
     return None
 
 
-def _layer_selections(program: Program, layer: ExpertLayer) -> tuple[list[torch.fx.Node], torch.fx.Node, Optional[torch.fx.Node]]:
+def _layer_selections(
+    program: Program, by_fqn: dict[str, str], placeholders: dict[str, torch.fx.Node], layer: ExpertLayer
+) -> tuple[list[torch.fx.Node], torch.fx.Node, Optional[torch.fx.Node]]:
     """Rule 3: the layer's selections, its ids and its hint (one of each)."""
-    by_fqn = {fqn: name for name, fqn in program.constants.items()}
     weights = [by_fqn[w] for w in layer.weights]
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     found, ids, hints = [], set(), set()
     for name in weights:
         for user in placeholders[name].users:
@@ -261,12 +261,14 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
     for _, layer in layers:
         if layer.layout != "stacked":
             raise CacheGraphError(f"{layer.module} holds one module per expert; an expert cache needs stacked weights")
-    selections = [_layer_selections(program, layer) for _, layer in layers]
+    by_fqn = {fqn: name for name, fqn in program.constants.items()}  # parameter FQN → placeholder name
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    selections = [_layer_selections(program, by_fqn, placeholders, layer) for _, layer in layers]
     top_k = int(value_of(selections[0][1]).numel())
     experts = layers[0][1].num_experts
     _check_fits(spec, top_k, experts, len(layers))
     states = _states(layers, spec)
-    buffers = _initial(program, layers, states, spec, experts)
+    buffers = _initial(program, by_fqn, layers, states, spec, experts)
     ep = program.exported
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -274,6 +276,7 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
     specs = list(ep.graph_signature.input_specs)
     first_user = next((i for i, s in enumerate(specs) if s.arg.name in user_inputs), len(specs))
     new_specs: list[InputSpec] = []
+    buffer_nodes: dict[str, torch.fx.Node] = {}  # cache buffer FQN → its placeholder in the new graph
     fake_mode = _fake_mode(program)
     selected = {node for found, _, _ in selections for node in found}
     for node in ep.graph.nodes:
@@ -282,6 +285,7 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
                 name = "b_" + fqn.replace(".", "_")
                 placeholder = graph.placeholder(name)
                 placeholder.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
+                buffer_nodes[fqn] = placeholder
                 new_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(name=placeholder.name), fqn, persistent=True))
         if node in selected and node.target is _aten.index.Tensor:  # rule 3: w[ids] is index_select(w, 0, ids)
             source, (ids,) = node.args[0], node.args[1]
@@ -290,15 +294,13 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
             env[node].meta = dict(node.meta)
         else:
             env[node] = graph.node_copy(node, env.__getitem__)
-    by_fqn = {fqn: name for name, fqn in program.constants.items()}
-    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
     plans, host_ops = [], set()
     for (index, layer), state, (found, ids, hint) in zip(layers, states, selections):
         weights = tuple(by_fqn[w] for w in layer.weights)
         plan = LayerPlan(state, weights, ids.name, hint.name if hint is not None else None)
         if spec.on_miss == "host_compute":
-            slabs = {w: placeholders["b_" + s.replace(".", "_")] for w, s in zip(weights, state.slabs)}
-            plan, host = _host_compute(graph, plan, [env[n] for n in found], slabs, placeholders["b_" + state.slots.replace(".", "_")], layer)
+            slabs = {w: buffer_nodes[s] for w, s in zip(weights, state.slabs)}
+            plan, host = _host_compute(graph, plan, [env[n] for n in found], env[ids], slabs, buffer_nodes[state.slots], layer)
             host_ops |= host
         plans.append(plan)
     graph.lint()
@@ -446,13 +448,13 @@ def _host_compute(
     graph: torch.fx.Graph,
     plan: LayerPlan,
     found: list[torch.fx.Node],
+    ids: torch.fx.Node,
     slabs: dict[str, torch.fx.Node],
     slots: torch.fx.Node,
     layer: ExpertLayer,
 ) -> tuple[LayerPlan, set[str]]:
-    """Rule 5 on one layer: lookup, device region from the cache, host copy, merges."""
-    ids = found[0].args[1] if found[0].target is SELECT_ROWS else found[0].args[2]
-    assert isinstance(ids, torch.fx.Node)
+    """Rule 5 on one layer: lookup, device region from the cache, host copy, merges;
+    ``found`` selects rows ``ids`` of the layer's weights."""
     rows = int(value_of(ids).numel())
     region = _region(graph, found, rows, layer)
     members = set(region)
@@ -461,8 +463,7 @@ def _host_compute(
         if outside:
             raise CacheGraphError(f"{layer.module}: the selected expert rows {node.name} are read by {outside}, which "
                                   "are not row-wise: host_compute would have to copy weights to the device")  # fmt: skip
-    first = next(n for n in graph.nodes if n in members)  # the region starts with a selection
-    with graph.inserting_before(first):
+    with graph.inserting_before(region[0]):  # the region, in graph order, starts with a selection
         hits = _call(graph, HITS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_hits")
         positions = _call(graph, POSITIONS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_positions")
     host_of: dict[torch.fx.Node, torch.fx.Node] = {}
