@@ -47,7 +47,7 @@ from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..runtime import CostModel
 from .checks import SweepError, check_budgets, check_links
 from .executors import InlineExecutor, pool_size, process_pool
-from .result import SweepResult, best_per_budget
+from .result import WORKER_COLUMNS, SweepResult, best_per_budget
 from .source import ModelSource, ProgramSource, Source
 from .spec import AXES, SpecError, StrategyGrid, StrategySpec, expand
 from .worker import SweepTask, TaskResult, evaluate
@@ -249,4 +249,4 @@ def _workers(results: list[TaskResult]) -> pd.DataFrame:
         row["tasks"] += 1
         row["busy_s"] = round(row["busy_s"] + r.seconds, 3)
         row["peak_rss_MiB"] = max(row["peak_rss_MiB"], round(r.peak_rss_bytes / 2**20, 1))
-    return pd.DataFrame(list(rows.values()), columns=["pid", "tasks", "busy_s", "peak_rss_MiB"])
+    return pd.DataFrame(list(rows.values()), columns=list(WORKER_COLUMNS))
