@@ -35,7 +35,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import pandas as pd
 import torch
@@ -45,7 +45,7 @@ from .capture import Program
 from .errors import WorkbenchError
 from .place import module_paths
 
-__all__ = ["ExpertLayer", "ExpertMap", "ExpertDiscoveryError", "find_experts", "config_expert_count"]
+__all__ = ["ExpertLayer", "ExpertMap", "ExpertDiscoveryError", "find_experts", "config_expert_count", "config_ints"]
 
 #: Config keys that hold the routed-expert count, in the order they are looked up.
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
@@ -156,16 +156,22 @@ class ExpertMap:
         return pd.DataFrame(rows, columns=columns)
 
 
-def config_expert_count(config: Any) -> Optional[int]:
-    """The routed-expert count a model config declares (rule 3), or None."""
+def config_ints(config: Any, keys: Sequence[str]) -> Iterator[int]:
+    """The integer values (bools are not) of ``keys`` in a model config (an object or a
+    mapping), then in its ``text_config`` (where multimodal configs keep the text model's),
+    in that order."""
     for source in (config, getattr(config, "text_config", None)):
         if source is None:
             continue
-        for key in EXPERT_COUNT_KEYS:
+        for key in keys:
             value = source.get(key) if isinstance(source, Mapping) else getattr(source, key, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    return None
+            if isinstance(value, int) and not isinstance(value, bool):
+                yield value
+
+
+def config_expert_count(config: Any) -> Optional[int]:
+    """The routed-expert count a model config declares (rule 3), or None."""
+    return next((value for value in config_ints(config, EXPERT_COUNT_KEYS) if value > 0), None)
 
 
 def find_experts(model: torch.nn.Module | Program, num_experts: Optional[int] = None) -> ExpertMap:

@@ -2,7 +2,10 @@
 
 import os
 
-from workbench.sweeps.executors import pool_size
+import pytest
+
+from workbench.errors import ArgumentTypeError, ArgumentValueError
+from workbench.sweeps.executors import pool_size, process_pool
 
 
 def test_the_default_pool_has_one_process_per_cpu_never_one_per_task(monkeypatch):
@@ -15,3 +18,16 @@ def test_the_default_pool_has_one_process_per_cpu_never_one_per_task(monkeypatch
     assert pool_size(8, 153) == 8 and pool_size(8, 3) == 3
     monkeypatch.setattr(os, "cpu_count", lambda: None)
     assert pool_size(None, 153) == 1
+
+
+@pytest.mark.parametrize(
+    "workers, error",
+    [(-3, ArgumentValueError), (0, ArgumentValueError), (True, ArgumentTypeError), (2.0, ArgumentTypeError), ("2", ArgumentTypeError)],
+)
+def test_bad_workers_are_refused_not_turned_into_one_process(workers, error):
+    """A workers count that is not a positive integer is an error naming what is valid,
+    from the pool size as from the pool (it used to become one process silently: -3 and
+    True clamped to 1)."""
+    for call in (lambda: pool_size(workers, 153), lambda: process_pool(workers)):
+        with pytest.raises(error, match="workers must be a positive integer, or None for one process per CPU"):
+            call()

@@ -160,8 +160,6 @@ class CachedProgram:
     program: Program
     layers: tuple[LayerPlan, ...]
     host_ops: frozenset[str]  # host_compute: the host copy of each region op (placed on the host)
-    top_k: int  # N: the rows a layer selects per call
-    num_experts: int  # E
     streamed: tuple[str, ...]  # weight FQNs the device reads by row gathers (copy mode)
 
 
@@ -186,10 +184,10 @@ def _pinned(spec: CacheSpec, layers: int, experts: int) -> np.ndarray:
 
 
 def _initial(
-    program: Program, layers: tuple[tuple[int, ExpertLayer], ...], states: list[CacheState], spec: CacheSpec, experts: int
+    program: Program, by_fqn: dict[str, str], layers: tuple[tuple[int, ExpertLayer], ...], states: list[CacheState],
+    spec: CacheSpec, experts: int,
 ) -> dict[str, torch.Tensor]:
     """Rule 2: the buffers' first values (meta tensors for a shape-only program)."""
-    by_fqn = {fqn: name for name, fqn in program.constants.items()}
     S = spec.slots_per_layer
     pinned = _pinned(spec, len(layers), experts) if not spec.admits else None
     meta = program.shape_only
@@ -233,11 +231,11 @@ def _selection(node: torch.fx.Node, weights: set[str]) -> Optional[tuple[str, to
     return None
 
 
-def _layer_selections(program: Program, layer: ExpertLayer) -> tuple[list[torch.fx.Node], torch.fx.Node, Optional[torch.fx.Node]]:
+def _layer_selections(
+    program: Program, by_fqn: dict[str, str], placeholders: dict[str, torch.fx.Node], layer: ExpertLayer
+) -> tuple[list[torch.fx.Node], torch.fx.Node, Optional[torch.fx.Node]]:
     """Rule 3: the layer's selections, its ids and its hint (one of each)."""
-    by_fqn = {fqn: name for name, fqn in program.constants.items()}
     weights = [by_fqn[w] for w in layer.weights]
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     found, ids, hints = [], set(), set()
     for name in weights:
         for user in placeholders[name].users:
@@ -263,12 +261,14 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
     for _, layer in layers:
         if layer.layout != "stacked":
             raise CacheGraphError(f"{layer.module} holds one module per expert; an expert cache needs stacked weights")
-    selections = [_layer_selections(program, layer) for _, layer in layers]
+    by_fqn = {fqn: name for name, fqn in program.constants.items()}  # parameter FQN → placeholder name
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    selections = [_layer_selections(program, by_fqn, placeholders, layer) for _, layer in layers]
     top_k = int(value_of(selections[0][1]).numel())
     experts = layers[0][1].num_experts
     _check_fits(spec, top_k, experts, len(layers))
     states = _states(layers, spec)
-    buffers = _initial(program, layers, states, spec, experts)
+    buffers = _initial(program, by_fqn, layers, states, spec, experts)
     ep = program.exported
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -276,6 +276,7 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
     specs = list(ep.graph_signature.input_specs)
     first_user = next((i for i, s in enumerate(specs) if s.arg.name in user_inputs), len(specs))
     new_specs: list[InputSpec] = []
+    buffer_nodes: dict[str, torch.fx.Node] = {}  # cache buffer FQN → its placeholder in the new graph
     fake_mode = _fake_mode(program)
     selected = {node for found, _, _ in selections for node in found}
     for node in ep.graph.nodes:
@@ -284,6 +285,7 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
                 name = "b_" + fqn.replace(".", "_")
                 placeholder = graph.placeholder(name)
                 placeholder.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
+                buffer_nodes[fqn] = placeholder
                 new_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(name=placeholder.name), fqn, persistent=True))
         if node in selected and node.target is _aten.index.Tensor:  # rule 3: w[ids] is index_select(w, 0, ids)
             source, (ids,) = node.args[0], node.args[1]
@@ -292,15 +294,13 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
             env[node].meta = dict(node.meta)
         else:
             env[node] = graph.node_copy(node, env.__getitem__)
-    by_fqn = {fqn: name for name, fqn in program.constants.items()}
-    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
     plans, host_ops = [], set()
     for (index, layer), state, (found, ids, hint) in zip(layers, states, selections):
         weights = tuple(by_fqn[w] for w in layer.weights)
         plan = LayerPlan(state, weights, ids.name, hint.name if hint is not None else None)
         if spec.on_miss == "host_compute":
-            slabs = {w: placeholders["b_" + s.replace(".", "_")] for w, s in zip(weights, state.slabs)}
-            plan, host = _host_compute(graph, plan, [env[n] for n in found], slabs, placeholders["b_" + state.slots.replace(".", "_")], layer)
+            slabs = {w: buffer_nodes[s] for w, s in zip(weights, state.slabs)}
+            plan, host = _host_compute(graph, plan, [env[n] for n in found], env[ids], slabs, buffer_nodes[state.slots], layer)
             host_ops |= host
         plans.append(plan)
     graph.lint()
@@ -317,7 +317,7 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
         verifiers=ep.verifiers,  # the program's own IR (in-place ops kept, as captured)
     )
     streamed = tuple(w for _, layer in layers for w in layer.weights) if spec.on_miss == "copy" else ()
-    return CachedProgram(Program(new, program.shape_only), tuple(plans), frozenset(host_ops), top_k, experts, streamed)
+    return CachedProgram(Program(new, program.shape_only), tuple(plans), frozenset(host_ops), streamed)
 
 
 def _check_fits(spec: CacheSpec, top_k: int, experts: int, layers: int) -> None:
@@ -411,7 +411,6 @@ def _row_wise(node: torch.fx.Node, region: set[torch.fx.Node], rows: int) -> boo
         return False
     target = node.target
     tensors = [a for a in node.all_input_nodes if isinstance(value_of(a), torch.Tensor)]
-    aligned = all(a in region or _rows(value_of(a)) == rows or value_of(a).dim() < value_of(node).dim() for a in tensors)
     if target is operator.getitem:
         return node.args[0] in region
     if target in _BATCHED:
@@ -423,11 +422,12 @@ def _row_wise(node: torch.fx.Node, region: set[torch.fx.Node], rows: int) -> boo
         return 0 not in _dims(node, value_of(source).dim())
     if target is _aten.linear.default:  # x @ W^T + b with W, b shared by every row
         return node.args[0] in region and all(a is node.args[0] or a not in region for a in tensors)
-    tags = getattr(target, "tags", ())
-    return torch.Tag.pointwise in tags and aligned
+    if torch.Tag.pointwise not in getattr(target, "tags", ()):
+        return False
+    return all(a in region or _rows(value_of(a)) == rows or value_of(a).dim() < value_of(node).dim() for a in tensors)
 
 
-def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, container: str) -> list[torch.fx.Node]:
+def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, layer: ExpertLayer) -> list[torch.fx.Node]:
     """Rule 5: the row-wise expert region, in graph order, from the selections on."""
     region = set(found)
     order = []
@@ -437,7 +437,7 @@ def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, contai
             continue
         if node.op != "call_function" or not any(a in region for a in node.all_input_nodes):
             continue
-        inside = any(p == container or p.startswith(container + ".") for p in module_paths(node))
+        inside = any(layer.holds(p) for p in module_paths(node))
         if inside and _row_wise(node, region, rows):
             region.add(node)
             order.append(node)
@@ -448,23 +448,22 @@ def _host_compute(
     graph: torch.fx.Graph,
     plan: LayerPlan,
     found: list[torch.fx.Node],
+    ids: torch.fx.Node,
     slabs: dict[str, torch.fx.Node],
     slots: torch.fx.Node,
     layer: ExpertLayer,
 ) -> tuple[LayerPlan, set[str]]:
-    """Rule 5 on one layer: lookup, device region from the cache, host copy, merges."""
-    ids = found[0].args[1] if found[0].target is SELECT_ROWS else found[0].args[2]
-    assert isinstance(ids, torch.fx.Node)
+    """Rule 5 on one layer: lookup, device region from the cache, host copy, merges;
+    ``found`` selects rows ``ids`` of the layer's weights."""
     rows = int(value_of(ids).numel())
-    region = _region(graph, found, rows, layer.module)
+    region = _region(graph, found, rows, layer)
     members = set(region)
     for node in found:
         outside = [u.name for u in node.users if u not in members]
         if outside:
             raise CacheGraphError(f"{layer.module}: the selected expert rows {node.name} are read by {outside}, which "
                                   "are not row-wise: host_compute would have to copy weights to the device")  # fmt: skip
-    first = next(n for n in graph.nodes if n in members)  # the region starts with a selection
-    with graph.inserting_before(first):
+    with graph.inserting_before(region[0]):  # the region, in graph order, starts with a selection
         hits = _call(graph, HITS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_hits")
         positions = _call(graph, POSITIONS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_positions")
     host_of: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -573,12 +572,15 @@ class _Rewriter:
         return node
 
     def last(self, nodes: list[torch.fx.Node]) -> torch.fx.Node:
-        position = {n: i for i, n in enumerate(self.graph.nodes)}
-        return max(nodes, key=position.__getitem__)
+        return self._in_order(nodes)[-1]
 
     def first(self, nodes: list[torch.fx.Node]) -> torch.fx.Node:
-        position = {n: i for i, n in enumerate(self.graph.nodes)}
-        return min(nodes, key=position.__getitem__)
+        return self._in_order(nodes)[0]
+
+    def _in_order(self, nodes: list[torch.fx.Node]) -> list[torch.fx.Node]:
+        """``nodes`` in graph order (the graph changes between calls: positions are read anew)."""
+        wanted = set(nodes)
+        return [n for n in self.graph.nodes if n in wanted]
 
 
 def _nbytes(node: torch.fx.Node) -> int:

@@ -18,7 +18,7 @@ Rules:
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Union
 
 import torch
 
@@ -51,12 +51,17 @@ def layer_index(experts: ExpertMap, position: int) -> int:
 
 def expert_layers(model: Union[torch.nn.Module, Program]) -> tuple[tuple[int, ExpertLayer], ...]:
     """``(index, ExpertLayer)`` for every MoE layer of ``model``, in layer order (rules 1-3)."""
-    found = expert_map(model)
+    return _indexed(expert_map(model))
+
+
+def _indexed(found: ExpertMap) -> tuple[tuple[int, ExpertLayer], ...]:
     return tuple((layer_index(found, i), layer) for i, layer in enumerate(found.layers))
 
 
-def expert_modules(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:
-    """``(index, experts container)`` for every MoE layer of ``model`` (rules 1-3)."""
+def expert_modules(model: torch.nn.Module, found: Optional[ExpertMap] = None) -> list[tuple[int, torch.nn.Module]]:
+    """``(index, experts container)`` for every MoE layer of ``model`` (rules 1-3);
+    ``found``: ``expert_map(model)``, when the caller has it already."""
     if not isinstance(model, torch.nn.Module):
         raise ExpertDiscoveryError(f"expert_modules takes an nn.Module, got {type(model).__name__}")
-    return [(index, model.get_submodule(layer.module)) for index, layer in expert_layers(model)]
+    found = expert_map(model) if found is None else found
+    return [(index, model.get_submodule(layer.module)) for index, layer in _indexed(found)]

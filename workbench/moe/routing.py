@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from ..errors import ArgumentTypeError, WorkbenchError
+from ..experts import ExpertMap, config_ints
 from ..models import MoEConfig, QwenMoEDecoder
 from .experts import expert_map, expert_modules
 
@@ -199,8 +200,10 @@ class RoutingRecorder:
 
     def __init__(self, model: torch.nn.Module, label: Optional[str] = None) -> None:
         self.model = model
-        self.layers = expert_modules(model)  # (layer index, module), in layer order
-        self.top_k, self.num_experts = _routing_shape(model)
+        experts = expert_map(model) if isinstance(model, torch.nn.Module) else None  # else expert_modules refuses it
+        self.layers = expert_modules(model, experts)  # (layer index, module), in layer order
+        assert experts is not None
+        self.top_k, self.num_experts = _routing_shape(model, experts)
         self.label = label or f"recorded from {type(model).__name__}"
         self._seen: dict[int, list[np.ndarray]] = {i: [] for i, _ in self.layers}
         self._hooks: list[Any] = []
@@ -245,18 +248,12 @@ class RoutingRecorder:
         return RoutingTrace(experts, self.num_experts, False, self.label)
 
 
-def _routing_shape(model: torch.nn.Module) -> tuple[int, int]:
+def _routing_shape(model: torch.nn.Module, experts: ExpertMap) -> tuple[int, int]:
     """(k, E): experts per token from the model's config, experts per layer as found."""
-    config = getattr(model, "config", None)
-    k = None
-    for source in (config, getattr(config, "text_config", None)):
-        value = getattr(source, "num_experts_per_tok", None) if source is not None else None
-        if isinstance(value, int) and not isinstance(value, bool):
-            k = value
-            break
+    k = next(config_ints(getattr(model, "config", None), ("num_experts_per_tok",)), None)
     if k is None:
         raise TraceError(f"cannot record routing of {type(model).__name__}: its config gives no num_experts_per_tok")
-    num_experts = expert_map(model).num_experts
+    num_experts = experts.num_experts
     assert num_experts is not None  # expert_map never returns an empty map
     return k, num_experts
 

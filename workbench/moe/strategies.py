@@ -46,7 +46,7 @@ from ..devices import Device
 from ..place import place
 from ..propagate import DeviceGraph, propagate
 from ..schedule import schedule
-from ..strategies import ROUTED_EXPERTS, STRATEGIES, Strategy, StrategyError
+from ..strategies import STRATEGIES, Strategy, StrategyError
 from .cache_graph import CacheGraphError, CacheSpec, cached_program, rewrite_reads
 from .cache_policies import ON_MISS, POLICIES
 from .experts import expert_map
@@ -103,7 +103,8 @@ class ExpertCache(Strategy):
     @property
     def on_miss(self) -> str:
         """What a miss does: ``"copy"`` or ``"host_compute"``."""
-        return "copy" if self.cache is None else self.cache.on_miss
+        assert self.cache is not None  # the factory always sets it
+        return self.cache.on_miss
 
     @property
     def variant(self) -> str:
@@ -182,7 +183,6 @@ def expert_cache(
         f"every op on {dev}; each layer caches {slots_per_layer} expert slabs ({policy}), {missed}{ahead}",
         lambda node: dev,
         skip_copies,
-        stream_constants=(ROUTED_EXPERTS,) if on_miss == "copy" else (),
         device=dev,
         prefetch=prefetch,
         cache=CacheSpec(slots_per_layer, policy, pop, on_miss, prefetch),

@@ -42,12 +42,12 @@ import pandas as pd
 
 from ..capture import Program
 from ..models import MoEConfig, QwenMoEDecoder
-from ..moe.cache_policies import replay, slab_bytes
+from ..moe.cache_policies import replay_all, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..runtime import CostModel
 from .checks import SweepError, check_budgets, check_links
 from .executors import InlineExecutor, pool_size, process_pool
-from .result import SweepResult, best_per_budget
+from .result import WORKER_COLUMNS, SweepResult, best_per_budget
 from .source import ModelSource, ProgramSource, Source
 from .spec import AXES, SpecError, StrategyGrid, StrategySpec, expand
 from .worker import SweepTask, TaskResult, evaluate
@@ -213,13 +213,20 @@ def _expected_hit_rates(
                 raise SweepError("give trace= (a RoutingTrace) to sweep expert caches of a Program")
             trace = synthetic_trace_for(config, 2048, zipf=1.0, reuse=0.3, seed=0)
         slab = slab_bytes(config) if config is not None else 0
+        # on_miss and prefetch leave the hit rate alone: one replay per slot count and pinned
+        # popularity, of all the policies asked for there
+        groups: dict[tuple[int, Any], list[StrategySpec]] = {}
         for s in caches:
             cache = built[s].cache
-            pinned = None if cache.popularity is None else np.asarray(cache.popularity)
-            replayed = replay(trace, cache.policy, cache.slots_per_layer, slab, popularity=pinned).hit_rate()
-            # a trace holds routed experts, not predictions: a prefetching cache is charged the rate without them
-            where = f"{trace.label}; replayed without the prefetch" if cache.prefetch else trace.label
-            out[s] = (round(replayed, 6), where)
+            groups.setdefault((cache.slots_per_layer, cache.popularity), []).append(s)
+        for (slots, popularity), members in groups.items():
+            pinned = None if popularity is None else np.asarray(popularity)
+            policies = [built[s].cache.policy for s in members]
+            rates = {r.policy: r.hit_rate() for r in replay_all(trace, policies, slots, slab, popularity=pinned)}
+            for s in members:
+                # a trace holds routed experts, not predictions: a prefetching cache is charged the rate without them
+                where = f"{trace.label}; replayed without the prefetch" if built[s].cache.prefetch else trace.label
+                out[s] = (round(rates[built[s].cache.policy], 6), where)
     return out
 
 
@@ -242,4 +249,4 @@ def _workers(results: list[TaskResult]) -> pd.DataFrame:
         row["tasks"] += 1
         row["busy_s"] = round(row["busy_s"] + r.seconds, 3)
         row["peak_rss_MiB"] = max(row["peak_rss_MiB"], round(r.peak_rss_bytes / 2**20, 1))
-    return pd.DataFrame(list(rows.values()), columns=["pid", "tasks", "busy_s", "peak_rss_MiB"])
+    return pd.DataFrame(list(rows.values()), columns=list(WORKER_COLUMNS))

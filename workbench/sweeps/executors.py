@@ -15,7 +15,8 @@ import os
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from typing import Any, Callable, Optional
 
-from ..errors import ArgumentValueError
+from ..arguments import describe
+from ..errors import ArgumentTypeError, ArgumentValueError
 
 __all__ = ["InlineExecutor", "pool_size", "process_pool"]
 
@@ -32,14 +33,23 @@ class InlineExecutor(Executor):
         return future
 
 
+def _check_workers(workers: Any) -> Optional[int]:
+    """``workers`` if it is None (one process per CPU) or an integer >= 1."""
+    valid = "a positive integer, or None for one process per CPU"
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
+        raise ArgumentTypeError(f"workers must be {valid}; got {describe(workers)}")
+    if workers is not None and workers < 1:
+        raise ArgumentValueError(f"workers must be {valid}; got {workers}")
+    return workers
+
+
 def pool_size(workers: Optional[int], tasks: int) -> int:
     """Processes of the default pool: ``workers`` (default: one per CPU), never more than
     there are tasks, at least one."""
-    return max(1, min(workers or os.cpu_count() or 1, tasks))
+    return max(1, min(_check_workers(workers) or os.cpu_count() or 1, tasks))
 
 
 def process_pool(workers: Optional[int] = None) -> ProcessPoolExecutor:
     """A pool of ``workers`` processes (default: the CPU count) started with ``spawn``."""
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ArgumentValueError(f"workers must be a positive integer, got {workers!r}")
+    _check_workers(workers)
     return ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn"))

@@ -25,7 +25,7 @@ import pandas as pd
 
 from .checks import SweepError, check_budgets, check_links
 
-__all__ = ["SweepResult", "best_per_budget"]
+__all__ = ["WORKER_COLUMNS", "SweepResult", "best_per_budget"]
 
 _BEST_COLUMNS = (
     "label", "strategy", "line", "device_GiB", "device_bytes", "resident_GiB", "arena_MiB", "host_GiB",
@@ -33,6 +33,8 @@ _BEST_COLUMNS = (
 )  # fmt: skip
 #: Rule 4: what saved points must hold (the columns ``best_per_budget`` reads).
 _POINT_COLUMNS = ("link", *_BEST_COLUMNS)
+#: Rule 3: the columns of ``SweepResult.workers``.
+WORKER_COLUMNS = ("pid", "tasks", "busy_s", "peak_rss_MiB")
 
 
 def best_per_budget(points: pd.DataFrame, budgets_GiB: Sequence[float], links: Sequence[str]) -> pd.DataFrame:
@@ -83,7 +85,7 @@ class SweepResult:
         return cls(
             points=points,
             best=best_per_budget(points, budgets, links),
-            workers=pd.DataFrame(columns=["pid", "tasks", "busy_s", "peak_rss_MiB"]),
+            workers=pd.DataFrame(columns=list(WORKER_COLUMNS)),
             budgets_GiB=budgets,
             links=links,
             source=source,
