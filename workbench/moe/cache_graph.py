@@ -40,7 +40,7 @@ Rules:
      host row for a miss (``hits = expert_cache_hits(ids, slots)``). Propagation moves
      the activations: the region's inputs cross to the host (``d2h``), its outputs back
      (``h2d``); no expert weight crosses for a miss. Every host op of the region carries
-     a ``RowShare`` of ``hits`` (``runtime.node_facts``): a run charges it only the share
+     a ``RowShare`` of ``hits`` (``workbench.node_facts``): a run charges it only the share
      of rows that really missed (a runtime that compacts the missed rows, as Fiddler
      does, computes only those; the static-shape graph computes and discards the rest),
      read from the mask as a reuse copy's hits are; ``estimate`` charges it the

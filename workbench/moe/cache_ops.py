@@ -38,7 +38,7 @@ Rules (the admitting policies of ``cache_policies``, rule 3, step by step):
      written into its expert's slot (a hit or a repeated expert rewrites the bytes the
      slot holds, rule 4), so one implementation runs as the same few kernels on the
      host, the simulated device and a CUDA device. In a graph the admit is a copy-stream
-     op (``workbench.runtime.node_facts``): on a CUDA device it runs on the copy stream
+     op (``workbench.node_facts``): on a CUDA device it runs on the copy stream
      after its inputs (the reads or prefetches that brought the rows), so it never races
      the copies that fill or read the slabs.
   6. ``expert_cache_hits``/``expert_cache_positions`` look ``index`` up in ``slots``
