@@ -11,6 +11,8 @@ from workbench.copy_ops import GATHER_ROUTED, PRESENT_GROUPS, UNIQUE_IDS
 from workbench.expert_ops import Routing, expected_distinct_experts
 from workbench.runtime import stage_inputs, to_host
 
+from conftest import assert_matches_eager
+
 CUDA = Device("cuda", 0)
 FORMS = [("grouped", torch.bfloat16), ("batched", torch.float32), ("batched", torch.bfloat16)]
 
@@ -31,13 +33,14 @@ def _run(dg, inputs):
 @pytest.mark.parametrize("skip", [True, False])
 @pytest.mark.parametrize("form, dtype", FORMS)
 def test_streamed_expert_matmul_equals_eager(form, dtype, skip):
-    """Planned execution on sim and the propagated graph run as plain PyTorch both equal the
-    eager layer exactly (padding groups are empty; repeated rows are taken on the device),
-    with the skip flags on and off."""
+    """Planned execution on sim equals the eager layer (within the suite's tolerance: arena
+    addresses may change a CPU kernel's rounding) and the propagated graph run as plain
+    PyTorch equals it exactly (padding groups are empty; repeated rows are taken on the
+    device), with the skip flags on and off."""
     model, inputs, _prog, dg = _streamed(form, 6, dtype, skip)
     want = model(*inputs)
     _result, got = _run(dg, inputs)
-    assert torch.equal(got, want)
+    assert_matches_eager(got, want)
     assert torch.equal(dg.module()(*inputs), want)
 
 
@@ -86,7 +89,7 @@ def test_one_token_routes_exactly_k_experts():
     """Decode (one token): the slots are k, every one real."""
     model, inputs, _prog, dg = _streamed("batched", 1, torch.float32)
     result, got = _run(dg, inputs)
-    assert torch.equal(got, model(*inputs))
+    assert_matches_eager(got, model(*inputs))
     assert [(r.slots, r.rows) for r in result.routed] == [(2, 2), (2, 2)]
 
 
@@ -122,7 +125,7 @@ def test_grouped_op_on_the_host_is_not_rewritten():
     dg = wb.propagate(wb.place(prog, {}), stream_constants=WEIGHTS)
     assert not dg.copies
     _result, got = _run(dg, inputs)
-    assert torch.equal(got, model(*inputs))
+    assert_matches_eager(got, model(*inputs))
 
 
 class _SharedView(ToyMoE):
@@ -144,7 +147,7 @@ def test_view_read_elsewhere_is_copied_whole_and_the_matmul_still_routed():
     (whole,) = [c for c in dg.copies if c.role is wb.CopyRole.PLAIN]
     assert prog.constants[whole.value] == "experts.down_proj" and "streamed host weight" in whole.reason
     _result, got = _run(dg, inputs)
-    assert torch.equal(got, model(*inputs))
+    assert_matches_eager(got, model(*inputs))
 
 
 def test_routed_copies_survive_a_plan_file(tmp_path):
@@ -157,7 +160,7 @@ def test_routed_copies_survive_a_plan_file(tmp_path):
     loaded = wb.load_plan(path)
     assert loaded.device_graph.copies == dg.copies
     result = wb.run(loaded, *stage_inputs(loaded.device_graph, inputs, "sim"), backend="sim")
-    assert torch.equal(to_host(result.outputs), model(*inputs))
+    assert_matches_eager(result.outputs, model(*inputs))
 
 
 def test_copy_record_json_round_trip_and_old_records():
