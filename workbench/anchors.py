@@ -18,6 +18,11 @@ Rules:
 3. Anchors whose run the built-in model cannot express (other weight formats, a GPU
    without a preset) are listed in ``UNMODELED_ANCHORS`` with the reason, not modeled.
 
+``published_decode_runs`` reads the wider table of published batch-1 decode runs
+(``data/published/decode_anchors.csv``: every regime — all on the GPU, experts computed on
+the host, experts copied in, partial offload — each row with its source and the phrase
+quoted from it), checked on load; sources held back for validation are refused.
+
 What differs between the ExecuTorch runs and the modeled graph, so that a ratio near 1
 is a consistency check, not a proof: ExecuTorch ran 4-bit (HQQ) quantized weights — a
 quarter of the bf16 bytes in the quantized layers — with fused Triton kernels for the
@@ -32,8 +37,10 @@ min_kernel_time``) together with the memory time. The PR does not say which A100
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -45,7 +52,10 @@ from .runtime.cost_model import CostModel
 from .runtime.sim_timing import estimate
 from .strategies import all_on_device
 
-__all__ = ["ANCHORS", "UNMODELED_ANCHORS", "Anchor", "AnchorError", "anchors_table", "full_size_plan"]
+__all__ = [
+    "ANCHORS", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES", "UNMODELED_ANCHORS", "Anchor", "AnchorError",
+    "anchors_table", "full_size_plan", "published_decode_runs", "published_dir",
+]  # fmt: skip
 
 _EXECUTORCH_PR = 'pytorch/executorch pull request "Add CUDA graph capture/replay for qwen 3.5 moe decode method"'
 
@@ -121,3 +131,77 @@ def anchors_table(
             }
         )
     return pd.DataFrame(rows, columns=["anchor", "hardware", "published ms/token", "modeled ms/token", "ratio"])
+
+
+# --- published batch-1 decode runs (the table the capacity answers are checked against) ---
+
+PUBLISHED_REGIMES = ("all_on_gpu", "experts_on_host_compute", "experts_copied", "partial_offload")
+PUBLISHED_COLUMNS = (
+    "id", "regime", "model", "total_params_b", "active_params_b", "weight_format", "bits_per_weight", "runtime",
+    "runtime_version", "gpu", "gpu_count", "cpu", "host_memory", "link", "offload_detail", "context_tokens",
+    "decode_tok_s", "source_url", "source_kind", "source_date", "quote",
+)  # fmt: skip
+# Sources held back to validate predictions independently: no row may come from them.
+RESERVED_SOURCES = (
+    "arxiv.org/abs/2312.17238", "arxiv.org/pdf/2312.17238",  # Eliseev & Mazur, Table 2
+    "efeslab/fiddler",  # the Fiddler README's results figure
+    "llmfit/pull/755", "llmfit/pull/775",
+    "DeepSeek-R1_V3_tutorial",  # the ktransformers tutorial's V0.2 table
+    "tt-inference-server/issues/340",
+)  # fmt: skip
+_MAX_QUOTE_CHARS = 200
+
+
+def published_dir() -> Path:
+    """The folder of published measurements: the repository's ``data/published``."""
+    return Path(__file__).resolve().parents[1] / "data" / "published"
+
+
+def published_decode_runs(path: Optional[Path] = None) -> pd.DataFrame:
+    """Published batch-1 MoE decode runs, one row per published figure, checked:
+
+    1. the columns are exactly ``PUBLISHED_COLUMNS``; ids are unique;
+    2. ``regime`` is one of ``PUBLISHED_REGIMES``; ``decode_tok_s`` is a finite positive number;
+    3. every row names an https source and quotes it (at most 200 characters);
+    4. no row comes from a source in ``RESERVED_SOURCES``.
+
+    ``path`` defaults to ``data/published/decode_anchors.csv``. A file that breaks a rule is
+    refused with an ``AnchorError`` naming the rows and what is valid.
+    """
+    path = Path(path) if path is not None else published_dir() / "decode_anchors.csv"
+    if not path.is_file():  # also refuses a directory or a named pipe (never opened)
+        raise AnchorError(f"{path} is not a regular file; expected the published decode table (a CSV file)")
+    try:
+        table = pd.read_csv(path, dtype={"id": str, "regime": str, "source_url": str, "quote": str})
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise AnchorError(f"{path} is not a readable CSV table: {exc}") from None
+    if tuple(table.columns) != PUBLISHED_COLUMNS:
+        missing = [c for c in PUBLISHED_COLUMNS if c not in table.columns]
+        extra = [c for c in table.columns if c not in PUBLISHED_COLUMNS]
+        raise AnchorError(f"{path}: columns differ from the published table's (missing {missing}, unexpected {extra}); "
+                          f"valid columns, in order: {', '.join(PUBLISHED_COLUMNS)}")
+    problems: list[str] = []
+    dup = table["id"][table["id"].duplicated()].tolist()
+    if dup:
+        problems.append(f"duplicate ids {dup}")
+    bad_regime = table.loc[~table["regime"].isin(PUBLISHED_REGIMES), "id"].tolist()
+    if bad_regime:
+        problems.append(f"rows {bad_regime} have a regime outside {', '.join(PUBLISHED_REGIMES)}")
+    speed = pd.to_numeric(table["decode_tok_s"], errors="coerce")
+    bad_speed = table.loc[~(np.isfinite(speed) & (speed > 0)), "id"].tolist()
+    if bad_speed:
+        problems.append(f"rows {bad_speed} have no finite positive decode_tok_s")
+    url = table["source_url"].fillna("")
+    quote = table["quote"].fillna("")
+    unsourced = table.loc[~url.str.startswith("https://") | (quote.str.strip() == ""), "id"].tolist()
+    if unsourced:
+        problems.append(f"rows {unsourced} lack an https source_url or a quote")
+    long_quote = table.loc[quote.str.len() > _MAX_QUOTE_CHARS, "id"].tolist()
+    if long_quote:
+        problems.append(f"rows {long_quote} quote more than {_MAX_QUOTE_CHARS} characters")
+    reserved = table.loc[url.map(lambda u: any(r.lower() in u.lower() for r in RESERVED_SOURCES)), "id"].tolist()
+    if reserved:
+        problems.append(f"rows {reserved} come from a source reserved for validation ({', '.join(RESERVED_SOURCES)})")
+    if problems:
+        raise AnchorError(f"{path}: " + "; ".join(problems))
+    return table.assign(decode_tok_s=speed.astype(float))

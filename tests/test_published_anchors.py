@@ -1,0 +1,84 @@
+"""The table of published batch-1 decode runs: loaded and checked, never trusted blindly."""
+
+import os
+
+import pandas as pd
+import pytest
+
+from workbench.anchors import (
+    PUBLISHED_COLUMNS,
+    PUBLISHED_REGIMES,
+    RESERVED_SOURCES,
+    AnchorError,
+    published_decode_runs,
+    published_dir,
+)
+
+
+def test_the_shipped_table_covers_every_regime_with_sources():
+    """At least 16 runs, at least 4 per regime, each with an https source, a quote and a
+    positive decode speed; none from a source reserved for validation."""
+    runs = published_decode_runs()
+    assert len(runs) >= 16
+    counts = runs["regime"].value_counts()
+    assert all(counts.get(r, 0) >= 4 for r in PUBLISHED_REGIMES), counts.to_dict()
+    assert runs["source_url"].str.startswith("https://").all() and (runs["decode_tok_s"] > 0).all()
+    assert not any(r.lower() in u.lower() for u in runs["source_url"] for r in RESERVED_SOURCES)
+
+
+def _write(tmp_path, rows):
+    path = tmp_path / "runs.csv"
+    pd.DataFrame(rows, columns=list(PUBLISHED_COLUMNS)).to_csv(path, index=False)
+    return path
+
+
+def _row(**changes):
+    row = dict.fromkeys(PUBLISHED_COLUMNS, "")
+    row.update(id="a", regime="all_on_gpu", decode_tok_s=10.0, source_url="https://example.org/run",
+               quote="10 tok/s")
+    row.update(changes)
+    return row
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"regime": "on_the_moon"}, r"regime outside all_on_gpu"),
+        ({"decode_tok_s": -3}, r"no finite positive decode_tok_s"),
+        ({"decode_tok_s": "fast"}, r"no finite positive decode_tok_s"),
+        ({"source_url": "http://example.org"}, r"lack an https source_url or a quote"),
+        ({"quote": ""}, r"lack an https source_url or a quote"),
+        ({"quote": "x" * 201}, r"more than 200 characters"),
+        ({"source_url": "https://github.com/tenstorrent/tt-inference-server/issues/340"}, r"reserved for validation"),
+        ({"source_url": "https://arxiv.org/abs/2312.17238"}, r"reserved for validation"),
+    ],
+)
+def test_a_bad_row_is_refused_by_name(tmp_path, changes, message):
+    """Each broken rule is refused with an AnchorError naming the row and what is valid."""
+    path = _write(tmp_path, [_row(**changes), _row(id="b")])
+    with pytest.raises(AnchorError, match=message) as info:
+        published_decode_runs(path)
+    assert "['a']" in str(info.value)
+
+
+def test_a_good_row_loads_and_a_duplicate_id_does_not(tmp_path):
+    """A valid one-row file loads with a float speed; two rows with one id are refused."""
+    assert published_decode_runs(_write(tmp_path, [_row()]))["decode_tok_s"].tolist() == [10.0]
+    with pytest.raises(AnchorError, match=r"duplicate ids \['a'\]"):
+        published_decode_runs(_write(tmp_path, [_row(), _row()]))
+
+
+def test_wrong_columns_and_non_files_are_refused(tmp_path):
+    """Missing columns are named; a directory or a named pipe is refused without being
+    opened (a pipe would block a reader forever)."""
+    path = tmp_path / "short.csv"
+    pd.DataFrame([{"id": "a", "regime": "all_on_gpu"}]).to_csv(path, index=False)
+    with pytest.raises(AnchorError, match=r"missing \[.*'decode_tok_s'"):
+        published_decode_runs(path)
+    with pytest.raises(AnchorError, match="not a regular file"):
+        published_decode_runs(tmp_path)
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(AnchorError, match="not a regular file"):
+        published_decode_runs(fifo)
+    assert published_dir().name == "published"
