@@ -22,7 +22,7 @@ from typing import Iterator, Union
 
 from .errors import WorkbenchError
 
-__all__ = ["FileWriteError", "atomic_path", "check_writable_target"]
+__all__ = ["FileWriteError", "atomic_path", "check_writable_target", "write_text"]
 
 
 class FileWriteError(WorkbenchError, OSError):
@@ -57,3 +57,10 @@ def atomic_path(path: Union[str, Path], what: str = "a file") -> Iterator[Path]:
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
+
+
+def write_text(path: Union[str, Path], text: str, what: str = "a file") -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; returns the path as a ``Path``."""
+    with atomic_path(path, what) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)

@@ -18,7 +18,6 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import operator
 from pathlib import Path
 from typing import Union
@@ -26,6 +25,7 @@ from typing import Union
 import torch
 
 from ..capture import Program
+from ..file_reading import parse_json
 from ..json_fields import JsonFieldError, JsonObject
 from ..place import Placement
 from ..propagate import DeviceGraph
@@ -38,9 +38,10 @@ __all__ = ["load_plan"]
 
 
 def _document(path: Union[str, Path], data: bytes) -> JsonObject:
+    value = parse_json(data, f"{path} is corrupt: {PLAN_MEMBER}", PlanFileError)
     try:
-        return JsonObject(json.loads(data), "")
-    except (json.JSONDecodeError, UnicodeDecodeError, JsonFieldError) as exc:
+        return JsonObject(value, "")
+    except JsonFieldError as exc:
         raise PlanFileError(f"{path} is corrupt: {PLAN_MEMBER} is not a JSON object ({exc})") from None
 
 
