@@ -229,3 +229,19 @@ def test_full_disk_leaves_the_old_file_whole(kind, name, tmp_path):
     assert "REFUSED" in done.stdout
     assert target.read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_save(tmp_path):
+    """A temporary file left by a writer killed mid-save (its process is gone) is removed
+    by the next complete save of the same target; one of a live writer is kept."""
+    trace = synthetic_trace(10, 2, 8, 2, seed=0)
+    target = tmp_path / "t.npz"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / f".t.npz.{int(dead.stdout)}-0123456789ab.tmp.npz"
+    live = tmp_path / f".t.npz.{os.getpid()}-ba9876543210.tmp.npz"
+    orphan.write_bytes(b"half")
+    live.write_bytes(b"in progress")
+    trace.save(target)
+    assert not orphan.exists()
+    assert live.exists()
+    assert RoutingTrace.load(target).experts.tolist() == trace.experts.tolist()

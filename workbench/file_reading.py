@@ -86,7 +86,7 @@ def parse_json(data: Union[bytes, str], what: str, error: type[Exception]) -> An
         text = data.decode("utf-8") if isinstance(data, bytes) else data
         return json.loads(text)
     except UnicodeDecodeError:
-        raise error(f"{what} is not text (not UTF-8); it must hold JSON") from None
+        raise error(f"{what} is not a text file (not UTF-8); it must hold JSON") from None
     except json.JSONDecodeError as exc:
         raise error(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:
