@@ -312,7 +312,7 @@ def _done_points(path: Optional[Path], links: tuple[str, ...]) -> dict[str, list
     from .result import read_points  # the CSV reader checks the file and its columns
 
     points = read_points(path)
-    rows = points.to_dict("records")
+    rows = [_as_evaluated(row) for row in points.to_dict("records")]
     by_label: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_label.setdefault(row["label"], []).append(row)
@@ -321,6 +321,17 @@ def _done_points(path: Optional[Path], links: tuple[str, ...]) -> dict[str, list
         for label, found in by_label.items()
         if set(links) <= {r["link"] for r in found}
     }
+
+
+def _as_evaluated(row: dict[str, Any]) -> dict[str, Any]:
+    """A row read back from CSV as ``evaluate`` made it: no empty parameters of other
+    strategies, no rate as None, no rate source as ""."""
+    out = {k: v for k, v in row.items() if not (k.startswith("param.") and pd.isna(v))}
+    if pd.isna(out.get("expected_hit_rate")):
+        out["expected_hit_rate"] = None
+    if pd.isna(out.get("hit_rate_source")):
+        out["hit_rate_source"] = ""
+    return out
 
 
 class _PointWriter:
