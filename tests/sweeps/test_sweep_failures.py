@@ -143,3 +143,39 @@ def test_budgets_beyond_any_device_are_refused_before_the_work(budget):
     up front."""
     with pytest.raises(SweepError, match="budgets"):
         sweep(TINY, (1.0, budget), LINKS, GRID, InlineExecutor())
+
+
+def test_a_capture_that_lifts_a_traced_value_as_a_fake_constant_is_made_again(monkeypatch):
+    """The Dask workers' intermittent failure: a shape-only capture raising the
+    fake-constant ``lifted_tensor_0`` error is made again (the capture is deterministic)
+    and the sweep's program is the real one; any other capture error is raised at once."""
+    from workbench.capture import CaptureError
+    from workbench.sweeps import ModelSource, source
+
+    real = source.capture
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise CaptureError(
+                "torch.export could not capture QwenMoEDecoder: AssertionError: Found a fake tensor in the "
+                "exported program constant's list: lifted_tensor_0"
+            )
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(source, "capture", flaky)
+    monkeypatch.setattr(source, "_CACHE", {})
+    program = ModelSource(TINY).program(False)
+    assert len(calls) == 2 and program.shape_only and program.num_ops() > 0
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise CaptureError("torch.export could not capture QwenMoEDecoder: some other error")
+
+    calls.clear()
+    monkeypatch.setattr(source, "capture", broken)
+    monkeypatch.setattr(source, "_CACHE", {})
+    with pytest.raises(CaptureError, match="some other error"):
+        ModelSource(TINY).program(False)
+    assert len(calls) == 1
