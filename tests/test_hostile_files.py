@@ -245,3 +245,25 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_save(tmp_path):
     assert not orphan.exists()
     assert live.exists()
     assert RoutingTrace.load(target).experts.tolist() == trace.experts.tolist()
+
+
+def test_an_arena_no_machine_holds_is_a_clear_error():
+    """A 2 TiB simulated block is refused with AllocatorOutOfMemory (a WorkbenchError), not
+    the allocator's raw RuntimeError."""
+    from workbench.runtime.allocators import AllocatorOutOfMemory, SimDeviceAllocator
+
+    with pytest.raises(AllocatorOutOfMemory, match="cannot allocate"):
+        SimDeviceAllocator().allocate(2 * 2**40)
+
+
+def test_ctrl_c_in_the_cli_is_one_line(monkeypatch, capsys):
+    """Ctrl-C during a command prints one line and exits 130, with no traceback."""
+    from workbench import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_propagate", interrupted)
+    assert cli.main(["propagate"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().endswith("interrupted") and "Traceback" not in err and len(err.strip().splitlines()) == 1
