@@ -267,3 +267,32 @@ def test_ctrl_c_in_the_cli_is_one_line(monkeypatch, capsys):
     assert cli.main(["propagate"]) == 130
     err = capsys.readouterr().err
     assert err.strip().endswith("interrupted") and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+DEEP = "[" * 200_000 + "]" * 200_000
+
+
+@pytest.mark.parametrize("kind", ["cost model", "model config"])
+def test_deeply_nested_or_binary_json_is_the_readers_error(kind, tmp_path):
+    """JSON nested past the parser's recursion limit, and bytes that are not UTF-8, are the
+    reader's own error (RecursionError and UnicodeDecodeError used to escape)."""
+    reader, error = READERS[kind]
+    deep = tmp_path / "deep.json"
+    deep.write_text(DEEP)
+    with pytest.raises(error, match="deep"):
+        reader(deep)
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(bytes(range(256)))
+    with pytest.raises(error, match="not a text file|not text"):
+        reader(binary)
+
+
+def test_cli_config_nested_too_deeply_is_a_usage_error(tmp_path, capsys):
+    """``--config`` of deeply nested JSON is the one-line usage error, exit status 2."""
+    from workbench import cli
+
+    deep = tmp_path / "deep.json"
+    deep.write_text(DEEP)
+    assert cli.main(["walkthrough", "--config", str(deep), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

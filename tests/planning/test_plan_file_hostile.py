@@ -165,3 +165,55 @@ def test_unmodified_plan_still_loads(saved, tmp_path):
     """The checks refuse nothing a plan file written by ``MemoryPlan.save`` holds."""
     path = _plant(saved, tmp_path / "good.wbplan", saved["program.pt2"])
     assert wb.load_plan(path).steps
+
+
+def test_a_decompression_bomb_member_is_refused_while_inflating(saved, tmp_path):
+    """A member that inflates to 128 MiB from a file of a few hundred KiB is refused once it
+    passes the cap (the inflated size is counted, not the declared one)."""
+    bomb = b" " * (128 << 20)
+    path = tmp_path / "bomb.wbplan"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in saved.items():
+            archive.writestr(name, bomb if name == "plan.json" else data)
+    assert path.stat().st_size < 2 << 20
+    with pytest.raises(wb.PlanFileError, match="inflates to more than"):
+        wb.load_plan(path)
+
+
+def test_flipped_bytes_are_plan_file_errors(saved, tmp_path):
+    """Flipping any one byte of a saved plan gives a PlanFileError or a plan that loads;
+    never a raw zlib, zip or other error."""
+    good = tmp_path / "good.wbplan"
+    with zipfile.ZipFile(good, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in saved.items():
+            archive.writestr(name, data)
+    data = good.read_bytes()
+    others = []
+    for i in range(0, len(data), max(1, len(data) // 150)):
+        damaged = bytearray(data)
+        damaged[i] ^= 0x55
+        path = tmp_path / "flipped.wbplan"
+        path.write_bytes(bytes(damaged))
+        try:
+            wb.load_plan(path)
+        except wb.PlanFileError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            others.append((i, type(exc).__name__, str(exc)[:80]))
+    assert not others, others[:5]
+
+
+def test_guard_code_is_refused(saved, tmp_path):
+    """Guard code in a saved program is Python that ``ExportedProgram.module()`` executes;
+    a plan file holding any is refused (the workbench's captures leave it empty)."""
+
+    def replace(name, data):
+        if name.endswith("models/model.json"):
+            document = json.loads(data)
+            document["guards_code"] = ["__import__('os').system('true') == 0"]
+            return json.dumps(document).encode()
+        return data
+
+    path = _plant(saved, tmp_path / "evil.wbplan", _rewrite_program(saved["program.pt2"], replace))
+    with pytest.raises(wb.PlanFileError, match="guard code"):
+        wb.load_plan(path)

@@ -3,8 +3,9 @@
 ``torch.export.load`` trusts its input: it unpickles sample inputs (retrying with the
 unrestricted unpickler when the restricted one refuses), pickled weights and constants,
 and custom objects; it hands size expressions to ``sympy.sympify`` (``eval``); it
-resolves a node's target to any attribute of ``torch``; and it loads compiled
-(AOTInductor) libraries. A plan file comes from anywhere, so before the archive reaches
+resolves a node's target to any attribute of ``torch``; it keeps guard code that
+``ExportedProgram.module()`` later ``exec``s; and it loads compiled (AOTInductor)
+libraries. A plan file comes from anywhere, so before the archive reaches
 ``torch.export.load`` it is read with the same reader torch uses and checked:
 
 1. Members torch would execute are refused: compiled artefacts (``data/aotinductor/``),
@@ -16,7 +17,8 @@ resolves a node's target to any attribute of ``torch``; and it loads compiled
 3. Every size expression (``expr_str``) is tokenised and may hold only numbers,
    identifier-like string literals (symbol names), arithmetic and comparison operators
    and names from a fixed list of sympy constructors and assumptions: no attribute
-   access, no subscripts, no other names.
+   access, no subscripts, no other names. Guard code (``guards_code``, Python that
+   ``module()`` would ``exec``) must be empty, as the workbench's captures leave it.
 4. After loading, every ``call_function`` node's target must be an operator
    (``OpOverload``, a higher-order operator), a function of ``operator`` or ``math``, or a
    ``torch.sym_*`` function; anything else is refused before the graph could run.
@@ -147,6 +149,8 @@ def _check_archive(data: bytes, what: str) -> None:
             raise PlanFileError(f"{what} is corrupt: {prefix}{model}{suffix} is not JSON ({type(exc).__name__})") from None
         for text in _expr_strings(graph):
             _check_expression(text, what)
+        if isinstance(graph, dict) and graph.get("guards_code"):
+            raise _refuse(what, "it holds guard code, which torch would execute")
 
 
 _ALLOWED_MODULES = frozenset({"_operator", "operator", "math"})
