@@ -2,27 +2,31 @@
 
 Rules:
 1. Content goes to a temporary file next to the target (same folder, so the final
-   rename never crosses file systems), named ``.<target name>.<random>.tmp<suffix>`` —
-   the target's suffix last, so writers that choose a format by suffix (matplotlib) see
-   the right one.
+   rename never crosses file systems), named ``.<target name>.<pid>-<random>.tmp<suffix>``
+   — the target's suffix last, so writers that choose a format by suffix (matplotlib)
+   see the right one.
 2. Only a complete write replaces the target (``os.replace``, atomic on POSIX and
    Windows); on any failure — an exception of the writer, a full disk, an interrupt — the
    temporary file is removed and the target is untouched.
 3. A target that is a directory, or whose folder does not exist, is refused before
    anything is written; a failing write is a ``FileWriteError`` naming the target.
+4. A process killed mid-write (SIGKILL) cannot remove its temporary file; the next
+   complete write of the same target removes the temporary files of writers whose
+   process no longer exists on this machine (a live writer's file is left alone).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Iterator, Union
 
 from .errors import WorkbenchError
 
-__all__ = ["FileWriteError", "atomic_path", "check_writable_target"]
+__all__ = ["FileWriteError", "atomic_path", "check_writable_target", "write_text"]
 
 
 class FileWriteError(WorkbenchError, OSError):
@@ -39,17 +43,39 @@ def check_writable_target(path: Union[str, Path], what: str = "a file") -> Path:
     return target
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+def _remove_orphans(target: Path) -> None:
+    """Rule 4."""
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(\d+)-[0-9a-f]{{12}}\.tmp{re.escape(target.suffix)}$")
+    with contextlib.suppress(OSError):
+        for sibling in target.parent.iterdir():
+            found = pattern.match(sibling.name)
+            if found and not _alive(int(found.group(1))):
+                with contextlib.suppress(OSError):
+                    sibling.unlink()
+
+
 @contextlib.contextmanager
 def atomic_path(path: Union[str, Path], what: str = "a file") -> Iterator[Path]:
     """A temporary path to write ``path``'s new content to; on leaving the block without
     an error it replaces ``path`` (rules 1-3)."""
     target = check_writable_target(path, what)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp{target.suffix}")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp{target.suffix}")
     try:
         yield tmp
         if not tmp.exists():
             raise FileWriteError(f"cannot write {what} to {target}: the writer wrote nothing")
         os.replace(tmp, target)
+        _remove_orphans(target)
     except FileWriteError:
         raise
     except OSError as exc:
@@ -57,3 +83,10 @@ def atomic_path(path: Union[str, Path], what: str = "a file") -> Iterator[Path]:
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
+
+
+def write_text(path: Union[str, Path], text: str, what: str = "a file") -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; returns the path as a ``Path``."""
+    with atomic_path(path, what) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)

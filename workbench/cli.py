@@ -17,7 +17,8 @@ Rules:
 2. The output folder is created only once every argument is good; every file in it is
    written atomically (``atomic_files``): complete, or not there.
 3. An error of the work itself (a ``WorkbenchError``) is one line on stderr and exit
-   status 1; outputs that differ from eager PyTorch also exit 1.
+   status 1; outputs that differ from eager PyTorch also exit 1. Ctrl-C is one line and
+   exit status 130 (the files written so far are whole: every write is atomic).
 """
 
 from __future__ import annotations
@@ -442,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run a command (module rules); the exit status: 0, 1 (the work failed) or 2 (a bad argument)."""
+    """Run a command (module rules); the exit status: 0, 1 (the work failed), 2 (a bad
+    argument) or 130 (interrupted with Ctrl-C: one line, no traceback)."""
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse's own errors: one line, status 2
     prog = f"{parser.prog} {args.command}"
@@ -454,6 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorkbenchError as exc:
         print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # every file is written atomically: nothing half-written stays
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

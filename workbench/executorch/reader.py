@@ -60,13 +60,19 @@ def read_program(program: Any, method: Optional[str] = None, *, host_only: bool 
     """
     et = executorch_api()
     plan = _execution_plan(program, method)
-    buffer_devices = _buffer_devices(et, plan)
-    instructions = [ins.instr_args for chain in plan.chains for ins in chain.instructions]
-    raw_calls = [_raw_call(et, plan, position, args) for position, args in enumerate(instructions)]
-    flow = _Dataflow(et, plan)
-    for raw in raw_calls:
-        flow.add(raw)
-    tensors = flow.tensors(buffer_devices)
+    try:
+        buffer_devices = _buffer_devices(et, plan)
+        instructions = [ins.instr_args for chain in plan.chains for ins in chain.instructions]
+        raw_calls = [_raw_call(et, plan, position, args) for position, args in enumerate(instructions)]
+        flow = _Dataflow(et, plan)
+        for raw in raw_calls:
+            flow.add(raw)
+        tensors = flow.tensors(buffer_devices)
+    except IndexError as exc:  # a damaged file whose indices point past its tables
+        raise ExecuTorchImportError(
+            f"the program is malformed: an index in method {plan.name!r} points past its tables ({exc}); "
+            "the .pte file may be damaged"
+        ) from None
     calls = tuple(
         _call(raw, flow.names[raw.position], reads, writes, tensors) for raw, (reads, writes) in zip(raw_calls, flow.io)
     )

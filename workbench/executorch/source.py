@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from .dependency import executorch_api, quiet_executorch
+from ..file_reading import read_regular_file
 from .errors import ExecuTorchImportTypeError, NotAnExecuTorchProgram
 
 __all__ = [
@@ -54,9 +55,8 @@ def schema_program(source: ProgramSource, config: Optional[Any] = None) -> tuple
         return source, "schema.Program"
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        if not path.is_file():
-            raise NotAnExecuTorchProgram(f"{path}: no such file; give the path of a .pte file written by ExecuTorch")
-        return _deserialize(et, path.read_bytes(), str(path)), str(path)
+        data = read_regular_file(path, ".pte file written by ExecuTorch", NotAnExecuTorchProgram)
+        return _deserialize(et, data, str(path)), str(path)
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _deserialize(et, bytes(source), "the bytes given"), "bytes"
     raise ExecuTorchImportTypeError(

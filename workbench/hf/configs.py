@@ -16,13 +16,13 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import WorkbenchError
+from ..file_reading import parse_json, read_regular_file
 
 __all__ = ["FAMILIES", "Family", "HFError", "config_file", "family", "load_config", "published_config", "tiny_config"]
 
@@ -129,12 +129,9 @@ def load_config(source: Any, **overrides: Any) -> Any:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise HFError(f"config file not found: {path}; give a JSON path or a family name ({', '.join(FAMILIES)})") from None
-    except json.JSONDecodeError as exc:
-        raise HFError(f"config file {path} is not valid JSON: {exc}") from None
+    if not path.exists():
+        raise HFError(f"config file not found: {path}; give a JSON path or a family name ({', '.join(FAMILIES)})")
+    raw = parse_json(read_regular_file(path, "JSON config file", HFError), f"config file {path}", HFError)
     if not isinstance(raw, dict):
         raise HFError(f"config file {path} must hold a JSON object, got {type(raw).__name__}")
     return raw

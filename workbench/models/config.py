@@ -21,7 +21,6 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Any, Mapping
 
 import torch
 from ..errors import WorkbenchError
+from ..file_reading import parse_json, read_regular_file
 
 FULL_CONFIG_FILE = "qwen3_5_moe_35b_a3b.json"
 
@@ -156,16 +156,9 @@ class MoEConfig:
         p = Path(path)
         if p.is_dir():
             raise ConfigError(f"config path {p} is a directory; give the path of a JSON file such as {p / 'config.json'}")
-        try:
-            raw = json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {p}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"config file {p} is not a text file (not UTF-8): give a JSON config file") from None
-        except OSError as e:
-            raise ConfigError(f"config file {p} cannot be read: {e.strerror or e}") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"config file {p} is not valid JSON: {e}") from None
+        if not p.exists():
+            raise ConfigError(f"config file not found: {p}")
+        raw = parse_json(read_regular_file(p, "JSON config file", ConfigError), f"config file {p}", ConfigError)
         try:
             return cls.from_dict(raw)
         except ConfigError as e:

@@ -15,7 +15,7 @@
 
 from .cache_policies import POLICIES, CacheReplay, CachePolicyError, replay, replay_all, slab_bytes
 from .experts import ExpertDiscoveryError, ExpertLayer, expert_layers, expert_modules
-from .routing import RoutingRecorder, RoutingTrace, TraceError, record_decode, synthetic_trace, synthetic_trace_for
+from .routing import RoutingRecorder, RoutingTrace, TraceError, TraceWriteError, record_decode, synthetic_trace, synthetic_trace_for
 
 __all__ = [
     "POLICIES",
@@ -26,6 +26,7 @@ __all__ = [
     "RoutingRecorder",
     "RoutingTrace",
     "TraceError",
+    "TraceWriteError",
     "expert_layers",
     "expert_modules",
     "record_decode",

@@ -27,7 +27,9 @@ Rules:
      ``on_miss="host_compute"`` a ``static_hot`` miss is computed on the host, where its
      weights are, and moves no slab; an ``lru``/``lfu`` miss is computed on the host for
      its token and still admitted, its slab copied into the cache off the critical path
-     (same bytes, later).
+     (same bytes, later). ``slab_bytes`` is at most ``MAX_SLAB_BYTES`` and the trace's
+     whole traffic (every request a miss) must fit in int64: a size no machine could hold
+     is refused up front, never wrapped around.
   6. ``lru``/``lfu`` replay in a compiled loop (numba: one pass per layer, O(1) per
      hit and O(slots) per miss); ``static_hot`` is one vectorised numpy lookup. A plain
      Python implementation of rules 1-5 (the property tests' reference) gives the same
@@ -47,7 +49,7 @@ from ..errors import ArgumentTypeError, WorkbenchError
 from ..models import MoEConfig
 from .routing import RoutingTrace
 
-__all__ = ["LFU_COUNT_WEIGHT", "ON_MISS", "POLICIES", "CachePolicyError", "CacheReplay", "replay", "replay_all", "slab_bytes"]
+__all__ = ["LFU_COUNT_WEIGHT", "MAX_SLAB_BYTES", "ON_MISS", "POLICIES", "CachePolicyError", "CacheReplay", "replay", "replay_all", "slab_bytes"]
 
 #: The cache policies, in table order.
 POLICIES: tuple[str, ...] = ("lru", "lfu", "static_hot")
@@ -61,6 +63,10 @@ LFU_COUNT_WEIGHT = 1 << 32
 
 class CachePolicyError(WorkbenchError, ValueError):
     """An expert-cache setting that cannot work (unknown policy, too few or many slots)."""
+
+
+#: Rule 5: a petabyte per expert, far beyond any accelerator or host memory.
+MAX_SLAB_BYTES = 1 << 50
 
 
 def slab_bytes(config: MoEConfig) -> int:
@@ -198,6 +204,17 @@ def replay_all(
     slots = {p: _check(trace, p, slots_per_layer, on_miss) for p in policies}
     if isinstance(slab_bytes, bool) or not isinstance(slab_bytes, (int, np.integer)) or slab_bytes < 0:
         raise CachePolicyError(f"slab_bytes must be an integer >= 0, got {slab_bytes!r}")
+    if slab_bytes > MAX_SLAB_BYTES:
+        raise CachePolicyError(
+            f"slab_bytes={int(slab_bytes)} is more than any machine holds; one expert's weights are at most "
+            f"{MAX_SLAB_BYTES} bytes (2**50) here"
+        )
+    requests = trace.num_tokens * trace.num_layers * trace.top_k
+    if requests * int(slab_bytes) > np.iinfo(np.int64).max:
+        raise CachePolicyError(
+            f"slab_bytes={int(slab_bytes)} times the trace's {requests} expert requests overflows a 64-bit "
+            "byte count; give a shorter trace or a smaller slab"
+        )
     admitting = [p for p in policies if p in _ADMITTING]
     results: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if admitting:

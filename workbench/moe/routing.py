@@ -23,12 +23,17 @@ Rules:
      in that layer is chosen again with probability ``reuse`` (temporal locality); the
      remaining slots are drawn without replacement from the popularity law among the
      experts not yet chosen (an exponential race). Same arguments, same trace, on every machine.
-  5. ``save`` writes one ``.npz`` (the ids array plus a JSON header); ``load`` checks the
+  5. ``save`` writes one ``.npz`` (the ids array plus a JSON header) atomically (the old
+     file stays whole if the write fails); ``load`` reads only a regular file, checks each
+     array's declared shape and dtype against its bytes before allocating, checks the
      header's format version and re-validates the ids (rule 1).
+  6. ``num_experts`` is at most ``MAX_EXPERTS``, so every id fits the stored dtype and
+     per-expert tables stay allocatable; a larger count is refused, never truncated.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -38,7 +43,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from ..atomic_files import FileWriteError, atomic_path
 from ..errors import ArgumentTypeError, WorkbenchError
+from ..file_reading import open_zip, parse_json, read_regular_file, read_zip_member
 from ..experts import ExpertMap, config_ints
 from ..models import MoEConfig, QwenMoEDecoder
 from .experts import expert_map, expert_modules
@@ -47,21 +54,77 @@ __all__ = [
     "RoutingRecorder",
     "RoutingTrace",
     "TraceError",
+    "TraceWriteError",
     "record_decode",
     "synthetic_trace",
     "synthetic_trace_for",
 ]
 
 FORMAT = "workbench.routing_trace/1"
+#: Rule 6: far above any mixture of experts built (hundreds of experts per layer).
+MAX_EXPERTS = 1 << 20
+#: A trace file's arrays inflate to at most this many bytes (a billion ids of int16).
+_MAX_ARRAY_BYTES = 2 << 30
 
 
 class TraceError(WorkbenchError, ValueError):
     """A routing trace (or the arguments to make one) is malformed."""
 
 
+class TraceWriteError(FileWriteError):
+    """A routing trace that cannot be written where asked (the target is left untouched)."""
+
+
+def _npy_array(data: bytes, name: str, path: Path) -> np.ndarray:
+    """The array a ``.npy`` member holds, its declared shape and dtype checked against its
+    bytes before anything is allocated (rule 5); never unpickles."""
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(stream)
+    except Exception as exc:  # numpy raises ValueError, SyntaxError, TypeError on a bad header
+        raise TraceError(f"{path}: member {name!r} is not a numpy array ({type(exc).__name__}: {exc})") from None
+    if dtype.hasobject or dtype.kind not in "iuU":
+        raise TraceError(f"{path}: member {name!r} holds dtype {dtype}, not integer ids or text")
+    count = 1
+    for size in shape:
+        count *= int(size)
+    body = len(data) - stream.tell()
+    if count * dtype.itemsize != body:
+        raise TraceError(
+            f"{path}: member {name!r} declares shape {tuple(shape)} of {dtype} "
+            f"({count * dtype.itemsize} bytes) but holds {body} bytes"
+        )
+    array = np.frombuffer(data, dtype=dtype, count=count, offset=stream.tell())
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+def _read_trace_arrays(path: Path) -> tuple[np.ndarray, str]:
+    """The ids array and the header text of the trace file at ``path`` (rule 5)."""
+    data = read_regular_file(path, "routing trace file (.npz)", TraceError, max_bytes=_MAX_ARRAY_BYTES)
+    problem = f"{path} is not a routing trace file (not an .npz archive; corrupt or another format)"
+    archive = open_zip(data, problem, TraceError)
+    arrays = {}
+    with archive:
+        for name in ("experts", "header"):
+            try:
+                member = read_zip_member(archive, f"{name}.npy", _MAX_ARRAY_BYTES, str(path), TraceError)
+            except KeyError:
+                raise TraceError(f"{path} is not a routing trace file: it has no {name!r} array") from None
+            arrays[name] = _npy_array(member, name, path)
+    header = arrays["header"]
+    if header.dtype.kind != "U" or header.shape != ():
+        raise TraceError(f"{path}: the header must be one text value, got {header.dtype} of shape {header.shape}")
+    return arrays["experts"], str(header)
+
+
 def _id_dtype(num_experts: int) -> np.dtype:
     """The smallest integer dtype that holds every expert id (small files, fast replay)."""
-    return np.dtype(np.int16) if num_experts <= np.iinfo(np.int16).max else np.dtype(np.int32)
+    for dtype in (np.int16, np.int32, np.int64):
+        if num_experts - 1 <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    raise TraceError(f"num_experts={num_experts} has ids beyond int64")
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,8 +138,8 @@ class RoutingTrace:
 
     def __post_init__(self) -> None:
         e = self.num_experts
-        if isinstance(e, bool) or not isinstance(e, int) or e < 1:
-            raise TraceError(f"num_experts must be a positive integer, got {e!r}")
+        if isinstance(e, bool) or not isinstance(e, int) or not 1 <= e <= MAX_EXPERTS:
+            raise TraceError(f"num_experts must be an integer in [1, {MAX_EXPERTS}], got {e!r}")
         if not isinstance(self.synthetic, bool):
             raise TraceError(f"synthetic must be True or False, got {self.synthetic!r}")
         if not isinstance(self.label, str) or not self.label:
@@ -147,27 +210,27 @@ class RoutingTrace:
         if p.suffix != ".npz":
             raise TraceError(f"a trace file ends in .npz, got {p.name!r}")
         header = {"format": FORMAT, "num_experts": self.num_experts, "synthetic": self.synthetic, "label": self.label}
-        with open(p, "wb") as f:  # a file object: numpy would otherwise append its own suffix
-            np.savez_compressed(f, experts=self.experts, header=np.array(json.dumps(header)))
+        try:
+            with atomic_path(p, "a routing trace") as tmp, open(tmp, "wb") as f:
+                # a file object: numpy would otherwise append its own suffix
+                np.savez_compressed(f, experts=self.experts, header=np.array(json.dumps(header)))
+        except FileWriteError as exc:
+            raise TraceWriteError(str(exc)) from None
         return p
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "RoutingTrace":
         """Read a trace written by ``save`` (rule 5)."""
         p = Path(path)
-        try:
-            with np.load(p, allow_pickle=False) as data:
-                experts = data["experts"]
-                header = json.loads(str(data["header"]))
-        except FileNotFoundError:
-            raise TraceError(f"trace file not found: {p}") from None
-        except (KeyError, ValueError, OSError) as exc:
-            raise TraceError(f"{p} is not a routing trace file ({type(exc).__name__}: {exc})") from None
+        experts, text = _read_trace_arrays(p)
+        header = parse_json(text, f"{p}: the trace header", TraceError)
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             found = header.get("format") if isinstance(header, dict) else header
             raise TraceError(f"{p}: format {found!r} is not {FORMAT!r}")
         try:
             return cls(experts, header["num_experts"], header["synthetic"], header["label"])
+        except (OverflowError, MemoryError) as exc:
+            raise TraceError(f"{p}: a trace of impossible size ({type(exc).__name__})") from None
         except KeyError as exc:
             raise TraceError(f"{p}: header is missing {exc}") from None
         except TraceError as exc:

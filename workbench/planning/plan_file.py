@@ -18,8 +18,6 @@ Rules:
 
 from __future__ import annotations
 
-import io
-import json
 import operator
 from pathlib import Path
 from typing import Union
@@ -27,20 +25,23 @@ from typing import Union
 import torch
 
 from ..capture import Program
+from ..file_reading import parse_json
 from ..json_fields import JsonFieldError, JsonObject
 from ..place import Placement
 from ..propagate import DeviceGraph
 from .archive import PlanFileError, read_archive
 from .memory_plan import PLAN_MEMBER, PROGRAM_MEMBER, PROPAGATED_MEMBER, MemoryPlan, member_hash
 from .plan_checks import plan_problems
+from .program_archive import load_program
 
 __all__ = ["load_plan"]
 
 
 def _document(path: Union[str, Path], data: bytes) -> JsonObject:
+    value = parse_json(data, f"{path} is corrupt: {PLAN_MEMBER}", PlanFileError)
     try:
-        return JsonObject(json.loads(data), "")
-    except (json.JSONDecodeError, UnicodeDecodeError, JsonFieldError) as exc:
+        return JsonObject(value, "")
+    except JsonFieldError as exc:
         raise PlanFileError(f"{path} is corrupt: {PLAN_MEMBER} is not a JSON object ({exc})") from None
 
 
@@ -90,11 +91,8 @@ def load_plan(path: Union[str, Path]) -> MemoryPlan:
     members = read_archive(path, (PROGRAM_MEMBER, PROPAGATED_MEMBER, PLAN_MEMBER))
     document = _document(path, members[PLAN_MEMBER])
     _check_hashes(path, document, members)
-    try:
-        original = torch.export.load(io.BytesIO(members[PROGRAM_MEMBER]))
-        propagated = torch.export.load(io.BytesIO(members[PROPAGATED_MEMBER]))
-    except Exception as exc:  # torch.export.load raises many types on a damaged program
-        raise PlanFileError(f"{path}: the saved programs cannot be loaded: {type(exc).__name__}: {exc}") from None
+    original = load_program(members[PROGRAM_MEMBER], f"{path}: {PROGRAM_MEMBER}")
+    propagated = load_program(members[PROPAGATED_MEMBER], f"{path}: {PROPAGATED_MEMBER}")
     _drop_unused_getitems(original, _saved_names(document, "placement", "op_device"))
     _drop_unused_getitems(propagated, _saved_names(document, "device_graph", "node_device"))
     try:

@@ -50,6 +50,10 @@ class AllocatorArgumentError(WorkbenchError, ValueError):
     """A copy or allocation asked for with an invalid value: out of range, overlapping, not contiguous."""
 
 
+class AllocatorOutOfMemory(AllocatorError):
+    """An allocation larger than the memory behind it can hold."""
+
+
 class DoubleFreeError(AllocatorError):
     """An allocation or buffer was freed a second time."""
 
@@ -365,7 +369,7 @@ class HostAllocator(_HostMemoryAllocator):
         if self.pinned:
             memory = pinned_host_tensor(max(nbytes, 1))
         else:
-            memory = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+            memory = _host_block(nbytes, device, self.kind)
         return memory.data_ptr(), memory
 
     def __repr__(self) -> str:
@@ -383,8 +387,20 @@ class SimDeviceAllocator(_HostMemoryAllocator):
     kind = "sim"
 
     def _allocate(self, nbytes: int, device: Device) -> tuple[int, Any]:
-        memory = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+        memory = _host_block(nbytes, device, self.kind)
         return memory.data_ptr(), memory
+
+
+def _host_block(nbytes: int, device: Device, kind: str) -> torch.Tensor:
+    """``nbytes`` of host memory for a block on ``device``; a size the machine cannot
+    hold is an ``AllocatorOutOfMemory`` naming it, not the allocator's raw error."""
+    try:
+        return torch.empty(max(nbytes, 1), dtype=torch.uint8)
+    except (RuntimeError, MemoryError) as exc:
+        raise AllocatorOutOfMemory(
+            f"cannot allocate {nbytes} bytes ({nbytes / 2**30:.1f} GiB) for a {kind} block on {device}: "
+            f"this machine's memory cannot hold it ({type(exc).__name__}); plan less memory or run fewer devices"
+        ) from None
 
 
 class AllocatorRegistry:

@@ -106,6 +106,7 @@ from ..copy_ops import SELECT_ROWS
 from ..devices import CopyKind, Device, DeviceError, DeviceLike
 from ..errors import WorkbenchError, WorkbenchWarning
 from ..expert_ops import GROUPED_MM_OPS
+from ..file_reading import read_regular_file
 
 DTYPE_CLASSES: tuple[str, ...] = ("fp64", "fp32", "bf16", "fp8")
 LAUNCH_MODES: tuple[str, ...] = ("eager", "graph")
@@ -117,6 +118,10 @@ MEASURED_DIR_ENV = "WORKBENCH_MEASURED_DIR"
 
 class CostModelWarning(WorkbenchWarning):
     """An op's FLOPs could not be counted (rule 3c): it is costed by its bytes alone."""
+
+
+#: A cost model file is a few kilobytes; anything this large is not one.
+_MAX_FILE_BYTES = 16 << 20
 
 
 class CostModelError(WorkbenchError, ValueError):
@@ -389,9 +394,17 @@ class CostModel:
         """The model saved at ``path``: a measured preset (``workbench.calibrate``) or a
         ``to_json()`` file."""
         path = Path(path)
-        if not path.is_file():
-            raise CostModelError(f"no cost model file at {path}")
-        return cls.from_json(path.read_text())
+        data = read_regular_file(path, "cost model file", CostModelError, max_bytes=_MAX_FILE_BYTES)
+        try:
+            return cls.from_json(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise CostModelError(f"cost model file {path} is not text (not UTF-8); it must hold JSON") from None
+        except RecursionError:
+            raise CostModelError(f"cost model file {path} nests JSON too deeply; it is not a cost model") from None
+        except (OverflowError, ValueError, TypeError) as exc:
+            if isinstance(exc, CostModelError):
+                raise
+            raise CostModelError(f"cost model file {path} holds a value out of range ({type(exc).__name__}: {exc})") from None
 
     def with_link(self, link: str) -> "CostModel":
         """This model with another link preset."""

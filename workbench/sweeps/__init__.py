@@ -29,18 +29,29 @@ Rules:
      counts); a prefetching cache is charged the rate without its prefetch (a trace holds
      no predictions). The row says where the rate comes from.
   4. The same arguments give the same ``points`` and ``best`` on every executor.
+  5. A task that fails (it raises, or its worker dies) loses nothing else: the points
+     of the tasks that finished are kept and returned, ``failed`` names each failed
+     point (its label and the error), and a ``SweepWarning`` says the result is
+     partial. With ``out=`` (a ``.csv`` path) the finished points are written there as
+     they finish (each write atomic), and a re-run with the same ``out`` reads them back
+     and runs only the points not yet done.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import Executor
+import warnings
+from concurrent.futures import Executor, as_completed
+from pathlib import Path
+from typing import Union
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
+from ..atomic_files import check_writable_target, write_text
 from ..capture import Program
+from ..errors import WorkbenchWarning
 from ..models import MoEConfig, QwenMoEDecoder
 from ..moe.cache_policies import replay_all, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
@@ -63,6 +74,7 @@ __all__ = [
     "SweepError",
     "SweepResult",
     "SweepTask",
+    "SweepWarning",
     "best_per_budget",
     "cache_grid",
     "default_grid",
@@ -76,6 +88,10 @@ __all__ = [
 DEFAULT_BUDGETS_GIB: tuple[float, ...] = (8, 16, 24, 32, 48, 80)
 #: Host↔device links compared by default (CostModel link presets).
 DEFAULT_LINKS: tuple[str, ...] = ("pcie_gen4", "pcie_gen5", "nvlink_c2c")
+
+
+class SweepWarning(WorkbenchWarning):
+    """A sweep returned without some of its points (rule 5): they are named in ``failed``."""
 
 
 def cache_grid(
@@ -128,6 +144,7 @@ def sweep(
     prefetch_hit_rate: Optional[float] = None,
     trace: Optional[RoutingTrace] = None,
     workers: Optional[int] = None,
+    out: Union[str, Path, None] = None,
 ) -> SweepResult:
     """Sweep strategies × links and pick the best per budget (module rules).
 
@@ -144,6 +161,8 @@ def sweep(
         prefetch_hit_rate: expected prefetch hit rate (rule 3).
         trace: the routing that expert caches are replayed over (rule 3).
         workers: processes of the default pool.
+        out: a ``.csv`` path: finished points are written there as they finish, and
+            points already there are not run again (rule 5).
     """
     start = time.perf_counter()
     source = _source(model)
@@ -162,6 +181,8 @@ def sweep(
         )
     model_costs = cost_model if cost_model is not None else CostModel.preset("h200")
     rates = _expected_hit_rates(specs, built, config, prefetch_hit_rate, trace)
+    out_path = _check_out(out)
+    done = _done_points(out_path, links_t)
     tasks = [
         SweepTask(
             index=i,
@@ -174,23 +195,43 @@ def sweep(
             hit_rate_source=rates[spec][1],
         )
         for i, spec in enumerate(specs)
+        if spec.label not in done
     ]
     if executor is None and isinstance(source, ProgramSource):
         executor = InlineExecutor()
-    if executor is None:
+    saved = [row for spec in specs for row in done.get(spec.label, ())]
+    writer = _PointWriter(out_path, saved)
+    results: list[TaskResult] = []
+    failed: list[tuple[str, str]] = []
+    if tasks and executor is None:
         with process_pool(pool_size(workers, len(tasks))) as pool:
-            results = _run(pool, tasks)
-    else:
-        results = _run(executor, tasks)
-    points = pd.DataFrame([row for r in results for row in r.rows])
+            results, failed = _run(pool, tasks, writer)
+    elif tasks and executor is not None:
+        results, failed = _run(executor, tasks, writer)
+    order = {spec.label: i for i, spec in enumerate(specs)}
+    rows = saved + [row for r in results for row in r.rows]
+    rows.sort(key=lambda row: order[row["label"]])  # rule 1: the order the specs were given
+    points = pd.DataFrame(rows)
+    failures = pd.DataFrame(failed, columns=["label", "error"])
+    if failed:
+        shown = "; ".join(f"{label}: {error}" for label, error in failed[:3])
+        more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+        warnings.warn(
+            SweepWarning(
+                f"{len(failed)} of {len(specs)} sweep points failed ({shown}{more}); the result holds the "
+                f"{len(specs) - len(failed)} that finished" + (f" (also in {out_path}; run again to do the rest)" if out_path else "")
+            ),
+            stacklevel=2,
+        )
     return SweepResult(
         points=points,
-        best=best_per_budget(points, budgets_t, links_t),
+        best=best_per_budget(points if len(points) else _empty(), budgets_t, links_t),
         workers=_workers(results),
         budgets_GiB=budgets_t,
         links=links_t,
         source=source.label,
         seconds=time.perf_counter() - start,
+        failed=failures,
     )
 
 
@@ -236,10 +277,77 @@ def _prefetch_rate(given: Optional[float]) -> tuple[float, str]:
     return 0.0, "assumed 0: every predicted row crosses (pass prefetch_hit_rate=)"
 
 
-def _run(executor: Executor, tasks: list[SweepTask]) -> list[TaskResult]:
-    futures = [executor.submit(evaluate, task) for task in tasks]
-    results = [f.result() for f in futures]
-    return sorted(results, key=lambda r: r.index)
+def _run(executor: Executor, tasks: list[SweepTask], writer: "_PointWriter") -> tuple[list[TaskResult], list[tuple[str, str]]]:
+    """Rule 5: every task's result or its error; finished points are written as they come."""
+    futures = {executor.submit(evaluate, task): task for task in tasks}
+    results: list[TaskResult] = []
+    failed: dict[int, tuple[str, str]] = {}
+    for future in as_completed(futures):
+        task = futures[future]
+        try:
+            result = future.result()
+        except Exception as exc:  # any task error, a dead worker (BrokenProcessPool), a lost Dask worker
+            failed[task.index] = (task.spec.label, f"{type(exc).__name__}: {exc}".strip())
+            continue
+        results.append(result)
+        writer.add(result.rows)
+    return sorted(results, key=lambda r: r.index), [failed[i] for i in sorted(failed)]
+
+
+def _check_out(out: Union[str, Path, None]) -> Optional[Path]:
+    if out is None:
+        return None
+    if not isinstance(out, (str, Path)):
+        raise SweepError(f"out must be a path of a .csv file, got {type(out).__name__}")
+    path = check_writable_target(out, "sweep points")
+    if path.suffix != ".csv":
+        raise SweepError(f"out must be a path of a .csv file, got {path.name!r}")
+    return path
+
+
+def _done_points(path: Optional[Path], links: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
+    """Rule 5: the rows already in ``path``, by spec label, for specs with a row per link."""
+    if path is None or not path.exists():
+        return {}
+    from .result import read_points  # the CSV reader checks the file and its columns
+
+    points = read_points(path)
+    rows = [_as_evaluated(row) for row in points.to_dict("records")]
+    by_label: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_label.setdefault(row["label"], []).append(row)
+    return {
+        label: [r for link in links for r in found if r["link"] == link]
+        for label, found in by_label.items()
+        if set(links) <= {r["link"] for r in found}
+    }
+
+
+def _as_evaluated(row: dict[str, Any]) -> dict[str, Any]:
+    """A row read back from CSV as ``evaluate`` made it: no empty parameters of other
+    strategies, no rate as None, no rate source as ""."""
+    out = {k: v for k, v in row.items() if not (k.startswith("param.") and pd.isna(v))}
+    if pd.isna(out.get("expected_hit_rate")):
+        out["expected_hit_rate"] = None
+    if pd.isna(out.get("hit_rate_source")):
+        out["hit_rate_source"] = ""
+    return out
+
+
+class _PointWriter:
+    """Rule 5: the finished points rewritten atomically to ``path`` after each task."""
+
+    def __init__(self, path: Optional[Path], rows: list[dict[str, Any]]) -> None:
+        self.path, self.rows = path, list(rows)
+
+    def add(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.rows.extend(rows)
+        if self.path is not None:
+            write_text(self.path, pd.DataFrame(self.rows).to_csv(index=False), "sweep points")
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({"link": pd.Series(dtype=object), "device_bytes": pd.Series(dtype=float), "tok/s": pd.Series(dtype=float)})
 
 
 def _workers(results: list[TaskResult]) -> pd.DataFrame:

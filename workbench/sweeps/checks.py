@@ -8,7 +8,11 @@ from typing import Sequence
 from ..errors import WorkbenchError
 from ..runtime import CostModel
 
-__all__ = ["SweepError", "check_budgets", "check_links"]
+__all__ = ["MAX_BUDGET_GIB", "SweepError", "check_budgets", "check_links"]
+
+#: No device holds more (an exbibyte); a larger budget is a typo, and 10**400 would
+#: overflow a float only after the sweep's work.
+MAX_BUDGET_GIB = float(2**30)
 
 
 class SweepError(WorkbenchError, ValueError):
@@ -18,8 +22,8 @@ class SweepError(WorkbenchError, ValueError):
 def check_budgets(budgets: Sequence[float]) -> tuple[float, ...]:
     """The budgets as a tuple: positive numbers of GiB, at least one."""
     out = tuple(budgets)
-    if not out or any(isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 for b in out):
-        raise SweepError(f"budgets must be positive numbers of GiB, got {list(out)}")
+    if not out or any(isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b <= MAX_BUDGET_GIB for b in out):
+        raise SweepError(f"budgets must be positive numbers of GiB up to {MAX_BUDGET_GIB:.0e}, got {list(out)}")
     return out
 
 

@@ -12,20 +12,29 @@ Rules:
      resident memory (MiB) — the figure a cluster's worker memory must cover.
   4. ``SweepResult.from_points`` rebuilds a result from saved points (the CLI's
      ``sweep.csv``): ``best`` is chosen again by rule 2; no workers ran it, so
-     ``workers`` is empty and ``seconds`` 0.
+     ``workers`` is empty and ``seconds`` 0. Saved points are checked first: the
+     columns are there, ``device_bytes`` is a finite number >= 0 and ``tok/s`` a number
+     > 0 (or inf) in every row, so text, a negative size (which would fit any budget), a
+     missing throughput or a half-written row is refused, never ranked.
+  5. ``failed``: one row per point that did not finish (its label and error; ``sweep``
+     rule 5); empty when every point finished.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
 from importlib import import_module
-from typing import Any, Sequence
+from typing import Any, Sequence, Union
 
 import pandas as pd
 
+from ..file_reading import read_regular_file
 from .checks import SweepError, check_budgets, check_links
 
-__all__ = ["WORKER_COLUMNS", "SweepResult", "best_per_budget"]
+__all__ = ["WORKER_COLUMNS", "SweepResult", "best_per_budget", "read_points"]
 
 _BEST_COLUMNS = (
     "label", "strategy", "line", "device_GiB", "device_bytes", "resident_GiB", "arena_MiB", "host_GiB",
@@ -57,6 +66,41 @@ def best_per_budget(points: pd.DataFrame, budgets_GiB: Sequence[float], links: S
     return pd.DataFrame(rows, columns=columns)
 
 
+def _check_points(points: Any) -> None:
+    """Rule 4."""
+    if not isinstance(points, pd.DataFrame):
+        raise SweepError(f"points must be a pandas DataFrame (e.g. pandas.read_csv('sweep.csv')), got {type(points).__name__}")
+    missing = sorted(set(_POINT_COLUMNS) - set(points.columns))
+    if missing:
+        raise SweepError(f"points lack the columns {missing}; give the points a sweep wrote (sweep.csv)")
+    for column, valid, what in (
+        ("device_bytes", lambda v: math.isfinite(v) and v >= 0, "a finite number of bytes >= 0"),
+        ("tok/s", lambda v: v > 0, "a number > 0 (inf for a step that takes no time)"),
+    ):
+        values = pd.to_numeric(points[column], errors="coerce")
+        bad = [i for i, (raw, v) in enumerate(zip(points[column], values)) if isinstance(raw, (bool, str)) or not valid(float(v))]
+        if bad:
+            shown = ", ".join(f"row {i} ({points[column].iloc[i]!r})" for i in bad[:3])
+            raise SweepError(
+                f"points column {column!r} must hold {what} in every row; {len(bad)} do not: {shown}"
+                " (a damaged or half-written points file?)"
+            )
+
+
+def read_points(path: Union[str, Path]) -> pd.DataFrame:
+    """The points saved at ``path`` (a sweep's ``.csv``), checked (rule 4)."""
+    data = read_regular_file(path, "sweep points file (.csv)", SweepError)
+    try:
+        points = pd.read_csv(io.BytesIO(data))
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise SweepError(f"{path} is not a sweep points file ({type(exc).__name__}: {exc})") from None
+    try:
+        _check_points(points)
+    except SweepError as exc:
+        raise SweepError(f"{path}: {exc}") from None
+    return points
+
+
 @dataclass(frozen=True, eq=False)
 class SweepResult:
     """Every point, the best per budget, and what the workers used (module rules)."""
@@ -68,6 +112,7 @@ class SweepResult:
     links: tuple[str, ...]
     source: str  # what was swept, one line
     seconds: float  # wall time of the whole sweep
+    failed: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["label", "error"]))  # rule 5
 
     @classmethod
     def from_points(
@@ -75,9 +120,7 @@ class SweepResult:
     ) -> "SweepResult":
         """Rule 4: the result of saved ``points`` (e.g. ``pandas.read_csv("sweep.csv")``)
         for ``budgets_GiB`` × ``links``; ``source`` says where the points come from."""
-        missing = sorted(set(_POINT_COLUMNS) - set(points.columns))
-        if missing:
-            raise SweepError(f"points lack the columns {missing}; give the points a sweep wrote (sweep.csv)")
+        _check_points(points)
         budgets, links = check_budgets(budgets_GiB), check_links(links)
         absent = sorted(set(links) - set(points["link"]))
         if absent:

@@ -9,6 +9,12 @@ Rules:
   2. ``ProgramSource(program)`` wraps a ``Program`` captured by the caller. It lives in
      the caller's process only (an exported program is not shipped to workers); it has
      no hinted twin, so prefetching strategies need a program captured with hints.
+  3. A shape-only capture whose exported program lists a fake tensor among its constants
+     (``lifted_tensor_N``: a value traced inside ``forward`` lifted as a constant) is not
+     the model's program: it was seen in Dask workers, whose sampling profiler thread
+     holds the capturing thread's frames, about once in 15 captures. The capture is
+     deterministic, so it is made again, at most ``CAPTURE_ATTEMPTS`` times in all; any
+     other capture error, or the same one every time, is raised.
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ from typing import Union
 
 import torch
 
-from ..capture import Program, capture
+from ..capture import CaptureError, Program, capture
 from ..models import MoEConfig, QwenMoEDecoder
 
 __all__ = ["ModelSource", "ProgramSource", "Source"]
 
+CAPTURE_ATTEMPTS = 3
 _CACHE: dict[tuple["ModelSource", bool], Program] = {}
 _LOCK = threading.Lock()
 
@@ -39,16 +46,32 @@ class ModelSource:
         with _LOCK:  # threads of one worker share the capture
             found = _CACHE.get(key)
             if found is None:
-                with torch.device("meta"):  # build only: export must not run under the meta device
-                    model = QwenMoEDecoder(self.config, expert_prefetch=bool(hinted))
-                    inputs = model.example_inputs()
-                found = _CACHE[key] = capture(model, inputs, shape_only=True)
+                found = _CACHE[key] = self._capture(bool(hinted))
         return found
+
+    def _capture(self, hinted: bool) -> Program:
+        """Rule 3."""
+        for attempt in range(CAPTURE_ATTEMPTS):
+            with torch.device("meta"):  # build only: export must not run under the meta device
+                model = QwenMoEDecoder(self.config, expert_prefetch=hinted)
+                inputs = model.example_inputs()
+            try:
+                return capture(model, inputs, shape_only=True)
+            except CaptureError as exc:
+                if not _lifted_fake_constant(exc) or attempt == CAPTURE_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     @property
     def label(self) -> str:
         c = self.config
         return f"QwenMoEDecoder({c.num_hidden_layers} layers, {c.num_experts} experts, {c.dtype})"
+
+
+def _lifted_fake_constant(exc: CaptureError) -> bool:
+    """Rule 3: the capture error of a traced value lifted as a (fake) constant."""
+    text = str(exc)
+    return "lifted_tensor" in text and "fake tensor" in text.lower()
 
 
 @dataclass(frozen=True, eq=False)

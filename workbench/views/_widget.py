@@ -33,6 +33,7 @@ import ipywidgets as widgets
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..atomic_files import atomic_path
 from ._canvas import ViewCanvas
 from ._inputs import ViewOptionError
 
@@ -153,7 +154,9 @@ class FigureView:
         suffix = path.suffix.lower().lstrip(".")
         if suffix not in ("png", "svg", "pdf"):
             raise ViewOptionError(f"cannot save a view as {path.name!r}; use a .png, .svg or .pdf file name")
-        self._draw().savefig(path, format=suffix, dpi=dpi)
+        figure = self._draw()
+        with atomic_path(path, "a figure") as tmp:  # a failed write leaves the old figure whole
+            figure.savefig(tmp, format=suffix, dpi=dpi)
         return path
 
     def spec_html(self) -> str:

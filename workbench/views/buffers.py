@@ -16,6 +16,7 @@ Rules:
 
 from __future__ import annotations
 
+import html
 from typing import Any, Iterable, Optional, Sequence
 
 import ipywidgets as widgets
@@ -146,11 +147,12 @@ class BufferView(FigureView):
 
     def _summary_html(self) -> str:
         parts = [
-            f"{p.device}: arena {format_bytes(p.arena_bytes)} / lower bound {format_bytes(p.lower_bound)}"
+            f"{html.escape(str(p.device))}: arena {format_bytes(p.arena_bytes)} / lower bound {format_bytes(p.lower_bound)}"
             + (f" ({p.arena_bytes / p.lower_bound:.2f}×)" if p.lower_bound else "")
             for p in self.panels
         ]
-        return f"<span class='wb-summary'>algorithm <b>{self.plan.algorithm}</b> · " + " · ".join(parts) + "</span>"
+        algorithm = html.escape(str(self.plan.algorithm))
+        return f"<span class='wb-summary'>algorithm <b>{algorithm}</b> · " + " · ".join(parts) + "</span>"
 
 
 # --- the static figure -----------------------------------------------------------------

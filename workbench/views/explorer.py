@@ -474,7 +474,7 @@ def _status_html(state: ExplorerState) -> str:
     counts, moved = state.copy_counts, state.copy_bytes
     copies = " · ".join(f"{k}: {counts[k]} ({format_bytes(moved[k])})" for k in CopyKind)
     arenas = " · ".join(
-        f"{d}: arena {format_bytes(state.arena_bytes[d])} (lower bound {format_bytes(state.lower_bound.get(d, 0))}), "
+        f"{html.escape(str(d))}: arena {format_bytes(state.arena_bytes[d])} (lower bound {format_bytes(state.lower_bound.get(d, 0))}), "
         f"constants {format_bytes(state.constant_bytes.get(d, 0))}"
         for d in sorted(state.arena_bytes, key=Device.parse)
     )

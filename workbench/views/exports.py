@@ -10,9 +10,10 @@ Rules:
 2. ``to_dot`` writes one DOT node per graph node (ids quoted, so any node name is safe),
    one cluster per delegate, copies drawn as red/orange/brown diamonds labelled with kind
    and bytes, and one edge per (input, user) pair.
-3. Given a ``path``, an exporter writes the file and returns the ``Path`` (a cell that
-   ends with the call shows the path, not the whole trace); without one it returns the
-   data, whose notebook repr is one line.
+3. Given a ``path``, an exporter writes the file atomically (a failed write leaves the
+   old file whole) and returns the ``Path`` (a cell that ends with the call shows the
+   path, not the whole trace); without one it returns the data, whose notebook repr is
+   one line.
 4. The DataFrame helpers return the core's own tables where it has them; ``full_text``
    shows a table with every cell in full (long copy reasons, error messages), wrapped.
 """
@@ -25,6 +26,7 @@ from typing import Any, Union, overload
 
 import pandas as pd
 
+from ..atomic_files import write_text
 from ._inputs import as_graph_and_plan, as_plan, as_timeline
 from ._spec import specs_dataframe
 from ._style import CONSTANT_COLOUR, COPY_COLOURS, copy_label, device_colour
@@ -96,9 +98,7 @@ def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path, None] = None) -
     trace = ChromeTrace(traceEvents=meta + complete, displayTimeUnit=DISPLAY_TIME_UNIT)
     if path is None:
         return trace
-    out = Path(path)
-    out.write_text(json.dumps(trace, indent=1))
-    return out
+    return write_text(path, json.dumps(trace, indent=1), "a Chrome trace")
 
 
 # --- DOT (rule 2) ------------------------------------------------------------------
@@ -128,9 +128,7 @@ def to_dot(dg_or_plan: Any, name: str = "workbench", path: Union[str, Path, None
     text = _dot(dg, name)
     if path is None:
         return text
-    out = Path(path)
-    out.write_text(text)
-    return out
+    return write_text(path, text, "a DOT file")
 
 
 def _dot(dg: Any, name: str) -> str:

@@ -16,6 +16,7 @@ Rules:
 
 from __future__ import annotations
 
+import html
 from typing import Any, Iterable, Optional
 
 import ipywidgets as widgets
@@ -195,8 +196,9 @@ class GraphView(FigureView):
         )
 
     def _summary_html(self) -> str:
-        note = f" · <span style='color:#B00020'>{self.layout.note}</span>" if self.layout.note else ""
-        return f"<span class='wb-summary'>{self._title()}{note}</span>"
+        # group names and the note come from the model's module names: escaped, never markup
+        note = f" · <span style='color:#B00020'>{html.escape(self.layout.note)}</span>" if self.layout.note else ""
+        return f"<span class='wb-summary'>{html.escape(self._title())}{note}</span>"
 
 
 def _count(n: int, noun: str) -> str:

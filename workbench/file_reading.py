@@ -1,0 +1,119 @@
+"""Reading a file the user named as data: only a regular file, never blocking, bounded.
+
+Rules:
+1. The path is opened without blocking (``O_NONBLOCK``) and checked on the open
+   descriptor (``fstat``), so a named pipe, a device, a socket or a directory is refused
+   before anything is read, and a file swapped after a check cannot slip through.
+2. A file larger than ``max_bytes`` is refused before it is read.
+3. A zip member is inflated in chunks and refused once it passes a cap (its declared
+   size is not trusted); a damaged member (bad CRC, broken deflate stream, unknown
+   compression) is the caller's error, not a raw ``zlib.error``.
+4. JSON text is parsed with every failure turned into the caller's error: bad syntax,
+   text that is not UTF-8, and nesting deep enough to exhaust the parser's recursion.
+5. Every failure is raised as the caller's error class (a ``WorkbenchError``), naming the
+   path and what is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import io
+import stat
+import struct
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any, Optional, Union
+
+__all__ = ["open_zip", "parse_json", "read_regular_file", "read_zip_member"]
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_regular_file(
+    path: Union[str, os.PathLike],
+    what: str,
+    error: type[Exception],
+    max_bytes: Optional[int] = None,
+) -> bytes:
+    """The bytes of the regular file at ``path`` (rules 1, 2, 5); ``what`` names the
+    expected content in errors (``"plan file"``)."""
+    source = Path(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(source, flags)
+    except FileNotFoundError:
+        raise error(f"no {what} at {source}: file not found (no such file)") from None
+    except IsADirectoryError:
+        raise error(f"{source} is a directory; give the path of a {what}") from None
+    except OSError as exc:
+        raise error(f"cannot open {source} ({exc.strerror or exc}); give the path of a {what}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{source} is {_kind(info.st_mode)}, not a regular file; give the path of a {what}")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise error(f"{source} is {info.st_size} bytes, more than the {max_bytes} accepted for a {what}")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as stream:
+            fd = -1
+            data = stream.read() if max_bytes is None else stream.read(max_bytes + 1)
+    except OSError as exc:
+        raise error(f"cannot read {source} ({exc.strerror or exc})") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if max_bytes is not None and len(data) > max_bytes:  # grew while being read
+        raise error(f"{source} is more than the {max_bytes} bytes accepted for a {what}")
+    return data
+
+
+def parse_json(data: Union[bytes, str], what: str, error: type[Exception]) -> Any:
+    """The JSON value of ``data`` (rules 4, 5); ``what`` names the source in errors."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return json.loads(text)
+    except UnicodeDecodeError:
+        raise error(f"{what} is not a text file (not UTF-8); it must hold JSON") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise error(f"{what} nests JSON too deeply to be read; it is not a file of this kind") from None
+
+
+def open_zip(data: bytes, problem: str, error: type[Exception]) -> zipfile.ZipFile:
+    """``data`` opened as a zip archive; any damage in its directory (bad magic, truncated,
+    an unsupported version, undecodable names) raises ``error(problem)`` (rules 3, 5)."""
+    try:
+        return zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError, struct.error):
+        raise error(problem) from None
+
+
+def read_zip_member(archive: zipfile.ZipFile, name: str, cap: int, what: str, error: type[Exception]) -> bytes:
+    """Member ``name`` of ``archive``, inflated to at most ``cap`` bytes (rules 3, 5);
+    a missing member raises ``KeyError`` for the caller to word."""
+    try:
+        with archive.open(name) as stream:
+            chunks, total = [], 0
+            while chunk := stream.read(1 << 20):
+                total += len(chunk)
+                if total > cap:
+                    raise error(f"{what} is refused: member {name!r} inflates to more than {cap} bytes")
+                chunks.append(chunk)
+            return b"".join(chunks)
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError, RuntimeError, struct.error) as exc:
+        # a damaged member: bad CRC, truncated, a broken deflate stream, an unknown method or encryption
+        raise error(f"{what} is corrupt: member {name!r} cannot be read ({type(exc).__name__}: {exc})") from None
