@@ -52,8 +52,8 @@ def as_graph_and_plan(obj: Any, what: str = "this view") -> tuple[DeviceGraph, A
     if isinstance(obj, MemoryPlan):
         return graph_of(obj), obj
     raise ViewInputError(
-        f"{what} shows a DeviceGraph (from workbench.propagate), a MemoryPlan (from "
-        f"workbench.plan) or an imported program (from workbench.from_executorch); got {type(obj).__name__}"
+        f"{what} shows a DeviceGraph (from workbench.propagate) or a MemoryPlan (from "
+        f"workbench.plan), or an imported program (from workbench.from_executorch); got {type(obj).__name__}"
     )
 
 
@@ -78,7 +78,7 @@ def as_timeline(obj: Any, what: str = "this view") -> Timeline:
         if isinstance(modeled, Timeline):
             return modeled
     raise ViewInputError(
-        f"{what} shows a Timeline, a run result with a .timeline (from workbench.run) or an "
+        f"{what} shows a Timeline or a run result with a .timeline (from workbench.run), or an "
         f"imported program (from workbench.from_executorch: its modeled call); "
         f"got {type(obj).__name__}"
     )

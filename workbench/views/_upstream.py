@@ -12,7 +12,7 @@ from ..planning.memory_plan import MemoryPlan, plan
 from ..propagate import CopyRecord, DeviceGraph, node_role, propagate
 from ..runtime.executor import RunResult, run
 from ..runtime.tensors import stage_inputs
-from ..runtime.timeline import COMPUTE_EVENT_KINDS, COPY_EVENT_KINDS, EVENT_KINDS, Timeline
+from ..runtime.timeline import COMPUTE_EVENT_KINDS, COPY_EVENT_KINDS, EVENT_KINDS, FLOW_KINDS, Timeline
 from ..units import format_bytes, format_us
 
 
@@ -29,6 +29,7 @@ __all__ = [
     "CopyRecord",
     "DeviceGraph",
     "EVENT_KINDS",
+    "FLOW_KINDS",
     "MemoryPlan",
     "Program",
     "RunResult",
