@@ -57,7 +57,7 @@ def timeline_scene(runs: Sequence[tuple[str, TimelineData]]) -> dict:
     legend = [{"label": f"{k} copy", "fill": COPY_COLOURS[k]} for k in present if k in COPY_EVENT_KINDS]
     legend += [{"label": f"compute on {d}", "fill": device_colour(d)} for d in compute_devices]
     shown_flows = [k for k in FLOW_KINDS if any(kind == k for _l, d in runs for _a, _b, kind in d.flows)]
-    legend += [{"label": FLOW_LABELS[k], "fill": FLOW_COLOURS[k], "shape": "arrow"} for k in shown_flows]
+    legend += [{"label": FLOW_LABELS[k], "fill": FLOW_COLOURS[k], "shape": "line", "stroke": FLOW_COLOURS[k]} for k in shown_flows]
     first_device = compute_devices[0] if compute_devices else "cpu"
     kind_colours = {k: timeline_colour(k, first_device) for k in present}
     t0 = min((d.start_us for _l, d in runs), default=0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..capture import Program, capture
 from ..experts import find_experts
-from ..graph_values import node_nbytes, op_name, packet_name, produces_tensors, value_of
+from ..graph_values import node_nbytes, op_name, packet_name, produces_tensors, reads_metadata_only, value_of
 from ..place import module_paths, place
 from ..planning.algorithms import ALGORITHMS
 from ..planning.memory_plan import MemoryPlan, plan
@@ -48,6 +48,7 @@ __all__ = [
     "plan",
     "produces_tensors",
     "propagate",
+    "reads_metadata_only",
     "run",
     "stage_inputs",
     "value_of",

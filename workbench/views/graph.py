@@ -27,7 +27,7 @@ from matplotlib.path import Path as MplPath
 
 from ._graph_scene import drawn_id, format_copies, graph_scene, group_rows, group_title, own_edges
 from ._inputs import UnknownNameError, as_graph_and_plan
-from ._layout import COLLAPSE_MODES, GraphLayout, graph_layout, natural_key
+from ._layout import COLLAPSE_MODES, GraphLayout, graph_layout, metadata_check, natural_key
 from ._spec import NodeSpec, find_node, node_spec
 from ._widget import NO_CHOICE, FigureView, as_choice, detail, new_figure
 
@@ -179,7 +179,8 @@ class GraphView(FigureView):
         rows = spec.rows()
         shown = self.layout.node_of.get(key)
         if shown is None:
-            rows.append(("shown", "hidden by the device filter"))
+            hidden = metadata_check(find_node(self.graph, key))
+            rows.append(("shown", "not drawn: a metadata-only check (reads no data, produces nothing)" if hidden else "hidden by the device filter"))
         elif shown != key:
             rows.append(("shown", f"inside {shown}"))
         return detail(key, f"{spec.name} ({spec.role})", rows)
@@ -189,6 +190,7 @@ class GraphView(FigureView):
         mode = f", collapsed by {layout.collapse}" if layout.collapse else ""
         opened = f" ({', '.join(layout.expanded)} expanded)" if layout.expanded else ""
         filt = f", devices {', '.join(layout.devices)}" if layout.devices else ""
+        filt += f", {layout.hidden} metadata-only check{'s' if layout.hidden != 1 else ''} not drawn" if layout.hidden else ""
         return (
             f"{layout.graph_nodes} graph nodes as {len(layout.nodes)} drawn{mode}{opened}{filt} · "
             f"{_count(len(self.graph.placement.delegates), 'delegate')} · {format_copies(layout)}"

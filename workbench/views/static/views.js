@@ -957,6 +957,7 @@ class BufferView extends WindowView {
 
 const LANE = 20;
 const TL_LEFT = 128;
+const FLOW_MAX = 400; // more arrows than this in the window: only the selection's are drawn
 
 class TimelineView extends WindowView {
   get kind() { return "timeline"; }
@@ -989,6 +990,19 @@ class TimelineView extends WindowView {
         this.set({ hidden_kinds: (scene.kinds || []).filter((x) => now.has(x)) });
       });
     }
+    if ((scene.runs || []).some((r) => (r.flows || []).length)) {
+      // dependency arrows (a copy → what reads it; a prefetch → the layer it serves)
+      const label = h("label", "wbv-filter wbv-flow-toggle", this.filters);
+      const box = h("input", null, label);
+      box.type = "checkbox";
+      box.checked = this.showFlows !== false;
+      box.dataset.kind = "arrows";
+      h("span", null, label, "arrows");
+      box.addEventListener("change", () => {
+        this.showFlows = box.checked;
+        this.draw();
+      });
+    }
     this.draw();
   }
 
@@ -1006,6 +1020,7 @@ class TimelineView extends WindowView {
     this.byNode = new Map();
     this.byIndex = new Map();
     this.marked = [];
+    this.flowEls = [];
     const hidden = new Set(this.model.get("hidden_kinds") || []);
     const width = Math.max(300, (this.stage.clientWidth || 900) - 4);
     const plotW = width - TL_LEFT - RIGHT;
@@ -1060,6 +1075,7 @@ class TimelineView extends WindowView {
           stext(g, Math.max(px0, TL_LEFT) + 3, laneTop + lane * LANE + 14, label, { class: "wbv-bar-label" });
         }
       }
+      this.drawFlows(g, run, ri, laneTop);
       y = laneTop + run.lanes.length * LANE + 8;
     });
     this.carets = s("g", { class: "wbv-carets" }, this.svg);
@@ -1089,6 +1105,47 @@ class TimelineView extends WindowView {
     };
     this.highlight();
     timing("timeline:draw", t0);
+  }
+
+  // arrows between drawn bars: all of them while few enough to read, else only those of
+  // the selection (drawn by highlight)
+  drawFlows(g, run, ri, laneTop) {
+    const flows = run.flows || [];
+    if (!flows.length || this.showFlows === false) return;
+    if (!this.flowMarkers) this.flowMarkers = {};
+    const defs = this.svg.querySelector("defs");
+    const colours = this.scene.flow_colours || ["#555", "#7b3fa0"];
+    colours.forEach((c, k) => {
+      const id = `${this.uid}-flow-${k}`;
+      const m = s("marker", { id, viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "6", markerHeight: "6", orient: "auto-start-reverse" }, defs);
+      s("path", { d: "M0,0 L10,5 L0,10 z", fill: c }, m);
+    });
+    const layer = s("g", { class: "wbv-flows" }, g);
+    const visible = [];
+    for (const f of flows) {
+      const a = this.byIndex.get(ri + ":" + f[0]);
+      const b = this.byIndex.get(ri + ":" + f[1]);
+      if (a && b) visible.push([f, a, b]);
+    }
+    const all = visible.length <= FLOW_MAX;
+    for (const [f, a, b] of visible) {
+      const x0 = Number(a.el.getAttribute("x")) + Number(a.el.getAttribute("width"));
+      const y0 = laneTop + a.b[0] * LANE + LANE / 2;
+      const x1 = Number(b.el.getAttribute("x"));
+      const y1 = laneTop + b.b[0] * LANE + LANE / 2;
+      const dx = Math.max(12, (x1 - x0) / 2);
+      const el = s("path", {
+        d: `M${x0},${y0} C${x0 + dx},${y0} ${x1 - dx},${y1} ${x1},${y1}`,
+        class: "wbv-flow wbv-flow-" + (this.scene.flow_kinds || [])[f[2]],
+        stroke: colours[f[2]] || "#555",
+        "marker-end": `url(#${this.uid}-flow-${f[2]})`,
+        "data-src": ri + ":" + f[0],
+        "data-dst": ri + ":" + f[1],
+      }, layer);
+      if (!all) el.style.display = "none";
+      this.flowEls.push({ el, a, b, all });
+    }
+    this.root.dataset.flows = String(this.flowEls.filter((x) => x.all).length);
   }
 
   barInfo(ri, i) {
@@ -1158,6 +1215,12 @@ class TimelineView extends WindowView {
       sel.el.classList.remove("wbv-linked");
       sel.el.classList.add("wbv-sel");
       this.marked.push(sel.el);
+    }
+    const marked = new Set(this.marked);
+    for (const f of this.flowEls || []) {
+      const on = marked.has(f.a.el) || marked.has(f.b.el);
+      f.el.classList.toggle("wbv-flow-sel", on);
+      f.el.style.display = on || f.all ? "" : "none";
     }
     // a bar a few pixels wide hides its outline: mark it with a caret above its lane too
     this.carets.replaceChildren();
