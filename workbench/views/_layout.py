@@ -368,7 +368,7 @@ def _unowned(node: torch.fx.Node, constants: set[str], records: Mapping[str, Cop
 
 def _containers(paths: Iterable[str]) -> set[str]:
     """Every module path that holds a layer: ``model`` and ``model.layers`` for ``model.layers.3``."""
-    out = set()
+    out: set[str] = set()
     for path in paths:
         parts = path.split(".")
         out.update(".".join(parts[:i]) for i in range(1, len(parts)))
