@@ -358,6 +358,25 @@ def test_views_build_from_both_paths(source):
 
 @pytest.mark.executorch
 @pytest.mark.slow
+def test_views_take_the_import_itself():
+    """What ``from_executorch`` returns goes straight into every view and ``show``: the
+    graph and buffer views read its memory plan (ExecuTorch's offsets), the timeline its
+    modeled call."""
+    from workbench.views import BufferView, GraphView, TimelineView, show
+
+    imported = from_executorch(lowered("two_devices"))
+    graph = GraphView(imported)
+    assert graph.graph is imported.device_graph and graph.plan is imported.memory_plan
+    assert BufferView(imported).plan is imported.memory_plan
+    timeline = TimelineView(imported)
+    assert len(timeline.data.bars) == len(imported.estimate().timeline)
+    show(imported)  # the three views, linked
+    with pytest.raises(wb.views.ViewInputError, match="from_executorch"):
+        GraphView(imported.program)
+
+
+@pytest.mark.executorch
+@pytest.mark.slow
 def test_buffer_view_builds_from_an_import():
     """BufferView draws ExecuTorch's own offsets (the plan's algorithm is "executorch"), and
     its dropdown re-plans the same tensors with the workbench's algorithms for comparison."""

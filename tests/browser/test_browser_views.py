@@ -298,19 +298,67 @@ def test_views_link_zoom_search_expand_in_jupyterlab(jupyter_lab, tmp_path):
     assert shot.stat().st_size > 10_000
 
 
+# the drawn nodes of the first graph view whose box lies inside its stage (by ``kind``)
+_NODES_IN_STAGE = """
+() => {
+  const view = document.querySelector(".wbv-graph");
+  const stage = view.querySelector(".wbv-stage").getBoundingClientRect();
+  const out = { inside: [], outside: [] };
+  for (const el of view.querySelectorAll(".wbv-nodes .wbv-node")) {
+    const r = el.getBoundingClientRect();
+    const ok = r.left >= stage.left - 1 && r.right <= stage.right + 1 && r.top >= stage.top - 1 && r.bottom <= stage.bottom + 1;
+    (ok ? out.inside : out.outside).push(el.dataset.id);
+  }
+  return out;
+}
+"""
+
+
 @pytest.mark.slow
 def test_full_size_views_render_collapsed_in_jupyterlab(jupyter_lab, tmp_path):
     """The 35B config, shape-only: 40 collapsed layers with their expert gathers drawn
-    outside; a click on a gather highlights its 32 MiB buffer and its copy event."""
+    outside. The graph opens on the first layer's copies (on screen at first paint, named
+    with the layer they serve), "fit" puts every node inside the stage, and the overview
+    outlines what is shown; a click on a gather highlights its 32 MiB buffer and its copy
+    event, and the timeline draws the arrows from that copy to what reads it."""
     shot = _shot_paths(tmp_path, "full")
+    timings: dict[str, object] = {}
     with _lab_page(jupyter_lab, FULL, shot) as page:
         _run_cells(page, 3)
         _wait_for_views(page)
         assert page.locator('.wbv-graph .wbv-node-layer[data-id^="layers."]').count() == 40
+        page.wait_for_function("() => document.querySelector('.wbv-graph').dataset.firstPaintMs", timeout=10_000)
+        timings["first_paint_ms"] = {
+            k: float(page.locator(css).first.get_attribute("data-first-paint-ms") or -1) for k, css in VIEWS.items()
+        }
+        first = page.evaluate(_NODES_IN_STAGE)
+        copies_on_screen = [i for i in first["inside"] if i.endswith("_gather")]
+        assert {"index_select_gather", "index_select_1_gather"} <= set(copies_on_screen), first
+        label = page.locator('.wbv-graph .wbv-node[data-id="index_select_gather"] text').first.text_content()
+        assert label.endswith("→ layers.0"), label
+        assert page.locator(".wbv-graph .wbv-overview .wbv-ov-view").count() == 1
+        page.locator(".wbv-graph").first.screenshot(path=str(shot.with_name(f"{shot.stem}-graph-first-paint.png")))
+        # fit: every node inside the stage
+        page.locator(".wbv-graph .wbv-tools .wbv-button", has_text="fit").click()
+        fitted = page.evaluate(_NODES_IN_STAGE)
+        assert not fitted["outside"] and len(fitted["inside"]) > 200, fitted["outside"][:10]
+        page.locator(".wbv-graph").first.screenshot(path=str(shot.with_name(f"{shot.stem}-graph-fit.png")))
+        # back on the copies through the overview: a click on its first layer
+        box = page.locator(".wbv-graph .wbv-overview svg").bounding_box()
+        page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + 6)
         gather = '.wbv-graph .wbv-node[data-id="index_select_gather"]'
-        ms = page.evaluate(_CLICK_AND_PAINT, gather)
-        assert ms >= 0
+        clicks = [page.evaluate(_CLICK_AND_PAINT, sel) for sel in (gather, '.wbv-graph .wbv-node[data-id="layers.5"]', gather)]
+        assert min(clicks) >= 0, clicks
+        timings["click_to_linked_paint_ms"] = clicks
         page.wait_for_selector('.wbv-buffers .wbv-rect.wbv-sel[data-id="index_select_gather"]', timeout=5_000)
         page.wait_for_selector(".wbv-timeline .wbv-bar.wbv-sel", timeout=5_000)
-        print(f"\nfull size: click → linked highlight painted in {ms:.1f} ms")
+        # the selected copy's arrows to what reads it
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.wbv-timeline .wbv-flow.wbv-flow-sel')].some(e => e.style.display !== 'none')",
+            timeout=5_000,
+        )
+        print(f"\nfull size: first paint {timings['first_paint_ms']} ms; click → linked highlight painted "
+              f"{', '.join(f'{c:.1f}' for c in clicks)} ms")
         _view_shots(page, shot)
+        timings["browser_timing"] = page.evaluate("() => window.wbViewsTiming || []")
+    shot.with_name(f"{shot.stem}-timing.json").write_text(json.dumps(timings, indent=1))

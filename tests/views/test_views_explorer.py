@@ -132,3 +132,21 @@ def test_a_failing_placement_is_shown_and_the_last_state_kept():
     assert "cannot compute this placement" in ex.status.value
     ex.set_group("everything", "cpu")
     assert ex.error is None and ex.state is not before
+
+
+def test_switching_groupings_keeps_the_placement():
+    """Module groups → op groups → module groups: each new group starts where most of its
+    ops were placed, so a placement of every linear on cuda:0 survives both switches (the
+    same copies), instead of every group going back to the host."""
+    model, inputs, prog = captured("residual")
+    ex = PlacementExplorer(prog, inputs, initial={"ups.*": "cuda:0", "downs.*": "cuda:0"})
+    before = ex.state.copy_counts
+    assert sum(before.values()) > 0
+    ex.set_grouping("op")
+    assert ex.assignment()["aten.linear"] == "cuda:0"
+    assert {d for g, d in ex.assignment().items() if g != "aten.linear"} == {"cpu"}
+    assert ex.state.copy_counts == before
+    ex.set_grouping("module")
+    assert ex.assignment()["ups.*"] == ex.assignment()["downs.*"] == "cuda:0"
+    assert ex.state.copy_counts == before
+    assert "max-width:100%" in ex.history_html.value

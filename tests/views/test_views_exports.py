@@ -47,7 +47,8 @@ def test_chrome_trace_validates_against_the_format():
     assert trace["displayTimeUnit"] in ("ms", "ns")
     xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     ms = [e for e in trace["traceEvents"] if e["ph"] == "M"]
-    assert len(xs) + len(ms) == len(trace["traceEvents"])
+    flows = [e for e in trace["traceEvents"] if e["ph"] in ("s", "f")]
+    assert len(xs) + len(ms) + len(flows) == len(trace["traceEvents"])
     for x in xs:
         assert {"name", "cat", "ph", "ts", "dur", "pid", "tid", "args"} <= set(x)
         assert isinstance(x["ts"], float) and isinstance(x["dur"], float) and x["dur"] >= 0
@@ -152,3 +153,32 @@ def test_tokens_per_second_by_link_chart():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["pcie_gen4", "nvlink_c2c"]
     with pytest.raises(ValueError, match="no 'tok/s <link>' columns"):
         link_throughput_figure(table[["strategy"]])
+
+
+def test_chrome_trace_draws_every_flow_between_its_two_slices():
+    """Each of the timeline's flows is one "s" and one "f" event (bp "e") sharing id, name
+    and cat; the "s" lies inside the copy's X slice and the "f" inside the reader's, on
+    their own pid/tid, so Perfetto binds the arrow to those two slices."""
+    tl, trace = _trace()
+    assert tl.flows, "the two-device residual run has copies read by ops"
+    events = json.loads(json.dumps(trace))["traceEvents"]  # what a file holds
+    xs = [e for e in events if e["ph"] == "X"]
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert len(starts) == len(ends) == len(tl.flows)
+    assert set(starts) == set(ends)
+
+    def slice_at(e):
+        hits = [x for x in xs if (x["pid"], x["tid"]) == (e["pid"], e["tid"]) and x["ts"] <= e["ts"] <= x["ts"] + x["dur"]]
+        assert len(hits) == 1, (e, hits)
+        return hits[0]
+
+    for flow_id, s in starts.items():
+        f = ends[flow_id]
+        assert f["bp"] == "e" and (s["name"], s["cat"]) == (f["name"], f["cat"])
+        assert s["cat"] in ("flow:copy", "flow:prefetch")
+        src, dst = slice_at(s), slice_at(f)
+        assert src["cat"] in ("h2d", "d2h", "d2d")
+        assert s["name"] == f"{src['name']} → {dst['name']}"
+    pairs = {(slice_at(starts[i])["name"], slice_at(ends[i])["name"]) for i in starts}
+    assert pairs == {(fl.src.node, fl.dst.node) for fl in tl.flows}

@@ -320,13 +320,15 @@ def test_tiny_moe_layout_collapses_to_its_layers():
     _, _, prog = tiny_moe()
     dg = wb.propagate(wb.place(prog, {"cuda:0": ["aten.linear", "aten.bmm"]}))
     full = graph_layout(dg)
-    assert len(full.nodes) == len(dg.graph.nodes) > 300
+    checks = {n.name for n in dg.graph.nodes if "_assert_tensor_metadata" in str(n.target)}
+    assert full.hidden == len(checks)  # metadata-only asserts are not drawn
+    assert len(full.nodes) == len(dg.graph.nodes) - len(checks) > 300
     layout = graph_layout(dg, collapse="layers")
     groups = [n for n in layout.nodes if n.kind == "layer"]
     assert sorted(n.id for n in groups) == ["layers.0", "layers.1", "layers.2", "layers.3", "norm"]
     assert sum(len(n.members) for n in groups) > 0.8 * len(dg.graph.nodes)
     assert len(layout.nodes) < 60
-    assert set(layout.node_of) == {n.name for n in dg.graph.nodes}
+    assert set(layout.node_of) == {n.name for n in dg.graph.nodes} - checks
     assert sum(n.copies for n in layout.nodes) == len(dg.copies)
     view = GraphView(dg, collapse="layers")
     view.select("linear_3")
@@ -345,3 +347,32 @@ def test_gather_copies_touch_host_and_device():
     dg = expert_streaming().apply(wb.capture(model, model.example_inputs()))
     gathers = [n for n in dg.graph.nodes if n.name.endswith("_gather")]
     assert gathers and all(node_devices(dg, n) == {"cpu", "cuda:0"} for n in gathers)
+
+
+@pytest.mark.slow
+def test_transformers_model_groups_its_top_level_modules_apart_and_hides_asserts():
+    """Collapsed by layers, a transformers decoder's embedding, rotary tables, final norm
+    and the ops of the model itself are separate groups (not one ``model`` box), no group
+    both reads from a layer and feeds one (an arrow running back up), every gather names
+    the layer it serves, and metadata-only asserts are not drawn (their spec says why)."""
+    from workbench import hf
+    from workbench.strategies import expert_streaming
+
+    step = hf.capture_decode(hf.load_model("qwen3_moe"), "static", past=4, max_cache_len=8)
+    dg = expert_streaming().apply(step.program)
+    layout = graph_layout(dg, collapse="layers")
+    groups = {n.id for n in layout.nodes if n.kind == "layer"}
+    layers = {g for g in groups if g.startswith("model.layers.")}
+    assert {"model.rotary_emb", "model.norm"} <= groups - layers
+    assert layout.node_of["embedding"] not in {"model.rotary_emb", "model.norm"}
+    into = {e.dst for e in layout.edges if e.src in layers}
+    out_of = {e.src for e in layout.edges if e.dst in layers}
+    assert not (into & out_of) & (groups - layers), "a group between the layers that loops back"
+    for n in layout.nodes:
+        if n.kind == "copy" and "gather" in n.lines[1]:
+            assert n.lines[0].endswith(tuple(f"→ {g}" for g in layers)), n.lines
+    checks = [n.name for n in dg.graph.nodes if "_assert_tensor_metadata" in str(n.target)]
+    assert checks and layout.hidden == len(checks) and not set(checks) & set(layout.node_of)
+    view = GraphView(dg, collapse="layers")
+    view.select(checks[0])
+    assert "metadata-only check" in view.spec_html()

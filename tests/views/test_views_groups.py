@@ -52,7 +52,7 @@ def test_experts_on_the_host_by_module_group_is_the_experts_on_host_strategy():
 
 
 def test_op_groups_toggle_and_history_of_placements_tried():
-    """The toggle swaps module groups for op groups (all on the host again); every
+    """The toggle swaps module groups for op groups (each where most of its ops were); every
     placement computed is one row of the history, once per distinct setting, with its
     copies, bytes, arenas and modeled time; restore brings a row back."""
     _, inputs, prog = captured("residual")
@@ -76,7 +76,7 @@ def test_op_groups_toggle_and_history_of_placements_tried():
     ex.restore(1)
     assert ex.assignment()["ups.*"] == "cuda:0" and not ex.state.skip_h2d and len(ex.history) == 4
     ex.grouping_toggle.value = "op"
-    assert ex.group_set.kind == "op" and set(ex.assignment().values()) == {"cpu"}
+    assert ex.group_set.kind == "op" and {d for g, d in ex.assignment().items() if g != "aten.linear"} == {"cpu"}
     assert "aten.linear" in ex.group_controls
     with pytest.raises(ValueError, match="other groups"):
         ex.restore(1)

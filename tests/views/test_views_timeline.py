@@ -176,3 +176,72 @@ def test_selecting_an_event_selects_its_node_and_outlines_its_other_events():
     assert view.search("gat") == ["w_gather"]
     with pytest.raises(KeyError, match="no event of node"):
         view.select_node("nope")
+
+
+def test_flows_join_each_copy_to_the_ops_that_read_it():
+    """Every copy node read by an op has a flow from its copy event to that op's event,
+    which starts after the copy ends; no flow starts at anything but a copy, and the
+    view's data carries the same pairs as bar indices."""
+    plan, run = residual_run()
+    tl = run.timeline
+    graph = plan.device_graph.graph
+    users = {n.name: {u.name for u in n.users} for n in graph.nodes}
+    copies = {c.name for c in plan.device_graph.copies}
+    pairs = {(f.src.node, f.dst.node) for f in tl.flows}
+    wanted = {(c, u) for c in copies for u in users[c] if any(e.node == u for e in tl.events)}
+    assert wanted and pairs == wanted
+    assert all(f.kind == "copy" and f.dst.start_us >= f.src.end_us for f in tl.flows)
+    data = timeline_data(run)
+    assert {(data.bars[a].node, data.bars[b].node) for a, b, _k in data.flows} == pairs
+    scene = TimelineView(run)._scene()
+    assert len(scene["runs"][0]["flows"]) == len(tl.flows)
+    assert any("copy → what reads it" in item["label"] for item in scene["legend"])
+
+
+def test_a_flow_must_join_a_copy_to_a_later_event_of_its_timeline():
+    """A flow from a compute event, one whose reader starts before the copy ends, and one
+    to an event not on the timeline are refused with a TimelineError."""
+    from workbench.runtime.timeline import Flow, TimelineError
+
+    copy = Event("h2d", "x_to_cuda0", "cuda:0", "copy", 0.0, 2.0, 64)
+    op = Event("compute", "linear", "cuda:0", "compute", 2.0, 3.0)
+    early = Event("compute", "gelu", "cuda:0", "compute", 1.0, 3.0)
+    assert Timeline([copy, op], [Flow(copy, op)]).flows[0].dst is op
+    with pytest.raises(TimelineError, match="starts at a copy"):
+        Flow(op, copy)
+    with pytest.raises(TimelineError, match="before the copy ends"):
+        Flow(copy, early)
+    with pytest.raises(TimelineError, match="not on this timeline"):
+        Timeline([copy], [Flow(copy, op)])
+    with pytest.raises(TimelineError, match="unknown flow kind"):
+        Flow(copy, op, "push")
+
+
+@pytest.mark.slow
+def test_prefetch_flows_reach_the_layer_they_serve_in_every_decode_step():
+    """With expert prefetch, each prefetch copy has a "prefetch" flow to the reuse copy of
+    the next layer (the layer it serves), which in turn flows to the op reading it; a
+    multi-token decode keeps every step's flows, between that step's events."""
+    import workbench as wb
+    from workbench.models import MoEConfig, QwenMoEDecoder
+    from workbench.moe.decode import decode
+    from workbench.strategies import expert_streaming
+
+    model = QwenMoEDecoder(MoEConfig.tiny(), expert_prefetch=True).eval()
+    dg = expert_streaming(prefetch=True).apply(wb.capture(model, model.example_inputs()))
+    plan = wb.plan(dg)
+    records = {c.name: c for c in dg.copies}
+    one = wb.estimate(plan)
+    prefetch = [f for f in one.flows if f.kind == "prefetch"]
+    assert prefetch and all(f.src.node.endswith("_prefetch") for f in prefetch)
+    for f in prefetch:
+        reuse = records[f.dst.node]
+        assert str(reuse.role) == "reuse" and reuse.prefetch == f.src.node
+        layer = lambda name: dg.program.constants[records[name].value].split(".")[1]  # noqa: E731
+        assert int(layer(f.dst.node)) == int(layer(f.src.node))  # the rows of the layer it serves
+        assert any(g.src is f.dst and g.kind == "copy" for g in one.flows)
+    result = decode(plan, n_tokens=2)
+    per_step = [len(r.timeline.flows) for r in result.steps]
+    assert len(result.timeline.flows) == sum(per_step) and per_step[0] > 0
+    events = set(result.timeline.events)
+    assert all(f.src in events and f.dst in events for f in result.timeline.flows)

@@ -42,6 +42,7 @@ from ..errors import ArgumentTypeError, WorkbenchError
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRole
 from ..runtime import CostModel, Event, RunResult, Timeline, device_of, load, to_device, to_host
+from ..runtime.timeline import Flow
 from .cache_graph import cache_reads
 from .experts import expert_layers
 
@@ -134,8 +135,10 @@ def _hits(plan: MemoryPlan, results: list[RunResult]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "layer", "hits", "rows", "hit_rate"])
 
 
-def _shifted(timeline: Timeline, offset: float) -> list[Event]:
-    return [replace(e, start_us=e.start_us + offset, end_us=e.end_us + offset) for e in timeline]
+def _shifted(timeline: Timeline, offset: float) -> tuple[list[Event], list[Flow]]:
+    """The step's events ``offset`` µs later, and its flows between the moved events."""
+    moved = {e: replace(e, start_us=e.start_us + offset, end_us=e.end_us + offset) for e in timeline}
+    return list(moved.values()), [replace(f, src=moved[f.src], dst=moved[f.dst]) for f in timeline.flows]
 
 
 def decode(
@@ -171,6 +174,7 @@ def decode(
     token = int(first_token)
     fed, results, matches = [], [], []
     events: list[Event] = []
+    flows: list[Flow] = []
     bounds = []
     clock = 0.0
     with load(plan, backend, cost_model) as session:
@@ -186,14 +190,16 @@ def decode(
                     want, *eager_caches = reference(host[0], host[1], *eager_caches)
                 matches.append(bool(torch.allclose(logits.to(want.dtype), want, atol=atol, rtol=atol)))
             span = max((e.end_us for e in res.timeline), default=0.0)  # from the call's start, launches included
-            events += _shifted(res.timeline, clock)
+            step_events, step_flows = _shifted(res.timeline, clock)
+            events += step_events
+            flows += step_flows
             bounds.append((clock, clock + span))
             clock += span
             token = int(logits.reshape(-1, logits.shape[-1])[-1].argmax())
     return DecodeResult(
         tokens=tuple(fed),
         steps=tuple(results),
-        timeline=Timeline(events),
+        timeline=Timeline(events, flows),
         step_bounds_us=tuple(bounds),
         hits=_hits(plan, results),
         link_bytes=tuple(int(sum(r.timeline.bytes_moved()[k] for k in ("h2d", "d2h"))) for r in results),

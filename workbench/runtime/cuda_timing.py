@@ -23,20 +23,32 @@ Rules:
 7. Timing events come from a pool kept by the streams and are reused call after call
    (``finish`` has synchronized, so every event of the call has completed): creating a
    CUDA event is a driver call that would otherwise be paid twice per step.
+8. The timeline carries a flow (``timeline`` rule 4) from each copy to every step that
+   reads it, as the simulator records them.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 import torch
 
 from ..errors import WorkbenchError
 from .steps import HOST_LANE, Lane, Step, event_of
-from .timeline import Event, Timeline
+from .timeline import Event, Flow, Timeline
 
 __all__ = ["ClockError", "CudaClock", "CudaStreams"]
+
+
+def _flows_into(step: Step, event: Event, copies: Mapping[str, tuple[Event, str]]) -> list[Flow]:
+    """Flows from the copies ``step`` reads (``timeline`` rule 4); none where the measured
+    marks put the reader first."""
+    out = []
+    for dep in step.reads:
+        if dep in copies and event.start_us >= copies[dep][0].end_us:
+            out.append(Flow(copies[dep][0], event, copies[dep][1]))
+    return out
 
 
 class ClockError(WorkbenchError, RuntimeError):
@@ -165,6 +177,8 @@ class CudaClock:
         """Wait for the device, then turn the events into a ``Timeline`` (rules 4, 5)."""
         self._streams.synchronize()
         events = []
+        flows: list[Flow] = []
+        copies: dict[str, tuple[Event, str]] = {}  # copy step → its event and the kind of flow from it
         for step, start, end, moved, cost in self._records:
             kind, lane = event_of(step)
             split = self._splits.get(step.name)
@@ -175,11 +189,14 @@ class CudaClock:
                 _, nbytes, flops = cost()
             device, stream = lane
             events.append(Event(kind, step.name, device, stream, t0, max(t0, t1), int(nbytes), int(flops), step.index))
+            flows += _flows_into(step, events[-1], copies)
+            if step.copy is not None:
+                copies[step.name] = (events[-1], "prefetch" if str(step.copy.role) == "prefetch" else "copy")
             if split is not None:
                 _, s1 = self._times(lane, split[0], end)
                 events.append(Event(kind, step.name, device, stream, max(t0, t1), max(t0, t1, s1), split[1], 0, step.index, "slot_copy"))
         self._streams.release(self._taken)  # rule 7: every mark of this call has completed
-        return Timeline(events)
+        return Timeline(events, flows)
 
     def _times(self, lane: Lane, start: Any, end: Any) -> tuple[float, float]:
         """µs since the call began of two marks of ``lane`` (rule 4)."""

@@ -25,7 +25,9 @@ Rules:
    (and per run), each op once (``CostModel`` rule 3c).
 4. Factory ops are costed with ``device="meta"``: costing never allocates memory.
 5. ``SimClock`` places the events through a ``StreamScheduler`` with each step's
-   ``deps``; the same steps and costs give the same timeline on every machine.
+   ``deps``; the same steps and costs give the same timeline on every machine. A step
+   that reads a copy node's value (``Step.reads``) records a flow from that copy (``timeline`` rule 4): "prefetch" from a prefetch copy, else
+   "copy".
 6. Launches (``CostModel`` rule 6). One host thread issues the steps in program order
    and runs the host steps itself; ``SimClock.host_us`` is where it stands. A host step
    starts no earlier than that and moves it to the step's end. Eager: every device
@@ -53,7 +55,7 @@ Rules:
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.fx
@@ -216,6 +218,7 @@ class SimClock:
         self.model = model
         self._scheduler = StreamScheduler()
         self._events: dict[str, Event] = {}
+        self._flow_kind: dict[str, str] = {}  # copy step → the kind of flow from it
         self._host_us = 0.0  # where the host thread stands (rule 6)
         self._graphs: dict[Device, float] = {}  # device → release time of its open captured graph
         self._kernel_lanes: set[Lane] = set()  # lanes that have run a kernel
@@ -248,7 +251,8 @@ class SimClock:
         return released
 
     def _place(
-        self, step: Step, duration: float, deps: list[Event], nbytes: int, flops: int, activity: str
+        self, step: Step, duration: float, deps: list[Event], nbytes: int, flops: int, activity: str,
+        flows_from: Sequence[tuple[Event, str]] = (),
     ) -> Event:
         kind, lane = event_of(step)
         event = self._scheduler.schedule(
@@ -261,7 +265,10 @@ class SimClock:
             flops=flops,
             activity=activity,
             not_before_us=self._release_us(kind, lane, new_step=activity != "slot_copy"),
+            flows_from=flows_from,
         )
+        if step.copy is not None:  # what a flow from it is (timeline rule 4)
+            self._flow_kind[step.name] = "prefetch" if str(step.copy.role) == "prefetch" else "copy"
         if kind == "host":  # the host thread ran it: later launches come after it
             self._host_us = event.end_us
             self._graphs.clear()
@@ -271,7 +278,9 @@ class SimClock:
     def add(self, step: Step, cost: CostFn) -> Event:
         """Schedule ``step`` after its deps and its launch; ``cost()`` gives (µs, bytes, flops)."""
         duration, nbytes, flops = cost()
-        return self._place(step, duration, [self._events[d] for d in step.deps], nbytes, flops, "op")
+        # arrows from every copy it reads, not only the latest per lane it waits for
+        flows = [(self._events[d], self._flow_kind[d]) for d in step.reads if d in self._flow_kind]
+        return self._place(step, duration, [self._events[d] for d in step.deps], nbytes, flops, "op", flows)
 
     def add_slot_copy(self, step: Step, nbytes: int) -> Event:
         """Schedule the copy of ``step``'s result into its slot, right after the op on the

@@ -98,6 +98,7 @@ class Step:
     stream_bytes: Optional[int] = None  # copy-stream ops: bytes moved within device memory (rule 10)
     share: Optional[RowShare] = None  # charged only the rows a mask selects (rule 11)
     row_mask: bool = False  # its value is a mask some step's share is read from (rule 11)
+    reads: tuple[str, ...] = ()  # every event step whose bytes it reads (rule 3, before rule 6 keeps one per lane)
 
     @property
     def gather(self) -> bool:
@@ -286,7 +287,8 @@ class _Analysis:
         # a device-planned input (d2d) is bound from the caller's tensor on its own device
         src, dst = (record.src, record.dst) if record is not None else (device, device)
         lane = _lane(kind, device, src, dst)
-        deps: dict[str, None] = dict.fromkeys(sorted(self._producers_of_inputs(node)))
+        reads = tuple(sorted(self._producers_of_inputs(node)))
+        deps: dict[str, None] = dict.fromkeys(reads)
         reuse: dict[str, None] = {}
         for storage in self._written(node):
             for earlier in self._claim(storage):
@@ -316,6 +318,7 @@ class _Analysis:
             lane=lane,
             deps=self._latest_per_lane(deps),
             reuse_deps=self._latest_per_lane(reuse),
+            reads=reads,
             src=src if record is not None or stream is not None else None,
             dst=dst if record is not None or stream is not None else None,
             pinned=self._pinned(record) if record is not None else True,

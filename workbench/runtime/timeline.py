@@ -9,6 +9,11 @@ events in modeled time the way CUDA streams order work:
    depends on (``deps``), and ``not_before_us`` (when its issuer released it).
 3. Streams are otherwise independent, so a copy on a copy stream overlaps compute on the
    compute stream whenever rule 2 allows.
+4. A ``Flow`` is a dependency worth an arrow: a copy (``src``) and an event that reads
+   what it moved (``dst``). ``kind`` "copy" joins a copy to the op (or copy) that consumes
+   it; "prefetch" joins a prefetch to the copy of the layer it serves, which takes its
+   rows. A timeline's flows join events of that timeline, ``dst`` never starting before
+   ``src`` ends; an item scheduled with ``flows_from`` records them.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ EVENT_KINDS: tuple[str, ...] = COPY_EVENT_KINDS + COMPUTE_EVENT_KINDS
 #: What a compute or host event does: the op itself, or the copy of its result into the
 #: value's planned slot (an op without an ``out=`` variant computes into fresh memory).
 ACTIVITIES: tuple[str, ...] = ("op", "slot_copy")
+#: What a flow (rule 4) joins: a copy to its consumer, or a prefetch to the layer it serves.
+FLOW_KINDS: tuple[str, ...] = ("copy", "prefetch")
 
 
 class TimelineError(WorkbenchError, ValueError):
@@ -73,6 +80,26 @@ class Event:
         return self.nbytes / (self.duration_us * 1e3) if self.duration_us > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class Flow:
+    """Rule 4: ``dst`` reads what copy ``src`` moved (an arrow from one to the other)."""
+
+    src: Event
+    dst: Event
+    kind: str = "copy"  # one of FLOW_KINDS
+
+    def __post_init__(self) -> None:
+        if self.kind not in FLOW_KINDS:
+            raise TimelineError(f"unknown flow kind {self.kind!r}; valid: {', '.join(FLOW_KINDS)}")
+        if self.src.kind not in COPY_EVENT_KINDS:
+            raise TimelineError(f"a flow starts at a copy; {self.src.node!r} is a {self.src.kind} event")
+        if self.dst.start_us < self.src.end_us:
+            raise TimelineError(
+                f"flow {self.src.node!r} → {self.dst.node!r}: the reader starts ({self.dst.start_us} µs) "
+                f"before the copy ends ({self.src.end_us} µs)"
+            )
+
+
 def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     merged: list[list[float]] = []
     for start, end in sorted(i for i in intervals if i[1] > i[0]):
@@ -104,12 +131,21 @@ def _intersection_length(xs: Sequence[tuple[float, float]], ys: Sequence[tuple[f
 class Timeline:
     """The events of one run, sorted by start time (then end, then id)."""
 
-    def __init__(self, events: Iterable[Event] = ()) -> None:
+    def __init__(self, events: Iterable[Event] = (), flows: Iterable[Flow] = ()) -> None:
         events = tuple(events)
         for e in events:
             if not isinstance(e, Event):
                 raise ArgumentTypeError(f"a Timeline holds Events, got {type(e).__name__}")
         self.events: tuple[Event, ...] = tuple(sorted(events, key=lambda e: (e.start_us, e.end_us, e.id)))
+        present = set(events)
+        flows = tuple(flows)
+        for f in flows:
+            if not isinstance(f, Flow):
+                raise ArgumentTypeError(f"a Timeline's flows are Flows, got {type(f).__name__}")
+            if f.src not in present or f.dst not in present:
+                raise TimelineError(f"flow {f.src.node!r} → {f.dst.node!r} joins an event that is not on this timeline")
+        #: rule 4, by the copy's start
+        self.flows: tuple[Flow, ...] = tuple(sorted(flows, key=lambda f: (f.src.start_us, f.dst.start_us)))
 
     def __len__(self) -> int:
         return len(self.events)
@@ -196,6 +232,7 @@ class StreamScheduler:
         self._events: list[Event] = []
         self._by_id: dict[int, Event] = {}
         self._ids = itertools.count()
+        self._flows: list[Flow] = []
 
     def schedule(
         self,
@@ -209,9 +246,11 @@ class StreamScheduler:
         flops: int = 0,
         activity: str = "op",
         not_before_us: float = 0.0,
+        flows_from: Iterable[tuple[EventRef, str]] = (),
     ) -> Event:
         """Add an item; it starts at max(its lane free, end of every dep, ``not_before_us``)
-        and lasts ``duration_us``."""
+        and lasts ``duration_us``. ``flows_from`` lists (copy, flow kind) pairs it reads
+        from (rule 4); each copy should be among ``deps``."""
         if not duration_us >= 0:
             raise TimelineError(f"duration_us must be >= 0, got {duration_us!r}")
         lane = (Device.parse(device), str(stream))
@@ -222,6 +261,7 @@ class StreamScheduler:
         self._free[lane] = event.end_us
         self._events.append(event)
         self._by_id[event.id] = event
+        self._flows += [Flow(self._resolve(ref), event, kind) for ref, kind in flows_from]
         return event
 
     def _resolve(self, dep: EventRef) -> Event:
@@ -245,4 +285,4 @@ class StreamScheduler:
         return tuple(self._events)
 
     def timeline(self) -> Timeline:
-        return Timeline(self._events)
+        return Timeline(self._events, self._flows)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import matplotlib
-
-matplotlib.use("Agg", force=False)  # a figure function: no display needed
-import matplotlib.pyplot as plt  # noqa: E402
+# pyplot under whatever backend the caller chose (inline in a notebook, Agg in a script
+# without a display): a library never switches it, or the caller's figures stop showing
+import matplotlib.pyplot as plt
 
 __all__ = ["pareto_figure"]
 

@@ -12,8 +12,12 @@ interactive widget (zoom, pan, hover, click to select, search):
 ``show(graph, buffers, timeline)`` displays several views from one cell and links their
 selection: a click on a node highlights its buffer and its events (``link`` links
 without displaying). Every view gives ``.figure()`` (a matplotlib Figure) and
-``.save(path)``, and displays as the live widget with a PNG fallback. Exports:
-``to_chrome_trace`` (Perfetto), ``to_dot`` (Graphviz) and DataFrame tables.
+``.save(path)``, and displays as the live widget with a PNG fallback. Each view also
+takes what ``from_executorch`` returns. The graph opens on its first copies when the
+whole graph is too big to read at once (``fit`` shows it all; an overview in the corner
+moves the view); the timeline draws the arrows from each copy to what reads it. Exports:
+``to_chrome_trace`` (Perfetto, with those arrows as flow events), ``to_dot`` (Graphviz)
+and DataFrame tables.
 """
 
 from ._buffer_data import BufferPanel, BufferRect, ResidentWeights, buffer_panels, byte_ticks, live_steps, resident_weights

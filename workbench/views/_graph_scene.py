@@ -20,6 +20,12 @@ Rules:
 6. A selection's own edges (``own_edges``): for a drawn node, every edge at it; for a
    graph node drawn inside a group, only the edges that carry that node's own inputs
    and users — the front end highlights the same ones.
+7. ``terms`` gives each graph node the words search matches besides its name: its op,
+   device(s), innermost module and, for a copy, its kind and role (``search_terms``).
+8. ``initial`` is where the view opens when the whole graph does not fit at a readable
+   zoom: the copies of the first rank that has any, with the nodes beside them on that
+   rank they read from or feed, and the copies alone (``initial_region``); None without
+   copies.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from ..devices import Device
 from ._layout import GROUP_KINDS, GraphLayout, LayoutNode
 from ._spec import NodeSpec, node_specs
 from ._style import COPY_COLOURS, CONSTANT_COLOUR, colour_for_key, copy_colour, device_colour, format_bytes, tint
-from ._upstream import DeviceGraph
+from ._upstream import DeviceGraph, op_name
 
 _NODE_LEGEND = (
     ("input", "input", "input"),
@@ -80,7 +86,52 @@ def graph_scene(layout: GraphLayout, dg: DeviceGraph, plan: Any = None, title: s
         "node_of": {name: drawn for name, drawn in layout.node_of.items() if name != drawn},
         "legend": _legend(layout),
         "expanded": list(layout.expanded),
+        "terms": search_terms(dg, layout.node_of),
+        "initial": initial_region(layout),
     }
+
+
+def search_terms(dg: DeviceGraph, names: Any) -> dict[str, str]:
+    """Rule 7: graph node → its op, device(s), module and copy kind, lower case."""
+    records = dg.copy_table
+    wanted = set(names)
+    out = {}
+    for node in dg.graph.nodes:
+        if node.name not in wanted:
+            continue
+        words = [op_name(node) if node.op == "call_function" else node.op]
+        record = records.get(node.name)
+        if record is not None:
+            words += [str(record.kind), str(record.role), "copy", str(record.src), str(record.dst)]
+        elif (device := dg.node_device.get(node.name)) is not None:
+            words.append(str(device))
+        stack = node.meta.get("nn_module_stack") or {}
+        paths = [v[0] for v in stack.values() if isinstance(v, tuple) and v and v[0]]
+        if paths:
+            words.append(str(paths[-1]))
+        out[node.name] = " ".join(words).lower()
+    return out
+
+
+def initial_region(layout: GraphLayout) -> Optional[dict[str, list[float]]]:
+    """Rule 8: ``{"region": [x0, y0, x1, y1], "copies": [x0, y0, x1, y1]}`` in points (the
+    copies alone, for a view too narrow for the whole region), or None."""
+    copies = [n for n in layout.nodes if n.kind == "copy"]
+    if not copies:
+        return None
+    first = min(n.layer for n in copies)
+    row = [n for n in copies if n.layer == first]
+    ids = {n.id for n in row}
+    linked = {e.src for e in layout.edges if e.dst in ids} | {e.dst for e in layout.edges if e.src in ids}
+    near = [n for n in layout.nodes if n.id in linked and n.layer == first and n.id not in ids]
+    return {"region": _bounds(row + near), "copies": _bounds(row)}
+
+
+def _bounds(nodes: list[LayoutNode]) -> list[float]:
+    return [
+        round(min(n.x - n.w / 2 for n in nodes), 1), round(min(n.y - n.h / 2 for n in nodes), 1),
+        round(max(n.x + n.w / 2 for n in nodes), 1), round(max(n.y + n.h / 2 for n in nodes), 1),
+    ]
 
 
 def _node(n: LayoutNode, spec: Optional[NodeSpec], expanded_from: Optional[str]) -> dict:

@@ -7,18 +7,23 @@ boxes drawn around delegates and expanded groups.
 
 Rules:
 1. Without ``collapse`` there is one layout node per node of ``dg.graph`` (placeholders
-   and the output node included), after the device filter.
+   and the output node included), after the device filter — except metadata-only checks
+   (``_assert_tensor_metadata``: they read no data, produce nothing, and sit on the host
+   whatever their input's device), which are not drawn; ``hidden`` counts them.
 2. ``devices=[...]`` keeps the nodes that touch one of those devices: ops and inputs on
    them, copies from or to them, constants resident on them; the output node stays when
    something kept feeds it. Filtering happens before collapsing.
 3. ``collapse="delegates"`` draws each delegate as one node (its members that are in the
    graph); ``collapse="layers"`` draws each repeated layer as one node. A node's layer is
    the first module path in its ``nn_module_stack`` that ends in an index (``layers.3``);
-   the ops of another top-level module (the final norm …) form one group when there are
-   at least three of them. A node that belongs to no module (a constant, an op traced at
-   the root) joins a layer when all its users are in that layer; the root ops left over
-   (three or more: the rotary tables every attention layer reads …) form the group
-   ``(root)``. What crosses a layer's border stays outside it: a copy is drawn inside a
+   the ops of another module (the outermost that does not hold the layers: the
+   embedding, the final norm, the rotary tables, the LM head) form one group per module
+   when there are at least three of them. A node that belongs to no module of its own (a
+   constant, an op traced at the root or directly in the model that holds the layers)
+   joins a layer when all its users are in that layer; those left over (three or more:
+   masks every attention layer reads …) form the group ``(root)`` (or the holding
+   module's path), split in two — those computed from a layer's result form
+   ``… (after the layers)`` — so no drawn arrow runs from the layers back up. What crosses a layer's border stays outside it: a copy is drawn inside a
    layer only when the value it copies is computed in that layer and all its consumers
    are there (a copy between two of the layer's ops, counted on the layer's copy
    badges); any other copy is drawn on its own, and so is a constant read through a
@@ -58,7 +63,7 @@ from ..errors import WorkbenchWarning
 from ._graphviz import GraphvizUnavailable, dot_positions
 from ._inputs import UnknownNameError, ViewOptionError
 from ._style import copy_label, format_bytes
-from ._upstream import CopyRecord, DeviceGraph, node_nbytes
+from ._upstream import CopyRecord, DeviceGraph, node_nbytes, reads_metadata_only
 
 COLLAPSE_MODES = (None, "delegates", "layers")
 NODE_KINDS = ("input", "constant", "op", "copy", "output", "delegate", "layer")
@@ -104,7 +109,7 @@ class LayoutNode:
     """One drawn node."""
 
     id: str  # graph node name, delegate name or layer path
-    label: str  # first line drawn ("h2d 4.0 KiB" for a copy)
+    label: str  # its name in short ("h2d 4.0 KiB" for a copy, drawn first with "→ layers.3": the layer it serves)
     kind: str  # one of NODE_KINDS
     colour_key: str  # "device:cuda:0" | "copy:h2d" | "constant"
     device: Optional[str]  # its device (the most common one for a group; None for output)
@@ -160,6 +165,7 @@ class GraphLayout:
     engine: str = "dot"  # "dot" | "rows" (rule 5)
     extent: tuple[float, float] = (0.0, 0.0)  # (width, height) of the drawing, points
     note: str = ""  # why the fallback engine was used
+    hidden: int = 0  # metadata-only checks not drawn (rule 1)
 
     @property
     def depth(self) -> int:
@@ -219,7 +225,8 @@ def graph_layout(
         )
     wanted = _parse_devices(dg, devices)
     records = dg.copy_table
-    nodes = [n for n in dg.graph.nodes if _keep(dg, n, wanted, records)]
+    shown = [n for n in dg.graph.nodes if not metadata_check(n)]
+    nodes = [n for n in shown if _keep(dg, n, wanted, records)]
     kept = {n.name for n in nodes}
     constants = set(dg.residency)
     if collapse == "delegates":
@@ -268,6 +275,7 @@ def graph_layout(
         engine=placed.engine,
         extent=placed.extent,
         note=placed.note,
+        hidden=len(dg.graph.nodes) - len(shown),
     )
 
 
@@ -302,6 +310,11 @@ def node_devices(dg: DeviceGraph, node: torch.fx.Node, records: Optional[Mapping
     return {str(device)} if device is not None else set()
 
 
+def metadata_check(node: torch.fx.Node) -> bool:
+    """Rule 1: an op that reads only metadata and has no users (an assert)."""
+    return reads_metadata_only(node) and not node.users
+
+
 def _keep(dg: DeviceGraph, node: torch.fx.Node, wanted: Optional[set[str]], records: Mapping[str, CopyRecord]) -> bool:
     if wanted is None:
         return True
@@ -328,26 +341,38 @@ def layer_path(node: torch.fx.Node) -> Optional[str]:
     return None
 
 
-def _top_module(node: torch.fx.Node) -> Optional[str]:
-    """The outermost module path of ``node``'s stack (None for ops traced at the root)."""
+def _module_paths(node: torch.fx.Node) -> list[str]:
+    """The module paths of ``node``'s stack, outermost first."""
     stack = node.meta.get("nn_module_stack") or {}
-    for value in stack.values():
-        if isinstance(value, tuple) and value and value[0]:
-            return str(value[0])
-    return None
+    return [str(v[0]) for v in stack.values() if isinstance(v, tuple) and v and v[0]]
 
 
-def _unowned(node: torch.fx.Node, constants: set[str], records: Mapping[str, CopyRecord]) -> bool:
+def _own_module(node: torch.fx.Node, containers: set[str]) -> Optional[str]:
+    """The outermost module of ``node``'s stack that is not a container of the layers
+    (``model``, ``model.layers``): ``model.embed_tokens``, ``model.norm``, ``lm_head``."""
+    return next((p for p in _module_paths(node) if p not in containers), None)
+
+
+def _unowned(node: torch.fx.Node, constants: set[str], records: Mapping[str, CopyRecord], containers: set[str]) -> bool:
     """True for nodes that belong to no module of their own: copies, constants, and
-    ops traced at the root module. User inputs and the output stay visible."""
+    ops traced at the root module or directly in a container of the layers. User inputs
+    and the output stay visible."""
     if node.op == "placeholder":
         return node.name in constants
     if node.op != "call_function":
         return False
     if node.name in records:
         return True
-    stack = node.meta.get("nn_module_stack") or {}
-    return not any(isinstance(v, tuple) and v and v[0] for v in stack.values())
+    return _own_module(node, containers) is None
+
+
+def _containers(paths: Iterable[str]) -> set[str]:
+    """Every module path that holds a layer: ``model`` and ``model.layers`` for ``model.layers.3``."""
+    out: set[str] = set()
+    for path in paths:
+        parts = path.split(".")
+        out.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return out
 
 
 def _layer_groups(
@@ -355,20 +380,22 @@ def _layer_groups(
 ) -> dict[str, str]:
     group: dict[str, str] = {}
     others: dict[str, list[str]] = defaultdict(list)
+    paths = {n.name: layer_path(n) for n in nodes if n.name not in records}
+    containers = _containers(p for p in paths.values() if p is not None)
     for n in nodes:
         if n.name in records:
             continue
-        path = layer_path(n)
+        path = paths[n.name]
         if path is not None:
             group[n.name] = path
-        elif n.op == "call_function" and (top := _top_module(n)) is not None:
-            others[top].append(n.name)
-    for path, names in others.items():  # the final norm, the LM head …: one box each
+        elif n.op == "call_function" and (own := _own_module(n, containers)) is not None:
+            others[own].append(n.name)
+    for path, names in others.items():  # the embedding, the final norm, the LM head …: one box each
         if len(names) >= _MIN_MODULE_GROUP:
             group.update(dict.fromkeys(names, path))
     # users come after their inputs, so one reverse sweep settles chains of unowned nodes
     for n in reversed(nodes):
-        if n.name in group or not _unowned(n, constants, records):
+        if n.name in group or not _unowned(n, constants, records, containers):
             continue
         users = [u for u in n.users if u.name in kept]
         if n.name in constants and any(u.name in records for u in users):
@@ -381,14 +408,21 @@ def _layer_groups(
     for name, record in records.items():
         if name in group and group.get(record.value) != group[name]:
             del group[name]
-    # ops traced at the root that feed several groups (rotary tables …): one box
-    loose = [
-        n.name
-        for n in nodes
-        if n.op == "call_function" and n.name not in group and n.name not in records and _top_module(n) is None
-    ]
-    if len(loose) >= _MIN_MODULE_GROUP:
-        group.update(dict.fromkeys(loose, ROOT_GROUP))
+    # ops of no module of their own that feed several groups (rotary tables, masks …):
+    # one box before the layers and one after them, so no arrow runs back up
+    layered = {name for name, g in group.items() if paths.get(name) == g}
+    after: set[str] = set()
+    for n in nodes:
+        if any(a.name in layered or a.name in after for a in n.all_input_nodes):
+            after.add(n.name)
+    loose: dict[str, list[str]] = defaultdict(list)
+    for n in nodes:
+        if n.op == "call_function" and n.name not in group and n.name not in records and _own_module(n, containers) is None:
+            base = next((p for p in reversed(_module_paths(n)) if p in containers), ROOT_GROUP)
+            loose[f"{base} (after the layers)" if n.name in after else base].append(n.name)
+    for name, names in loose.items():
+        if len(names) >= _MIN_MODULE_GROUP:
+            group.update(dict.fromkeys(names, name))
     return group
 
 
@@ -534,9 +568,10 @@ def _node_content(
         kind = str(record.kind)
         label = copy_label(kind, record.nbytes)
         role = str(record.role)
+        layer = served_layer(dg, node, records)
         return _content(
             lid, label, "copy", f"copy:{kind}", common, devices, names, record.nbytes, kind, 1,
-            lines=(label, node.name if role == "plain" else f"{role} · {node.name}"),
+            lines=(f"{label} → {layer}" if layer else label, node.name if role == "plain" else f"{role} · {node.name}"),
         )
     if node.op == "output":
         return _content(lid, "output", "output", "constant", None, (), names, 0)
@@ -547,6 +582,18 @@ def _node_content(
     kind = "input" if node.op == "placeholder" else "op"
     key = f"device:{common}" if common else "constant"
     return _content(lid, node.name, kind, key, common, devices, names, node_nbytes(node, unbounded="hint"))
+
+
+def served_layer(dg: DeviceGraph, node: torch.fx.Node, records: Mapping[str, CopyRecord]) -> Optional[str]:
+    """The layer a copy serves: that of the ops reading it (through a copy reading it: a
+    prefetch serves its reuse copy's layer), else that of the weight it copies."""
+    for user in node.users:
+        path = layer_path(user) if user.name not in records else served_layer(dg, user, records)
+        if path is not None:
+            return path
+    weight = dg.program.constants.get(records[node.name].value) if node.name in records else None
+    match = re.match(r"^(.*?\.\d+)(\.|$)", weight) if isinstance(weight, str) else None
+    return match.group(1) if match else None
 
 
 def _badges(copies: Sequence[CopyRecord]) -> tuple[CopyBadge, ...]:

@@ -13,6 +13,9 @@ Rules:
    its earliest event); a single-step run has none.
 6. ``visible_bars`` keeps the bars that overlap a time window and whose kind is not
    hidden: what a zoomed, filtered view draws.
+7. ``flows`` are the timeline's flows as ``(src bar, dst bar, kind)``: a copy's bar, the
+   bar of an event that reads what it moved, and "copy" or "prefetch" (a prefetch to the
+   copy of the layer it serves). The views draw them as arrows.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class TimelineData:
     start_us: float  # first start (0.0 when empty)
     end_us: float  # last end
     step_starts_us: tuple[float, ...] = ()  # rule 5: start of step i at index i
+    flows: tuple[tuple[int, int, str], ...] = ()  # rule 7: (src bar, dst bar, kind)
 
 
 def timeline_data(run_or_timeline: Any, steps: Optional[Sequence[float]] = None) -> TimelineData:
@@ -118,7 +122,9 @@ def timeline_data(run_or_timeline: Any, steps: Optional[Sequence[float]] = None)
     )
     start = min((b.start_us for b in bars), default=0.0)
     end = max((b.end_us for b in bars), default=0.0)
-    return TimelineData(lanes, bars, summary, start, end, step_starts(timeline, steps))
+    index = {e: i for i, e in enumerate(timeline.events)}
+    flows = tuple((index[f.src], index[f.dst], f.kind) for f in getattr(timeline, "flows", ()))
+    return TimelineData(lanes, bars, summary, start, end, step_starts(timeline, steps), flows)
 
 
 def step_starts(timeline: Timeline, steps: Optional[Sequence[float]] = None) -> tuple[float, ...]:

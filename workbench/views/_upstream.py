@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from ..capture import Program, capture
 from ..experts import find_experts
-from ..graph_values import node_nbytes, op_name, packet_name, produces_tensors, value_of
+from ..graph_values import node_nbytes, op_name, packet_name, produces_tensors, reads_metadata_only, value_of
 from ..place import module_paths, place
 from ..planning.algorithms import ALGORITHMS
 from ..planning.memory_plan import MemoryPlan, plan
 from ..propagate import CopyRecord, DeviceGraph, node_role, propagate
 from ..runtime.executor import RunResult, run
 from ..runtime.tensors import stage_inputs
-from ..runtime.timeline import COMPUTE_EVENT_KINDS, COPY_EVENT_KINDS, EVENT_KINDS, Timeline
+from ..runtime.timeline import COMPUTE_EVENT_KINDS, COPY_EVENT_KINDS, EVENT_KINDS, FLOW_KINDS, Timeline
 from ..units import format_bytes, format_us
 
 
@@ -29,6 +29,7 @@ __all__ = [
     "CopyRecord",
     "DeviceGraph",
     "EVENT_KINDS",
+    "FLOW_KINDS",
     "MemoryPlan",
     "Program",
     "RunResult",
@@ -47,6 +48,7 @@ __all__ = [
     "plan",
     "produces_tensors",
     "propagate",
+    "reads_metadata_only",
     "run",
     "stage_inputs",
     "value_of",

@@ -10,7 +10,8 @@ Rules:
    on the simulated backend.
 2. The groups are module groups by default (``groups.module_groups``: routed experts,
    attention, shared expert, router, embedding, LM head, norms …); the "op groups" toggle
-   switches to one group per op packet; ``groups=`` gives your own (label → patterns).
+   switches to one group per op packet, each starting where most of its ops are placed
+   (``GroupSet.carried``); ``groups=`` gives your own (label → patterns).
 3. Groups assigned to ``cpu`` are left out of the rules (ops no rule claims run on the
    host), so a host group can never conflict with a device group.
 4. A control change that makes the pipeline fail (e.g. two overlapping groups sent to
@@ -233,7 +234,7 @@ class PlacementExplorer:
         self.algorithm_dropdown = widgets.Dropdown(options=list(ALGORITHMS), value=algorithm, description="algorithm")
         self.status = widgets.HTML()
         self.status.add_class("wb-explorer-status")
-        self.history_html = widgets.HTML()
+        self.history_html = widgets.HTML(layout=widgets.Layout(width="100%", overflow="auto"))
         self.history_html.add_class("wb-explorer-history")
         self.tabs = widgets.Tab(children=[widgets.VBox(), widgets.VBox(), widgets.VBox()])
         for i, title in enumerate(_VIEW_NAMES):
@@ -274,7 +275,8 @@ class PlacementExplorer:
         return self._sets[kind]
 
     def set_grouping(self, kind: str) -> None:
-        """Switch between module groups and op groups (every group starts on the host)."""
+        """Switch between module groups and op groups; each new group starts where most of
+        its ops are placed now (the placement is kept, not reset to the host)."""
         if self._given:
             raise ViewOptionError("this explorer was given its own groups (groups=); there is no grouping to switch")
         if kind not in GROUPINGS:
@@ -282,7 +284,8 @@ class PlacementExplorer:
         if kind == self.group_set.kind:
             return
         self.group_set = self._grouping(kind)
-        self._fill_group_controls(dict.fromkeys(self.group_set.labels, "cpu"))
+        placed = self.state.graph.node_device if self.state is not None else {}
+        self._fill_group_controls(self.group_set.carried(self.program, placed, self.devices))
         if self.grouping_toggle.value != kind:
             self._muted = True
             self.grouping_toggle.value = kind
@@ -417,7 +420,12 @@ class PlacementExplorer:
             table["time_us"] = [format_us(v) if pd.notna(v) else "" for v in table["time_us"]]
             table = table.rename(columns={"time_us": "modeled time"})
         table.insert(0, "", ["▶" if i == self._current else "" for i in range(len(table))])
-        return "<div class='wb-history' style='max-height:240px;overflow:auto'>" + table.to_html(index=True, escape=True, border=0) + "</div>"
+        # scrolls inside the explorer's width instead of running off to the right
+        return (
+            "<div class='wb-history' style='max-height:240px;max-width:100%;overflow:auto;font-size:11px'>"
+            + table.to_html(index=True, escape=True, border=0)
+            + "</div>"
+        )
 
     def _show_tab(self) -> None:
         """Rule 5: build the view of the visible tab if it is not built yet."""

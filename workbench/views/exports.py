@@ -6,7 +6,11 @@ Rules:
    ``tid`` per stream (both numbered from 1 in ``Timeline.streams()`` order, so the host
    comes first), ``cat`` = the event kind, ``args`` with bytes and GB/s; X events sorted
    by ``ts``; metadata events (``"ph": "M"``) name every process and thread and fix their
-   sort order. Times are the timeline's own, so the trace and the views agree.
+   sort order. Times are the timeline's own, so the trace and the views agree. Each of
+   the timeline's flows (a copy → what reads it, a prefetch → the layer it serves) is a
+   flow start (``"ph": "s"``) in the middle of the copy's slice and a flow end (``"ph":
+   "f"``, ``"bp": "e"``: bound to the enclosing slice) in the middle of the reader's, sharing one ``id``, ``name`` and
+   ``cat`` (``flow:copy`` or ``flow:prefetch``), so Perfetto draws the arrow.
 2. ``to_dot`` writes one DOT node per graph node (ids quoted, so any node name is safe),
    one cluster per delegate, copies drawn as red/orange/brown diamonds labelled with kind
    and bytes, and one edge per (input, user) pair.
@@ -44,7 +48,8 @@ class ChromeTrace(dict):
         events = self.get("traceEvents", [])
         complete = sum(1 for e in events if e.get("ph") == "X")
         lanes = sum(1 for e in events if e.get("name") == "thread_name")
-        return f"Chrome trace: {complete} events on {lanes} lanes (save with to_chrome_trace(run, path); open in Perfetto)"
+        flows = sum(1 for e in events if e.get("ph") == "s")
+        return f"Chrome trace: {complete} events on {lanes} lanes, {flows} flows (save with to_chrome_trace(run, path); open in Perfetto)"
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(self.summary())
@@ -95,10 +100,21 @@ def to_chrome_trace(run_or_timeline: Any, path: Union[str, Path, None] = None) -
                 "args": args,
             }
         )
-    trace = ChromeTrace(traceEvents=meta + complete, displayTimeUnit=DISPLAY_TIME_UNIT)
+    flows: list[dict] = []
+    for i, f in enumerate(timeline.flows):
+        name = f"{f.src.node} → {f.dst.node}"
+        src = {"name": name, "cat": f"flow:{f.kind}", "id": i + 1, "pid": pid[f.src.device], "tid": tid[(f.src.device, f.src.stream)]}
+        # mid-slice times: each end binds to its own slice, not to a neighbour that touches it
+        flows.append(dict(src, ph="s", ts=_mid(f.src)))
+        flows.append(dict(src, ph="f", bp="e", ts=_mid(f.dst), pid=pid[f.dst.device], tid=tid[(f.dst.device, f.dst.stream)]))
+    trace = ChromeTrace(traceEvents=meta + complete + flows, displayTimeUnit=DISPLAY_TIME_UNIT)
     if path is None:
         return trace
     return write_text(path, json.dumps(trace, indent=1), "a Chrome trace")
+
+
+def _mid(event: Any) -> float:
+    return float(event.start_us + event.duration_us / 2)
 
 
 # --- DOT (rule 2) ------------------------------------------------------------------

@@ -26,9 +26,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Ellipse, FancyBboxPatch, Patch, Rectangle
 from matplotlib.path import Path as MplPath
 
-from ._graph_scene import drawn_id, format_copies, graph_scene, group_rows, group_title, own_edges
+from ._graph_scene import drawn_id, format_copies, graph_scene, group_rows, group_title, own_edges, search_terms
 from ._inputs import UnknownNameError, as_graph_and_plan
-from ._layout import COLLAPSE_MODES, GraphLayout, graph_layout, natural_key
+from ._layout import COLLAPSE_MODES, GraphLayout, graph_layout, metadata_check, natural_key
 from ._spec import NodeSpec, find_node, node_spec
 from ._widget import NO_CHOICE, FigureView, as_choice, detail, new_figure
 
@@ -94,9 +94,14 @@ class GraphView(FigureView):
 
     def search(self, text: str, limit: int = 20) -> list[str]:
         """Graph nodes and drawn groups whose name contains ``text`` (case-insensitive),
-        names that start with it first — what the search box lists."""
+        names that start with it first, then those whose op, device, module or copy kind
+        contains it — what the search box lists."""
         groups = sorted(self._drawn_groups(), key=natural_key)
-        return search_names(groups + [n.name for n in self.graph.graph.nodes], text, limit)
+        names = groups + [n.name for n in self.graph.graph.nodes if not metadata_check(n)]
+        hits = search_names(names, text, len(names))
+        q, found = text.strip().lower(), set(hits)
+        terms = search_terms(self.graph, names)
+        return (hits + [n for n in names if n not in found and q and q in terms.get(n, "")])[:limit]
 
     def spec_of(self, name: str) -> NodeSpec:
         return node_spec(self.graph, name, self.plan)
@@ -180,7 +185,8 @@ class GraphView(FigureView):
         rows = spec.rows()
         shown = self.layout.node_of.get(key)
         if shown is None:
-            rows.append(("shown", "hidden by the device filter"))
+            hidden = metadata_check(find_node(self.graph, key))
+            rows.append(("shown", "not drawn: a metadata-only check (reads no data, produces nothing)" if hidden else "hidden by the device filter"))
         elif shown != key:
             rows.append(("shown", f"inside {shown}"))
         return detail(key, f"{spec.name} ({spec.role})", rows)
@@ -190,6 +196,7 @@ class GraphView(FigureView):
         mode = f", collapsed by {layout.collapse}" if layout.collapse else ""
         opened = f" ({', '.join(layout.expanded)} expanded)" if layout.expanded else ""
         filt = f", devices {', '.join(layout.devices)}" if layout.devices else ""
+        filt += f", {layout.hidden} metadata-only check{'s' if layout.hidden != 1 else ''} not drawn" if layout.hidden else ""
         return (
             f"{layout.graph_nodes} graph nodes as {len(layout.nodes)} drawn{mode}{opened}{filt} · "
             f"{_count(len(self.graph.placement.delegates), 'delegate')} · {format_copies(layout)}"

@@ -19,6 +19,9 @@ Rules:
    placement rules: a callable over the claimed ops for module groups (disjoint by
    construction), a {device: patterns} mapping otherwise (so overlapping patterns sent
    to different devices are the placement error they always were).
+5. ``carried(program, node_device, offered)`` maps a placement made with other groups
+   onto these: each group goes where most of its ops are (switching between module and
+   op groups keeps what was placed).
 """
 
 from __future__ import annotations
@@ -77,6 +80,19 @@ class GroupSet:
             for node in self.members[group]
         }
         return _MemberRule(device_of)
+
+    def carried(self, program: Program, node_device: Mapping[str, Any], offered: Sequence[str]) -> dict[str, str]:
+        """Rule 5: {group: device} that keeps a placement made with other groups — each
+        group on the device most of its ops are on now (of those ``offered``), else cpu."""
+        members = self.members or {
+            label: tuple(n.name for n in _claimable(program) if packet_name(n) in pats) for label, pats in self.patterns.items()
+        }
+        out = {}
+        for label in self.labels:
+            devices = Counter(str(node_device[m]) for m in members.get(label, ()) if m in node_device)
+            chosen = [d for d, _n in devices.most_common() if d in offered]
+            out[label] = chosen[0] if chosen else "cpu"
+        return out
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ Rules:
    GraphView, the storage holding the value (or the weight's segment of the resident
    bar) in a BufferView, the events of that node in a TimelineView.
 3. ``show(*views)`` links the views and displays each one (a cell's last expression
-   displays only one object, so three views on three lines show only the last).
+   displays only one object, so three views on three lines show only the last). An
+   imported program (what ``from_executorch`` returns) among them stands for its three
+   views: graph, buffers and its modeled call's timeline.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from typing import Any, Optional
 import IPython.display
 import ipywidgets as widgets
 
-from ._inputs import ViewInputError
+from ._inputs import ViewInputError, imported_plan
 from ._widget import FigureView
+from .buffers import BufferView
+from .graph import GraphView
+from .timeline import TimelineView
 
 __all__ = ["LinkedViews", "link", "show"]
 
@@ -80,7 +85,15 @@ def link(*views: Any) -> LinkedViews:
 
 def show(*views: Any) -> None:
     """Rule 3: link ``views`` (two or more) and display them; one view is just displayed."""
+    views = tuple(v for obj in views for v in _views_of(obj))
     if len(views) == 1:
         IPython.display.display(views[0])
         return
     IPython.display.display(link(*views))
+
+
+def _views_of(obj: Any) -> tuple[Any, ...]:
+    """An imported program's three views (rule 3); anything else as it is."""
+    if imported_plan(obj) is None:
+        return (obj,)
+    return (GraphView(obj), BufferView(obj), TimelineView(obj, label=getattr(obj.estimate(), "label", "modeled call")))

@@ -22,12 +22,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import ipywidgets as widgets
-from matplotlib.collections import PolyCollection
+from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ._inputs import UnknownNameError, ViewIndexError, ViewInputError, ViewOptionError, as_timeline
-from ._style import format_bytes, format_us, timeline_colour
+from ._style import FLOW_COLOURS, format_bytes, format_us, timeline_colour
 from ._timeline_data import TimelineBar, TimelineData, timeline_data, visible_bars
 from ._timeline_scene import timeline_scene
 from ._upstream import COPY_EVENT_KINDS, EVENT_KINDS
@@ -233,6 +233,23 @@ def draw_timelines(
     return fig
 
 
+#: more arrows than this in the window: only those of the selection are drawn (as in the widget)
+FLOW_MAX = 400
+
+
+def _draw_flows(ax: Any, data: TimelineData, bars: list[TimelineBar], marked: set[int]) -> None:
+    """Lines from each copy's end to the start of what reads it (both bars drawn)."""
+    shown = {id(b) for b in bars}
+    flows = [(a, b, k) for a, b, k in data.flows if id(data.bars[a]) in shown and id(data.bars[b]) in shown]
+    if len(flows) > FLOW_MAX:
+        flows = [f for f in flows if f[0] in marked or f[1] in marked]
+    if not flows:
+        return
+    segments = [[(data.bars[a].end_us, data.bars[a].lane), (data.bars[b].start_us, data.bars[b].lane)] for a, b, _k in flows]
+    colours = [FLOW_COLOURS[k] for _a, _b, k in flows]
+    ax.add_collection(LineCollection(segments, colors=colours, linewidths=0.7, alpha=0.7, zorder=4))
+
+
 def _draw_run(
     ax: Any, label: str, data: TimelineData, bars: list[TimelineBar], span: float, selected: Optional[int], linked: Sequence[int]
 ) -> None:
@@ -249,6 +266,7 @@ def _draw_run(
         if b.duration_us / span * width_pt > len(text) * 4.2 + 4:
             ax.text((b.start_us + b.end_us) / 2, b.lane, text, ha="center", va="center", fontsize=6, clip_on=True)
     marked = [(i, 1.2) for i in linked if i != selected] + ([(selected, 2.2)] if selected is not None else [])
+    _draw_flows(ax, data, bars, {i for i, _w in marked})
     for i, width in marked:
         if 0 <= i < len(data.bars):
             b = data.bars[i]

@@ -15,6 +15,7 @@
 // groups, query) is synced back to the kernel, which keeps its own copy of it.
 
 const SVGNS = "http://www.w3.org/2000/svg";
+const RESULTS_MAX = 400; // search results listed (the list scrolls)
 
 function h(tag, cls, parent, text) {
   const e = document.createElement(tag);
@@ -298,23 +299,30 @@ class View {
         this.results.style.display = "none";
         return;
       }
+      // names that start with the text, names that contain it, then other words of the
+      // item (op, device, module, copy kind)
       const starts = [];
       const contains = [];
+      const described = [];
       for (const entry of this.searchIndex()) {
         const name = entry[0].toLowerCase();
         if (name.startsWith(q)) starts.push(entry);
         else if (name.includes(q)) contains.push(entry);
+        else if (entry[4] && entry[4].includes(q)) described.push(entry);
       }
-      this.matches = starts.concat(contains);
-      for (const [name, key, focus, note] of this.matches.slice(0, 12)) {
-        const li = h("li", null, this.results, name);
-        if (note) h("span", "wbv-result-note", li, " " + note);
+      this.matches = starts.concat(contains, described);
+      const shown = this.matches.slice(0, RESULTS_MAX);
+      h("li", "wbv-result-count", this.results, `${this.matches.length} match${this.matches.length === 1 ? "" : "es"}`);
+      for (const [name, key, focus, note, terms] of shown) {
+        const li = h("li", "wbv-result", this.results, name);
+        const why = note || "";
+        if (why || terms) h("span", "wbv-result-note", li, " " + [why, terms && !name.toLowerCase().includes(q) ? terms : ""].filter(Boolean).join(" · "));
         li.addEventListener("mousedown", (e) => {
           e.preventDefault();
           this.pick(key, focus);
         });
       }
-      if (this.matches.length > 12) h("li", "wbv-result-more", this.results, `… ${this.matches.length - 12} more`);
+      if (this.matches.length > RESULTS_MAX) h("li", "wbv-result-more", this.results, `… ${this.matches.length - RESULTS_MAX} more: type more to narrow`);
       if (!this.matches.length) h("li", "wbv-result-more", this.results, "no match");
       this.results.style.display = "block";
     };
@@ -405,12 +413,13 @@ class GraphView extends View {
   }
 
   build(scene) {
+    this.hideTip(); // the node under the pointer may be gone (a group expanded in place)
     this.svg.replaceChildren();
     this.nodes = new Map();
     this.edges = [];
     this.k = this.k || 1;
     const [ew, eh] = scene.extent || [100, 100];
-    this.stage.style.height = Math.max(240, Math.min(640, eh + 24)) + "px";
+    this.sizeStage();
     const defs = s("defs", null, this.svg);
     const marker = s("marker", { id: this.markerId("arrow"), viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" }, defs);
     s("path", { d: "M0,0 L10,5 L0,10 z", fill: "#8a8a8a" }, marker);
@@ -460,10 +469,93 @@ class GraphView extends View {
       this.reveal(id, true);
     } else if (vb && vb.length === 4 && !this.fitted) {
       this.applyViewbox(vb);
+    } else if (!this.fitted) {
+      this.open();
     } else {
       this.fit(false);
     }
     this.fitted = true;
+    this.buildOverview(scene);
+  }
+
+  // no taller than the drawing at the zoom that fits its width (no empty half)
+  sizeStage() {
+    const [ew, eh] = this.scene.extent || [100, 100];
+    const wide = (this.stage.clientWidth || 800) - 16;
+    this.stage.style.height = Math.max(240, Math.min(640, eh * Math.min(1.4, wide / Math.max(1, ew)) + 24)) + "px";
+  }
+
+  // the first view: everything when it fits at a readable zoom, else the first copies
+  // (what the view is for) at a readable zoom; the overview shows the rest
+  open() {
+    const scene = this.scene;
+    const [w, hgt] = [this.stage.clientWidth || 800, this.stage.clientHeight || 400];
+    const fitK = this.fitScale();
+    if (!scene.initial || fitK >= READABLE) return this.fit(false);
+    const r = scene.initial.region;
+    const c = scene.initial.copies;
+    let k = Math.min(1.2, Math.max(fitK, (w - 32) / (r[2] - r[0])));
+    if (k >= MIN_OPEN) {
+      this.tx = w / 2 - ((r[0] + r[2]) / 2) * k; // the copies and what they serve
+    } else {
+      // too wide to read whole: the copies at a readable zoom, right of what they serve
+      k = Math.max(k, Math.min(MIN_OPEN, (w - 32) / (c[2] - c[0])));
+      this.tx = Math.max(w - 16 - c[2] * k, 16 - c[0] * k); // right-aligned when they fit, else their left first
+    }
+    this.k = k;
+    this.ty = 16 - (r[1] - 60) * k; // at the top, a rank of context above
+    this.applyTransform(false);
+  }
+
+  fitScale() {
+    const [ew, eh] = this.scene.extent || [100, 100];
+    const w = this.stage.clientWidth || 800;
+    const hgt = this.stage.clientHeight || 400;
+    return Math.min((w - 16) / Math.max(1, ew), (hgt - 16) / Math.max(1, eh), 1.4);
+  }
+
+  // overview: the whole graph in the corner, the visible part outlined; click or drag
+  // in it to move there
+  buildOverview(scene) {
+    if (this.overview) this.overview.remove();
+    const [ew, eh] = scene.extent || [100, 100];
+    const size = 150;
+    const f = size / Math.max(ew, eh, 1);
+    const ov = (this.overview = h("div", "wbv-overview", this.stage));
+    const svg = s("svg", { width: Math.max(20, ew * f), height: Math.max(20, eh * f), class: "wbv-overview-svg" }, ov);
+    for (const n of scene.nodes || []) {
+      s("rect", { x: (n.x - n.w / 2) * f, y: (n.y - n.h / 2) * f, width: Math.max(1, n.w * f), height: Math.max(1, n.h * f), fill: n.kind === "copy" ? n.fill : n.stroke || "#999", class: "wbv-ov-node" + (n.kind === "copy" ? " wbv-ov-copy" : "") }, svg);
+    }
+    this.ovView = s("rect", { class: "wbv-ov-view" }, svg);
+    this.ovScale = f;
+    const move = (e) => {
+      const box = svg.getBoundingClientRect();
+      const x = (e.clientX - box.left) / f;
+      const y = (e.clientY - box.top) / f;
+      const w = this.stage.clientWidth || 800;
+      const hgt = this.stage.clientHeight || 400;
+      this.tx = w / 2 - x * this.k;
+      this.ty = hgt / 2 - y * this.k;
+      this.applyTransform(true);
+    };
+    let dragging = false;
+    ov.addEventListener("mousedown", (e) => { e.stopPropagation(); e.preventDefault(); dragging = true; move(e); });
+    ov.addEventListener("mousemove", (e) => { if (dragging) move(e); });
+    ov.addEventListener("mouseup", () => { dragging = false; });
+    ov.addEventListener("mouseleave", () => { dragging = false; });
+    ov.addEventListener("wheel", (e) => e.stopPropagation());
+    this.updateOverview();
+  }
+
+  updateOverview() {
+    if (!this.ovView) return;
+    const f = this.ovScale;
+    const w = this.stage.clientWidth || 800;
+    const hgt = this.stage.clientHeight || 400;
+    this.ovView.setAttribute("x", ((-this.tx / this.k) * f).toFixed(1));
+    this.ovView.setAttribute("y", ((-this.ty / this.k) * f).toFixed(1));
+    this.ovView.setAttribute("width", ((w / this.k) * f).toFixed(1));
+    this.ovView.setAttribute("height", ((hgt / this.k) * f).toFixed(1));
   }
 
   markerId(name) {
@@ -493,8 +585,9 @@ class GraphView extends View {
     if (!this._index || this._indexScene !== this.scene) {
       const scene = this.scene;
       const out = [];
-      for (const n of scene.nodes || []) out.push([n.id, n.id, n.id, n.group ? "group" : ""]);
-      for (const [name, id] of Object.entries(scene.node_of || {})) out.push([name, name, name, "in " + id]);
+      const terms = scene.terms || {};
+      for (const n of scene.nodes || []) out.push([n.id, n.id, n.id, n.group ? "group" : "", terms[n.id] || ""]);
+      for (const [name, id] of Object.entries(scene.node_of || {})) out.push([name, name, name, "in " + id, terms[name] || ""]);
       this._index = out;
       this._indexScene = scene;
     }
@@ -563,15 +656,15 @@ class GraphView extends View {
   }
 
   // --- zoom: a transform on the viewport group ---------------------------------------
+  // every node inside the stage, centred (the overview and the zoom buttons get back detail)
   fit(save) {
     const [ew, eh] = this.scene.extent || [100, 100];
     const w = this.stage.clientWidth || 800;
     const hgt = this.stage.clientHeight || 400;
-    let k = Math.min((w - 16) / ew, (hgt - 16) / eh, 1.4);
-    if (k < 0.45) k = Math.min(1, Math.max(0.45, (w - 16) / ew)); // tall graphs: readable, top first
+    const k = this.fitScale();
     this.k = k;
-    this.tx = ew * k < w ? (w - ew * k) / 2 : 8; // wider than the stage: its left edge first
-    this.ty = eh * k < hgt ? (hgt - eh * k) / 2 : 8;
+    this.tx = (w - ew * k) / 2;
+    this.ty = (hgt - eh * k) / 2;
     this.applyTransform(save);
   }
 
@@ -597,6 +690,7 @@ class GraphView extends View {
   applyTransform(save) {
     this.vp.setAttribute("transform", `translate(${this.tx.toFixed(2)},${this.ty.toFixed(2)}) scale(${this.k.toFixed(4)})`);
     this.root.dataset.zoom = this.k.toFixed(4);
+    if (this.updateOverview) this.updateOverview();
     if (save) this.saveViewbox();
   }
 
@@ -955,8 +1049,12 @@ class BufferView extends WindowView {
 
 // --- timeline ------------------------------------------------------------------------
 
+const READABLE = 0.75; // the zoom below which the graph opens on its copies instead of fitting
+const MIN_OPEN = 0.6; // the least zoom it opens at on its copies
+
 const LANE = 20;
 const TL_LEFT = 128;
+const FLOW_MAX = 400; // more arrows than this in the window: only the selection's are drawn
 
 class TimelineView extends WindowView {
   get kind() { return "timeline"; }
@@ -989,6 +1087,19 @@ class TimelineView extends WindowView {
         this.set({ hidden_kinds: (scene.kinds || []).filter((x) => now.has(x)) });
       });
     }
+    if ((scene.runs || []).some((r) => (r.flows || []).length)) {
+      // dependency arrows (a copy → what reads it; a prefetch → the layer it serves)
+      const label = h("label", "wbv-filter wbv-flow-toggle", this.filters);
+      const box = h("input", null, label);
+      box.type = "checkbox";
+      box.checked = this.showFlows !== false;
+      box.dataset.kind = "arrows";
+      h("span", null, label, "arrows");
+      box.addEventListener("change", () => {
+        this.showFlows = box.checked;
+        this.draw();
+      });
+    }
     this.draw();
   }
 
@@ -1006,6 +1117,7 @@ class TimelineView extends WindowView {
     this.byNode = new Map();
     this.byIndex = new Map();
     this.marked = [];
+    this.flowEls = [];
     const hidden = new Set(this.model.get("hidden_kinds") || []);
     const width = Math.max(300, (this.stage.clientWidth || 900) - 4);
     const plotW = width - TL_LEFT - RIGHT;
@@ -1060,6 +1172,7 @@ class TimelineView extends WindowView {
           stext(g, Math.max(px0, TL_LEFT) + 3, laneTop + lane * LANE + 14, label, { class: "wbv-bar-label" });
         }
       }
+      this.drawFlows(g, run, ri, laneTop);
       y = laneTop + run.lanes.length * LANE + 8;
     });
     this.carets = s("g", { class: "wbv-carets" }, this.svg);
@@ -1089,6 +1202,47 @@ class TimelineView extends WindowView {
     };
     this.highlight();
     timing("timeline:draw", t0);
+  }
+
+  // arrows between drawn bars: all of them while few enough to read, else only those of
+  // the selection (drawn by highlight)
+  drawFlows(g, run, ri, laneTop) {
+    const flows = run.flows || [];
+    if (!flows.length || this.showFlows === false) return;
+    if (!this.flowMarkers) this.flowMarkers = {};
+    const defs = this.svg.querySelector("defs");
+    const colours = this.scene.flow_colours || ["#555", "#7b3fa0"];
+    colours.forEach((c, k) => {
+      const id = `${this.uid}-flow-${k}`;
+      const m = s("marker", { id, viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "6", markerHeight: "6", orient: "auto-start-reverse" }, defs);
+      s("path", { d: "M0,0 L10,5 L0,10 z", fill: c }, m);
+    });
+    const layer = s("g", { class: "wbv-flows" }, g);
+    const visible = [];
+    for (const f of flows) {
+      const a = this.byIndex.get(ri + ":" + f[0]);
+      const b = this.byIndex.get(ri + ":" + f[1]);
+      if (a && b) visible.push([f, a, b]);
+    }
+    const all = visible.length <= FLOW_MAX;
+    for (const [f, a, b] of visible) {
+      const x0 = Number(a.el.getAttribute("x")) + Number(a.el.getAttribute("width"));
+      const y0 = laneTop + a.b[0] * LANE + LANE / 2;
+      const x1 = Number(b.el.getAttribute("x"));
+      const y1 = laneTop + b.b[0] * LANE + LANE / 2;
+      const dx = Math.max(12, (x1 - x0) / 2);
+      const el = s("path", {
+        d: `M${x0},${y0} C${x0 + dx},${y0} ${x1 - dx},${y1} ${x1},${y1}`,
+        class: "wbv-flow wbv-flow-" + (this.scene.flow_kinds || [])[f[2]],
+        stroke: colours[f[2]] || "#555",
+        "marker-end": `url(#${this.uid}-flow-${f[2]})`,
+        "data-src": ri + ":" + f[0],
+        "data-dst": ri + ":" + f[1],
+      }, layer);
+      if (!all) el.style.display = "none";
+      this.flowEls.push({ el, a, b, all });
+    }
+    this.root.dataset.flows = String(this.flowEls.filter((x) => x.all).length);
   }
 
   barInfo(ri, i) {
@@ -1159,6 +1313,12 @@ class TimelineView extends WindowView {
       sel.el.classList.add("wbv-sel");
       this.marked.push(sel.el);
     }
+    const marked = new Set(this.marked);
+    for (const f of this.flowEls || []) {
+      const on = marked.has(f.a.el) || marked.has(f.b.el);
+      f.el.classList.toggle("wbv-flow-sel", on);
+      f.el.style.display = on || f.all ? "" : "none";
+    }
     // a bar a few pixels wide hides its outline: mark it with a caret above its lane too
     this.carets.replaceChildren();
     for (const el of this.marked) {
@@ -1207,7 +1367,13 @@ export default {
       if (w && w !== view.lastWidth) {
         const first = !view.lastWidth; // not attached when first drawn (a hidden tab …)
         view.lastWidth = w;
-        if (kind === "graph") { if (first) view.fit(false); } else view.draw();
+        if (kind === "graph") {
+          if (first) {
+            view.sizeStage();
+            view.open();
+          }
+          view.updateOverview();
+        } else view.draw();
       }
     });
     ro.observe(view.stage);
