@@ -89,3 +89,18 @@ def test_link_needs_views():
         link(graph)
     with pytest.raises(ViewInputError, match="GraphView, BufferView and TimelineView"):
         link(graph, plan)
+
+
+@pytest.mark.parametrize("state", [["linear"], {"node": "linear"}, 3.5, ("a", "b")], ids=["list", "dict", "float", "tuple"])
+def test_a_selection_of_the_wrong_shape_from_the_front_end_selects_nothing(state):
+    """A front end (or a stale saved widget state) that sends ``selected`` as a list, a
+    mapping or a number gets an empty spec in every view, not a TypeError from the kernel's
+    observer; a proper selection afterwards still works."""
+    plan, _run, views, _ = _linked()
+    for view in views:
+        view.canvas.selected = state
+        assert view.canvas.detail == {}
+    graph = views[0]
+    name = next(iter(plan.allocations))
+    graph.canvas.selected = name
+    assert graph.canvas.detail["key"] == name

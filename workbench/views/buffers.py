@@ -136,6 +136,8 @@ class BufferView(FigureView):
         return focus if focus in self.graph.residency else None
 
     def _detail(self, key: Any) -> dict:
+        if not isinstance(key, str):  # front-end state of another shape names nothing here
+            return {}
         if key in self.plan.allocations:
             a = self.plan.allocations[key]
             return detail(key, f"{a.name} · {a.device} · {format_bytes(a.nbytes)}", allocation_rows(a, self.plan.steps))

@@ -176,6 +176,8 @@ class GraphView(FigureView):
         return focus if focus in self._names or focus in self._drawn_groups() else None
 
     def _detail(self, key: Any) -> dict:
+        if not isinstance(key, str):  # front-end state of another shape names nothing here
+            return {}
         if key in self._drawn_groups() and key not in self._names:
             if key in self.layout.groups:
                 node = self.layout.node(key)
