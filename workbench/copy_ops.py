@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import torch
 
+from .copy_variants import is_copy_target
 from .devices import CopyKind
 from .errors import ArgumentTypeError, ArgumentValueError
 
@@ -318,5 +319,6 @@ KIND_FOR_OP = {
 
 
 def is_copy_node(node: torch.fx.Node) -> bool:
-    """True for a node that runs one of the workbench copy ops."""
-    return node.op == "call_function" and node.target in KIND_FOR_OP
+    """True for a node that runs one of the workbench copy ops, or the op of a registered
+    copy variant (``copy_variants``)."""
+    return node.op == "call_function" and (node.target in KIND_FOR_OP or is_copy_target(node.target))

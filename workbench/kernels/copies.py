@@ -54,7 +54,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..runtime.cuda import cupy_module, pinned_host_tensor, stream_ptr
+from .cuda import cupy_module, pinned_host_tensor, stream_ptr
 from ..errors import ArgumentTypeError, WorkbenchError, WorkbenchWarning
 
 #: Bytes per pinned staging buffer (two are used in turn).

@@ -45,7 +45,8 @@ import torch
 import torch.fx
 from torch.export.graph_signature import OutputKind
 
-from ..copy_ops import GATHER_H2D, GATHER_REUSE, GATHER_ROUTED, KIND_FOR_OP, is_copy_node
+from ..copy_ops import is_copy_node
+from ..copy_variants import CopyVariantError, copy_variant
 from ..devices import CPU, CopyKind, Device, host_first
 from ..expert_ops import routing_of
 from ..graph_values import node_nbytes, output_values, reads_metadata_only, value_of
@@ -120,24 +121,16 @@ def _graph_problems(plan: MemoryPlan) -> list[str]:
 def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, nodes: Mapping[str, torch.fx.Node], where: str) -> str:
     """Rule 3 for one record, or "" (``nodes``: the saved graph's nodes by name)."""
     names = [a.name if isinstance(a, torch.fx.Node) else a for a in node.args]
-    inputs: tuple[Any, ...]
-    if node.target is GATHER_REUSE:
-        role_ok = record.role is CopyRole.REUSE
-        inputs = (record.value, record.index, record.prefetch, record.prefetch_index, str(record.src), str(record.dst))
-    elif node.target is GATHER_ROUTED:
-        role_ok = record.role is CopyRole.ROUTED
-        inputs = (record.value, record.index, record.count, str(record.src), str(record.dst))
-    elif node.target is GATHER_H2D:
-        role_ok = record.role in (CopyRole.GATHER, CopyRole.PREFETCH)
-        inputs = (record.value, record.index, str(record.src), str(record.dst))
-    else:
-        role_ok = record.role is CopyRole.PLAIN
-        inputs = (record.value, str(record.src), str(record.dst))
-    if not role_ok:
+    try:
+        variant = copy_variant(record.role)
+    except CopyVariantError as exc:
+        return f"{where}.role: {exc}"
+    if node.target not in variant.ops:
         return f"{where}.role is {record.role}, but node {node.name!r} runs {node.target}"
+    inputs = tuple(getattr(record, f) for f in variant.inputs) + (str(record.src), str(record.dst))
     if tuple(names) != inputs:
         return f"{where} says it copies {inputs}, but node {node.name!r} reads {tuple(names)}"
-    if record.src == record.dst or record.kind is not CopyKind.between(record.src, record.dst) or record.kind is not KIND_FOR_OP.get(node.target):  # type: ignore[call-overload]
+    if record.src == record.dst or record.kind is not CopyKind.between(record.src, record.dst) or record.kind is not variant.ops[node.target]:
         return f"{where}.kind is {record.kind}, which is not a copy from {record.src} to {record.dst} by {node.target}"
     if dg.node_device[node.name] != record.dst:
         return f"{where}.dst is {record.dst}, but device_graph.node_device[{node.name!r}] is {dg.node_device[node.name]}"
@@ -149,14 +142,14 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, node
     for extra in (record.index, record.prefetch, record.prefetch_index, record.count):
         if extra is not None and dg.node_device.get(extra) != record.dst:
             return f"{where} reads {extra!r} on {record.dst}, but it lives on {dg.node_device.get(extra)}"
-    if record.role is CopyRole.ROUTED:
+    if record.role == CopyRole.ROUTED:
         rows = _rows(node)
         if record.slots != rows:
             return f"{where}.slots is {record.slots}, but node {node.name!r} gathers {rows} rows"
         routing = routing_of(nodes[record.index]) if record.index is not None else record.routing
         if record.routing != routing:
             return f"{where}.routing is {record.routing}, but the router behind {record.index!r} gives {routing}"
-    moved = node_nbytes(nodes[record.value] if record.role is CopyRole.PLAIN else node, unbounded="hint")
+    moved = node_nbytes(nodes[record.value] if record.role == CopyRole.PLAIN else node, unbounded="hint")
     if record.nbytes != moved:
         return f"{where}.nbytes is {record.nbytes}, but the copy moves {moved} bytes"
     bad = [c for c in record.consumers if c != "output" and c not in nodes]

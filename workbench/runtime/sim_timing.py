@@ -59,6 +59,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten
 
+from ..copy_variants import copy_variant
 from ..devices import Device
 from ..errors import ArgumentTypeError
 from ..graph_values import node_nbytes, value_of
@@ -336,13 +337,8 @@ def _write_back_cost(model: CostModel, step: Step, device: Device, nbytes: int) 
 def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: UncountedOps) -> CostFn:
     if node.op == "placeholder":
         return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
-    if step.reuse:
-        total = node_nbytes(node, unbounded="hint")  # every selected row
-        link = expected_link_bytes(model, total)
-        return lambda: reuse_cost(model, step, link, total - link)
-    if step.copy is not None:  # its record holds the bytes it moves (routed: expected, rule 1)
-        nbytes = int(round(step.copy.expected_nbytes()))
-        return lambda: copy_cost(model, step, nbytes)
+    if step.copy is not None:  # its copy variant says what it costs (rule 1)
+        return copy_variant(step.copy.role).cost(model, step, node, step.copy)
     if step.stream_bytes is not None:  # rule 8
         moved = step.stream_bytes
         return lambda: memory_copy_cost(model, step, moved)
