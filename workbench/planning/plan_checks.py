@@ -59,9 +59,9 @@ from .verify import PlanVerificationError
 __all__ = ["plan_problems"]
 
 
-def _placement_problems(plan: MemoryPlan) -> list[str]:
+def _placement_problems(dg: DeviceGraph) -> list[str]:
     """Rule 1."""
-    placement = plan.device_graph.placement
+    placement = dg.placement
     ops = {n.name for n in placement.program.graph.nodes if n.op == "call_function"}
     problems = _same_keys("placement.op_device", placement.op_device, ops, "ops of the captured graph")
     seen: dict[str, str] = {}
@@ -86,9 +86,8 @@ def _same_keys(field: str, mapping: Mapping[Any, object], want: set[Any], what: 
     return found
 
 
-def _graph_problems(plan: MemoryPlan) -> list[str]:
+def _graph_problems(dg: DeviceGraph) -> list[str]:
     """Rule 2."""
-    dg = plan.device_graph
     program = dg.program
     nodes = {n.name for n in dg.graph.nodes if n.op in ("placeholder", "call_function")}
     problems = _same_keys("device_graph.node_device", dg.node_device, nodes, "placeholders and ops of the saved graph")
@@ -164,9 +163,8 @@ def _rows(node: torch.fx.Node) -> int:
     return int(val.shape[0]) if isinstance(val, torch.Tensor) and val.dim() else 0
 
 
-def _copies_problems(plan: MemoryPlan) -> list[str]:
+def _copies_problems(dg: DeviceGraph) -> list[str]:
     """Rule 3."""
-    dg = plan.device_graph
     copy_nodes = {n.name: n for n in dg.graph.nodes if is_copy_node(n)}
     names = [c.name for c in dg.copies]
     problems = _same_keys("device_graph.copies", dict.fromkeys(names), set(copy_nodes), "copy nodes of the saved graph")
@@ -194,9 +192,8 @@ def _read_on(dg: DeviceGraph, node: torch.fx.Node, constant: str) -> Device:
     return CPU if constant == record.value else record.dst
 
 
-def _reads_problems(plan: MemoryPlan) -> list[str]:
+def _reads_problems(dg: DeviceGraph) -> list[str]:
     """Rule 4."""
-    dg = plan.device_graph
     constants = dg.program.constants
     problems = _same_keys("device_graph.residency", dg.residency, set(constants), "constants")
     if problems:
@@ -366,19 +363,33 @@ def _arena_problems(plan: MemoryPlan) -> list[str]:
     return problems
 
 
-_GROUPS: tuple[Callable[[MemoryPlan], list[str]], ...] = (
+#: Rules 1-4: the groups that read the device graph only.
+_GRAPH_GROUPS: tuple[Callable[[DeviceGraph], list[str]], ...] = (
     _placement_problems,
     _graph_problems,
     _copies_problems,
     _reads_problems,
-    _storage_problems,
-    _arena_problems,
 )
+#: Rule 5: the groups that read the memory plan.
+_PLAN_GROUPS: tuple[Callable[[MemoryPlan], list[str]], ...] = (_storage_problems, _arena_problems)
+
+
+def device_graph_problems(dg: DeviceGraph) -> list[str]:
+    """Rules 1-4 on a device graph (no memory plan yet): every problem of the first group
+    that finds any, in words. The passes run these after every pass they are asked to check."""
+    for group in _GRAPH_GROUPS:
+        problems = group(dg)
+        if problems:
+            return problems
+    return []
 
 
 def plan_problems(plan: MemoryPlan) -> list[str]:
     """Every problem of the first group of checks that finds any (module rules), in words."""
-    for group in _GROUPS:
+    problems = device_graph_problems(plan.device_graph)
+    if problems:
+        return problems
+    for group in _PLAN_GROUPS:
         problems = group(plan)
         if problems:
             return problems
