@@ -28,6 +28,9 @@ the registry and never name a variant themselves:
 - ``reason``: the sentence of a copy's record that says why it exists (rule 9 of
   ``propagate``): ``reason(context, facts, readers)``; None for a variant only made by a
   plain read (propagation words those itself).
+- ``check``: what the plan checks read of a record beyond its inputs, kind, devices and
+  bytes: ``check(record, node, nodes) -> problem`` (``""`` when it holds; the problem
+  starts with the field, e.g. ``".slots is 3, but …"``).
 
 Rules:
 1. A role names one variant; registering a second variant under a taken role is a
@@ -90,6 +93,7 @@ class CopyVariant:
     rewrite: Optional[Rewrite] = None
     prepare: Optional[Callable[[Any], None]] = None
     reason: Optional[Callable[[Any, Any, list[str]], str]] = None
+    check: Optional[Callable[[Any, torch.fx.Node, Mapping[str, torch.fx.Node]], str]] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, str) or not self.role:

@@ -31,7 +31,7 @@ Streaming works on every expert form a captured graph holds: ``index_select`` of
 built-in decoder becomes a gather of the selected slabs, and transformers' grouped
 (``aten._grouped_mm``, ``transformers::grouped_mm_fallback``) and batched
 (``aten.index.Tensor``) expert matmuls become routed copies of the distinct experts the
-router chose (``workbench.propagate`` rule 10), so a step moves at most min(E, tokens × k)
+router chose (``workbench.moe.streaming``), so a step moves at most min(E, tokens × k)
 slabs per weight, never the whole stack.
 
 Each comes with the skip-copy flags on (tokens, caches and logits stay on the device:

@@ -27,6 +27,10 @@ Rules:
    zeroes the padding on the device; ``routed_stats`` says how many. On ``cuda`` one
    kernel reads ``count`` on the device, so the host never waits for it; a pageable
    source falls back to torch (the host reads ``count``).
+5. ``estimate`` charges a grouped expert matmul the slabs of the expected distinct experts
+   under uniform routing, E·(1 − (1 − k/E)^T) for T tokens each routed to k of E experts
+   (``workbench.expert_ops`` rule 3; at most its groups), when its router is found
+   (``sim_timing.register_group_estimate``).
 """
 
 from __future__ import annotations
@@ -40,16 +44,20 @@ import torch
 import torch.fx
 
 from ..builtin_copies import reads, rows_like, streamed_rows
-from ..copy_ops import GATHER_ROUTED, PRESENT_GROUPS, UNIQUE_IDS, routed_count
+from ..copy_ops import GATHER_COUNTED, PRESENT_GROUPS, UNIQUE_IDS, counted_rows
 from ..copy_variants import CopyVariant, register_copy_variant
 from ..devices import CPU, CopyKind, Device
 from ..expert_ops import Routing, grouped_operands, routing_of
 from ..graph_values import is_view_op, packet_name, shape_upper_bound, value_of
 from ..kernels.copies import pointer_kind
 from ..propagate import CopyFacts, CopyRecord, CopyRole
-from ..runtime.sim_timing import copy_cost
+from ..runtime.cost_model import concrete_size
+from ..runtime.sim_timing import copy_cost, register_group_estimate
 
-__all__ = ["ROUTED"]
+__all__ = ["GATHER_ROUTED", "ROUTED", "expected_routed_groups"]
+
+#: The op of a routed copy: the counted gather of the experts a router chose.
+GATHER_ROUTED = GATHER_COUNTED
 
 _ROLE = str(CopyRole.ROUTED)
 
@@ -287,7 +295,7 @@ def _reason(context: Any, facts: CopyFacts, readers: list[str]) -> str:
 def _sim_move(dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, count: torch.Tensor, run: Any, stream: Any) -> Callable[[], int]:
     """Rows ``src[index[j]]`` for ``j < count`` into the device slot, zeros after."""
     rows = dst.view((-1,) + tuple(src.shape[1:]))  # (U, *row), the device slot
-    n = routed_count(count, rows.shape[0])
+    n = counted_rows(count, rows.shape[0])
     if n:
         torch.index_select(src, 0, index.reshape(-1)[:n].to(torch.long), out=rows[:n])
     rows[n:].zero_()
@@ -299,14 +307,14 @@ def _cuda_move(dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, count:
     pageable source falls back to torch (the host reads ``count``)."""
     if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
         rows = dst.view((-1,) + tuple(src.shape[1:]))
-        n = routed_count(count, rows.shape[0])  # synchronizes: the host must know which rows to read
+        n = counted_rows(count, rows.shape[0])  # synchronizes: the host must know which rows to read
         with torch.cuda.stream(stream):
             if n:
                 fetched = torch.index_select(src, 0, index.reshape(-1)[:n].to(torch.long).cpu())
                 rows[:n].copy_(fetched, non_blocking=False)
             rows[n:].zero_()
         return lambda: n
-    moved = run.exec.engine(dst.device.index).gather_routed_rows(dst.data_ptr(), src, index.reshape(-1), count, stream)
+    moved = run.exec.engine(dst.device.index).gather_counted_rows(dst.data_ptr(), src, index.reshape(-1), count, stream)
     return functools.cache(lambda: int(moved[0]))  # read once, after the call has synchronized
 
 
@@ -339,6 +347,35 @@ def _cost(model: Any, step: Any, node: torch.fx.Node, record: CopyRecord) -> Cal
     return lambda: copy_cost(model, step, nbytes)
 
 
+def _check(record: CopyRecord, node: torch.fx.Node, nodes: Mapping[str, torch.fx.Node]) -> str:
+    """Rule 4 as plan files are checked: ``slots`` are the rows of the node's result, and
+    ``routing`` is what the router behind its index gives."""
+    val = value_of(node)
+    rows = int(val.shape[0]) if isinstance(val, torch.Tensor) and val.dim() else 0
+    if record.slots != rows:
+        return f".slots is {record.slots}, but node {node.name!r} gathers {rows} rows"
+    routing = routing_of(nodes[record.index]) if record.index is not None else record.routing
+    if record.routing != routing:
+        return f".routing is {record.routing}, but the router behind {record.index!r} gives {routing}"
+    return ""
+
+
+def expected_routed_groups(node: torch.fx.Node) -> Optional[float]:
+    """Rule 5: the groups a grouped expert matmul is expected to read under uniform
+    routing (at most its groups), or None for any other node or an unknown router."""
+    operands = grouped_operands(node)
+    if operands is None:
+        return None
+    routing = routing_of(operands.offs)
+    weight = value_of(operands.weight)
+    if routing is None or not isinstance(weight, torch.Tensor) or weight.dim() == 0:
+        return None
+    return min(float(concrete_size(weight.shape[0])), routing.expected_distinct())
+
+
+register_group_estimate(expected_routed_groups)
+
+
 ROUTED = register_copy_variant(
     CopyVariant(
         role=_ROLE,
@@ -350,5 +387,6 @@ ROUTED = register_copy_variant(
         rewrite=_rewrite,
         prepare=_prepare,
         reason=_reason,
+        check=_check,
     )
 )

@@ -14,8 +14,8 @@ Rules:
    ``skip_h2d_for_method_inputs``, outputs and state updates come back to the host
    unless ``skip_d2h_for_method_outputs`` (outputs only).
 3. Copies: one record per copy node of the graph, and only those; each record's kind,
-   role, devices, inputs and bytes are those of its node (a routed copy's slots and
-   routing too).
+   role, devices, inputs and bytes are those of its node (and whatever else its copy
+   variant's ``check`` says of it).
 4. Reads: every op other than a copy reads values on its own device, constants resident
    there, or (metadata-only ops) anything; residency is exactly where constants are read
    for their data (a metadata-only read holds a constant nowhere); a copy reads the
@@ -48,7 +48,6 @@ from torch.export.graph_signature import OutputKind
 from ..copy_ops import is_copy_node
 from ..copy_variants import CopyVariantError, copy_variant
 from ..devices import CPU, CopyKind, Device, host_first
-from ..expert_ops import routing_of
 from ..graph_values import node_nbytes, output_values, reads_metadata_only, value_of
 from ..propagate import CopyRecord, CopyRole, DeviceGraph
 from .buffers import MAX_ALIGNMENT, Buffer, aligned_size
@@ -141,13 +140,10 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, node
     for extra in (record.index, record.prefetch, record.prefetch_index, record.count):
         if extra is not None and dg.node_device.get(extra) != record.dst:
             return f"{where} reads {extra!r} on {record.dst}, but it lives on {dg.node_device.get(extra)}"
-    if record.role == CopyRole.ROUTED:
-        rows = _rows(node)
-        if record.slots != rows:
-            return f"{where}.slots is {record.slots}, but node {node.name!r} gathers {rows} rows"
-        routing = routing_of(nodes[record.index]) if record.index is not None else record.routing
-        if record.routing != routing:
-            return f"{where}.routing is {record.routing}, but the router behind {record.index!r} gives {routing}"
+    if variant.check is not None:  # what the variant's own facts must say of its node
+        problem = variant.check(record, node, nodes)
+        if problem:
+            return f"{where}{problem}"
     moved = node_nbytes(nodes[record.value] if record.role == CopyRole.PLAIN else node, unbounded="hint")
     if record.nbytes != moved:
         return f"{where}.nbytes is {record.nbytes}, but the copy moves {moved} bytes"
@@ -155,12 +151,6 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, node
     if bad:
         return f"{where}.consumers names nodes the saved graph lacks: {bad[:5]}"
     return ""
-
-
-def _rows(node: torch.fx.Node) -> int:
-    """Rows (first dimension) of a gather's traced result."""
-    val = value_of(node)
-    return int(val.shape[0]) if isinstance(val, torch.Tensor) and val.dim() else 0
 
 
 def _copies_problems(dg: DeviceGraph) -> list[str]:

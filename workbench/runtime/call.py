@@ -13,7 +13,7 @@ Rules:
    session's backend (``copy_variants``): the call reads the source (and, for a copy of
    rows, the index) and finds the destination; the handler moves the bytes and times the
    event. A handler may keep figures in ``stats(role)`` (``prefetch_stats`` and
-   ``routed_stats`` read those of the reuse and routed variants).
+   ``routed_stats`` read those of the reuse and counted variants).
 3. Caller-owned memory: inputs are used as supplied; a caller-owned device output is
    written into a fresh ``DeviceBuffer`` that the returned tensor owns.
 4. Outputs never alias the session's memory: host outputs are copied out of the arena,
@@ -205,7 +205,7 @@ class Call:
         return tuple(PrefetchStat(name, rows, hits(), row_bytes) for name, rows, row_bytes, hits in self.stats(CopyRole.REUSE))
 
     def routed_stats(self) -> tuple[RoutedStat, ...]:
-        """What each routed copy of the finished call moved (counts are read only now)."""
+        """What each counted copy of the finished call moved (counts are read only now)."""
         return tuple(RoutedStat(name, slots, moved(), row_bytes) for name, slots, row_bytes, moved in self.stats(CopyRole.ROUTED))
 
     # -- what a copy variant's handler uses (rule 2) -----------------------------------------

@@ -27,7 +27,6 @@ Rules:
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import torch
