@@ -160,7 +160,11 @@ def _role(text: str) -> str:
     try:
         return CopyRole(text)
     except ValueError:
+        pass
+    try:
         return copy_variant(text).role
+    except CopyVariantError as exc:
+        raise CopyVariantError(f"{text!r} is not a valid CopyRole; {exc}") from None
 
 
 @dataclass(frozen=True, eq=False)
