@@ -2,10 +2,14 @@
 Program is never modified by later stages)."""
 
 import functools
+import os
 
 import torch
 
 import workbench as wb
+
+# Every strategy's passes run with the device-graph checks after each pass in tests.
+os.environ.setdefault("WORKBENCH_CHECK_PASSES", "1")
 from workbench.examples import example
 
 

@@ -7,7 +7,8 @@ import torch
 import workbench as wb
 from toy_experts import WEIGHTS, ToyMoE, distinct_experts, tokens, toy
 from workbench import CPU, Device
-from workbench.copy_ops import GATHER_ROUTED, PRESENT_GROUPS, UNIQUE_IDS
+from workbench.copy_ops import PRESENT_GROUPS, UNIQUE_IDS
+from workbench.moe.streaming import GATHER_ROUTED
 from workbench.expert_ops import Routing, expected_distinct_experts
 from workbench.runtime import stage_inputs, to_host
 

@@ -17,6 +17,8 @@ from importlib import import_module
 from typing import Any
 
 from . import copy_ops  # registers the workbench:: copy ops with torch.library
+from . import builtin_copies  # registers the copy variants the workbench ships
+from .moe import streaming  # registers the copy of only the rows an index lists as real
 from .capture import CaptureError, Program, capture
 from .devices import CPU, CopyKind, Device, DeviceError
 from .errors import WorkbenchError, WorkbenchWarning

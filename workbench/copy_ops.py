@@ -14,8 +14,8 @@ PyTorch can run, export, serialize and fake-trace:
   whose id is in ``cached_index`` comes from ``cached`` (rows ``x[cached_index]`` already
   on the device, e.g. prefetched); only the other rows cross the link
 - ``workbench::gather_h2d_routed_copy(Tensor x, Tensor index, Tensor count, str src,
-  str dst) -> Tensor`` rows ``x[index[j]]`` for ``j < count`` (the distinct experts a
-  router chose, padded to a static length), zeros for the padding rows: only ``count``
+  str dst) -> Tensor`` rows ``x[index[j]]`` for ``j < count`` (the distinct ids of an
+  index, padded to a static length), zeros for the padding rows: only ``count``
   rows cross the link, and the result keeps its static shape ``index.shape + x.shape[1:]``
 
 and compute ops that are not copies:
@@ -34,9 +34,10 @@ and compute ops that are not copies:
   last; ``count`` () int64, how many are distinct; ``inverse`` (``index.shape``, int64)
   with ``ids[inverse] == index``.
 
-Propagation emits the last three to stream a weight that a grouped or batched expert
-matmul reads whole (``propagate`` rule 10): padding to a static ``size`` keeps every
-shape static (so memory is planned), and the routed copy moves only the real rows.
+A graph rewrite emits the last three to stream a weight that a grouped or batched matmul
+reads whole, though it uses only the rows an index lists (``moe.streaming``): padding to
+a static ``size`` keeps every shape static (so memory is planned), and the counted copy
+moves only the real rows.
 
 Run as plain PyTorch, each returns a fresh tensor with the same data (the bytes really
 move, into new memory); the runtime executes the same nodes with real copy kernels on
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import torch
 
+from .copy_variants import is_copy_target
 from .devices import CopyKind
 from .errors import ArgumentTypeError, ArgumentValueError
 
@@ -184,7 +186,7 @@ def _check_unique(index: torch.Tensor, size: int) -> None:
     _check_size(size, op)
 
 
-def _check_routed(x: torch.Tensor, index: torch.Tensor, count: torch.Tensor) -> None:
+def _check_counted(x: torch.Tensor, index: torch.Tensor, count: torch.Tensor) -> None:
     op = "gather_h2d_routed_copy"
     _check_rows_source(x, op)
     _check_ids(index, "index", op, dims=(1,))
@@ -238,16 +240,16 @@ def unique_ids(index: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tens
 def gather_h2d_routed_copy(x: torch.Tensor, index: torch.Tensor, count: torch.Tensor, src: str, dst: str) -> torch.Tensor:
     """Rows ``x[index[j]]`` of the host tensor ``x`` for ``j < count`` into one device
     tensor of ``len(index)`` rows; the rows from ``count`` on are zeros and never cross."""
-    _check_routed(x, index, count)
+    _check_counted(x, index, count)
     out = x.new_zeros(_rows_shape(x, index))  # (U, *row)
-    n = routed_count(count, index.numel())
+    n = counted_rows(count, index.numel())
     if n:
         out[:n] = torch.index_select(x, 0, index[:n].to(torch.long))
     return out
 
 
-def routed_count(count: torch.Tensor, slots: int) -> int:
-    """How many rows a routed copy moves: ``count`` clamped to ``[0, slots]``."""
+def counted_rows(count: torch.Tensor, slots: int) -> int:
+    """How many rows a counted copy (``gather_h2d_routed_copy``) moves: ``count`` clamped to ``[0, slots]``."""
     return max(0, min(int(count.reshape(-1)[0]), slots))
 
 
@@ -285,7 +287,7 @@ def _register_fakes() -> None:
 
     @gather_h2d_routed_copy.register_fake
     def _(x, index, count, src, dst):  # noqa: ANN001
-        _check_routed(x, index, count)
+        _check_counted(x, index, count)
         return x.new_empty(_rows_shape(x, index))
 
 
@@ -297,7 +299,7 @@ D2H = torch.ops.workbench.d2h_copy.default
 D2D = torch.ops.workbench.d2d_copy.default
 GATHER_H2D = torch.ops.workbench.gather_h2d_copy.default
 GATHER_REUSE = torch.ops.workbench.gather_h2d_reuse_copy.default
-GATHER_ROUTED = torch.ops.workbench.gather_h2d_routed_copy.default
+GATHER_COUNTED = torch.ops.workbench.gather_h2d_routed_copy.default
 SELECT_ROWS = torch.ops.workbench.select_rows.default
 PRESENT_GROUPS = torch.ops.workbench.present_groups.default
 UNIQUE_IDS = torch.ops.workbench.unique_ids.default
@@ -313,10 +315,11 @@ KIND_FOR_OP = {
     D2D: CopyKind.D2D,
     GATHER_H2D: CopyKind.H2D,
     GATHER_REUSE: CopyKind.H2D,
-    GATHER_ROUTED: CopyKind.H2D,
+    GATHER_COUNTED: CopyKind.H2D,
 }
 
 
 def is_copy_node(node: torch.fx.Node) -> bool:
-    """True for a node that runs one of the workbench copy ops."""
-    return node.op == "call_function" and node.target in KIND_FOR_OP
+    """True for a node that runs one of the workbench copy ops, or the op of a registered
+    copy variant (``copy_variants``)."""
+    return node.op == "call_function" and (node.target in KIND_FOR_OP or is_copy_target(node.target))

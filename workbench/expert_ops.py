@@ -10,7 +10,7 @@ apply them to the rows a router picked in one of two forms:
 - *batched*: ``aten.index.Tensor(W, [ids])`` picks a slab per routed row (duplicates
   kept), then ``bmm``.
 
-Propagation streams both (``propagate`` rule 10); the cost model costs the grouped ops
+Propagation streams both (``moe.streaming``); the cost model costs the grouped ops
 (FlopCounterMode has no formula for them). Both need the *routing* behind an op: the
 router's ``topk`` that chose the experts, found by walking the op's inputs back.
 

@@ -1,10 +1,12 @@
-"""Facts a graph rewrite records on a node for the runtime: which stream it runs on, which rows it works on.
+"""Facts a graph rewrite records on a node for the runtime: one typed record per node, under one key.
 
 Propagation records copies in the ``DeviceGraph``'s copy table. A rewrite that adds ops
 of its own (``workbench.moe``'s expert caches) records the two facts the runtime needs
 about them in ``node.meta`` — where ``torch.fx`` keeps what a pass knows of a node
 (``val``, ``nn_module_stack``), which ``node_copy`` carries through propagation and
-scheduling — through the functions here; ``runtime.steps`` reads them back the same way.
+scheduling — as one ``NodeFacts`` record under one key, through the functions here;
+``runtime.steps`` reads them back the same way. A package's own facts about a node (the
+MoE cache's marked reads) are named ``tags`` of the same record.
 ``torch.export.save`` keeps no custom ``node.meta`` keys, so a saved ``DeviceGraph``
 writes the facts of its graph as a table of its own (``facts_to_json``) and restores them
 on the loaded graph (``restore_facts``).
@@ -20,15 +22,19 @@ Rules:
      discarded). It is charged that share of its time, bytes and FLOPs: in a run the
      share the mask really selects, in ``estimate`` the expected one
      (``CostModel.prefetch_hit_rate`` selects ``True``).
-  3. A node has at most one fact of each kind; ``mask`` names a node of the same graph.
+  3. A node has one ``NodeFacts`` record (``facts_of``; empty when nothing was marked),
+     at most one fact of each kind and one value per tag; ``mask`` names a node of the
+     same graph.
   4. Saved and loaded, a graph's nodes carry the same facts as before: the table names
      each node with a fact, and a name that is no node of the loaded graph (or a mask
      that is none) is a ``JsonFieldError`` naming the field.
+  5. ``mark_tag(node, name, value)``: an integer fact a package names itself (a tag);
+     ``tag_of`` reads it back, ``tagged`` lists the nodes that carry it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import torch.fx
@@ -39,17 +45,22 @@ from .json_fields import JsonFieldError, JsonObject
 __all__ = [
     "CopyStreamOp",
     "NodeFactError",
+    "NodeFacts",
     "RowShare",
     "copy_stream_op",
+    "facts_of",
     "facts_to_json",
     "mark_copy_stream",
     "mark_row_share",
+    "mark_tag",
     "restore_facts",
     "row_share",
+    "tag_of",
+    "tagged",
 ]
 
-_STREAM_KEY = "workbench_copy_stream"
-_SHARE_KEY = "workbench_row_share"
+#: The one ``node.meta`` key of a node's ``NodeFacts``.
+FACTS_KEY = "workbench_facts"
 
 
 class NodeFactError(WorkbenchError, ValueError):
@@ -82,48 +93,107 @@ class RowShare:
         return true_rate if self.where else 1.0 - true_rate
 
 
+@dataclass(frozen=True)
+class NodeFacts:
+    """Everything the rewrites recorded on one node (rule 3)."""
+
+    copy_stream: Optional[CopyStreamOp] = None  # rule 1
+    row_share: Optional[RowShare] = None  # rule 2
+    tags: tuple[tuple[str, int], ...] = ()  # rule 5, sorted by name
+
+    def tag(self, name: str) -> Optional[int]:
+        """The value of tag ``name``, if set."""
+        return dict(self.tags).get(name)
+
+
+_EMPTY = NodeFacts()
+
+
+def facts_of(node: torch.fx.Node) -> NodeFacts:
+    """Rule 3: ``node``'s record (empty when nothing was marked)."""
+    facts = node.meta.get(FACTS_KEY)
+    return facts if isinstance(facts, NodeFacts) else _EMPTY
+
+
+def _update(node: torch.fx.Node, **changes: Any) -> None:
+    node.meta[FACTS_KEY] = replace(facts_of(node), **changes)
+
+
 def mark_copy_stream(node: torch.fx.Node, nbytes: int) -> None:
     """Record rule 1 on ``node``."""
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
         raise NodeFactError(f"a copy-stream op moves a whole number of bytes >= 0, got {nbytes!r}")
-    node.meta[_STREAM_KEY] = CopyStreamOp(nbytes)
+    _update(node, copy_stream=CopyStreamOp(nbytes))
 
 
 def mark_row_share(node: torch.fx.Node, mask: torch.fx.Node, where: bool) -> None:
     """Record rule 2 on ``node``: its rows are those where ``mask``'s value equals ``where``."""
     if not isinstance(mask, torch.fx.Node) or mask.graph is not node.graph:
         raise NodeFactError(f"the mask of {node.name!r} must be a node of its graph, got {mask!r}")
-    node.meta[_SHARE_KEY] = RowShare(mask.name, bool(where))
+    _update(node, row_share=RowShare(mask.name, bool(where)))
+
+
+def mark_tag(node: torch.fx.Node, name: str, value: int) -> None:
+    """Record rule 5 on ``node``: tag ``name`` is ``value``."""
+    if not isinstance(name, str) or not name:
+        raise NodeFactError(f"a tag is named by a non-empty string, got {name!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise NodeFactError(f"tag {name!r} holds an integer, got {value!r}")
+    tags = dict(facts_of(node).tags)
+    tags[name] = value
+    _update(node, tags=tuple(sorted(tags.items())))
 
 
 def copy_stream_op(node: torch.fx.Node) -> Optional[CopyStreamOp]:
     """Rule 1's fact on ``node``, if recorded."""
-    fact = node.meta.get(_STREAM_KEY)
-    return fact if isinstance(fact, CopyStreamOp) else None
+    return facts_of(node).copy_stream
 
 
 def row_share(node: torch.fx.Node) -> Optional[RowShare]:
     """Rule 2's fact on ``node``, if recorded."""
-    fact = node.meta.get(_SHARE_KEY)
-    return fact if isinstance(fact, RowShare) else None
+    return facts_of(node).row_share
+
+
+def tag_of(node: torch.fx.Node, name: str) -> Optional[int]:
+    """Rule 5's tag ``name`` on ``node``, if set."""
+    return facts_of(node).tag(name)
+
+
+def tagged(graph: torch.fx.Graph, name: str) -> dict[str, int]:
+    """Node name → value, for each node of ``graph`` with tag ``name``."""
+    found = {}
+    for node in graph.nodes:
+        value = tag_of(node, name)
+        if value is not None:
+            found[node.name] = value
+    return found
 
 
 def facts_to_json(graph: torch.fx.Graph) -> dict[str, Any]:
-    """Rule 4: the facts recorded on ``graph``'s nodes as plain JSON data."""
+    """Rule 4: the facts recorded on ``graph``'s nodes as plain JSON data: one table per
+    kind of fact (``tags`` only when a node has one, so a graph without tags is written as
+    before tags existed)."""
     streams: dict[str, int] = {}
     shares: dict[str, dict[str, Any]] = {}
+    tags: dict[str, dict[str, int]] = {}
     for node in graph.nodes:
-        stream, share = copy_stream_op(node), row_share(node)
-        if stream is not None:
-            streams[node.name] = stream.nbytes
-        if share is not None:
-            shares[node.name] = {"mask": share.mask, "where": share.where}
-    return {"copy_stream": streams, "row_share": shares}
+        facts = facts_of(node)
+        if facts.copy_stream is not None:
+            streams[node.name] = facts.copy_stream.nbytes
+        if facts.row_share is not None:
+            shares[node.name] = {"mask": facts.row_share.mask, "where": facts.row_share.where}
+        for name, value in facts.tags:
+            tags.setdefault(name, {})[node.name] = value
+    out: dict[str, Any] = {"copy_stream": streams, "row_share": shares}
+    if tags:
+        out["tags"] = tags
+    return out
 
 
 def restore_facts(graph: torch.fx.Graph, data: Any, path: str = "node_facts") -> None:
-    """Rule 4: record on ``graph``'s nodes the facts ``facts_to_json`` wrote. Everything is
-    checked before any node is changed, so a bad table leaves the graph as it was."""
+    """Rule 4: record on ``graph``'s nodes the facts ``facts_to_json`` wrote (``tags`` may
+    be absent). Everything is checked before any node is changed, so a bad table leaves
+    the graph as it was."""
     obj = JsonObject(data, path)
     nodes = {n.name: n for n in graph.nodes}
 
@@ -132,14 +202,19 @@ def restore_facts(graph: torch.fx.Graph, data: Any, path: str = "node_facts") ->
             raise JsonFieldError(f"{where} names {name!r}, which is no node of the saved graph")
         return nodes[name]
 
-    streams = obj.count_map("copy_stream")
+    records: dict[torch.fx.Node, dict[str, Any]] = {}
+    for name, nbytes in obj.count_map("copy_stream").items():
+        records.setdefault(node_at(name, f"{path}.copy_stream"), {})["copy_stream"] = CopyStreamOp(nbytes)
     shares_obj = obj.mapping("row_share")
-    marks: list[tuple[torch.fx.Node, str, Any]] = []
-    for name, nbytes in streams.items():
-        marks.append((node_at(name, f"{path}.copy_stream"), _STREAM_KEY, CopyStreamOp(nbytes)))
     for name in shares_obj.keys():
         share = shares_obj.mapping(name)
         mask = node_at(share.text("mask"), f"{share.path}.mask")
-        marks.append((node_at(name, f"{path}.row_share"), _SHARE_KEY, RowShare(mask.name, share.flag("where"))))
-    for node, key, fact in marks:
-        node.meta[key] = fact
+        records.setdefault(node_at(name, f"{path}.row_share"), {})["row_share"] = RowShare(mask.name, share.flag("where"))
+    if "tags" in obj.data:
+        tags_obj = obj.mapping("tags")
+        for tag in tags_obj.keys():
+            for name, value in tags_obj.count_map(tag).items():
+                fields = records.setdefault(node_at(name, f"{path}.tags.{tag}"), {})
+                fields["tags"] = tuple(sorted((*fields.get("tags", ()), (tag, value))))
+    for node, fields in records.items():
+        node.meta[FACTS_KEY] = NodeFacts(**fields)

@@ -22,20 +22,20 @@ A pattern is one of:
 - an op name, matched against the full name or the name without overload:
   ``"aten.mm"`` matches ``aten.mm.default``; globs work: ``"aten.*"``, ``"*.addmm*"``;
 - ``"module:<glob>"``, matched against the module path the op was traced in
-  (``"module:layers.*.mlp.experts"``), including enclosing modules;
+  (``"module:layers.*.mlp"``), including enclosing modules;
 - ``"node:<glob>"``, matched against the node name.
 
 Precedence — of the patterns matching an op, the most specific decides, compared by:
 
 1. kind: ``node:`` beats ``module:``, which beats an op name;
 2. for ``module:`` patterns, the depth of the deepest module path the pattern matched
-   (``model.layers.0.mlp.experts`` is deeper than ``model.layers.0``);
+   (``model.layers.0.mlp`` is deeper than ``model.layers.0``);
 3. the number of literal (non-wildcard) characters: ``aten.mul.Tensor`` beats
    ``aten.mul``, which beats ``aten.*``, which beats ``*``.
 
-So "everything on the device except the experts" is
-``{"cuda:0": ["*"], "cpu": ["module:model.layers.*.mlp.experts"]}``: the module pattern
-beats the catch-all op glob for the experts' ops, and only for them.
+So "everything on the device except the MLPs" is
+``{"cuda:0": ["*"], "cpu": ["module:model.layers.*.mlp"]}``: the module pattern beats
+the catch-all op glob for the MLPs' ops, and only for them.
 """
 
 from __future__ import annotations

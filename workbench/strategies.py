@@ -31,7 +31,7 @@ Streaming works on every expert form a captured graph holds: ``index_select`` of
 built-in decoder becomes a gather of the selected slabs, and transformers' grouped
 (``aten._grouped_mm``, ``transformers::grouped_mm_fallback``) and batched
 (``aten.index.Tensor``) expert matmuls become routed copies of the distinct experts the
-router chose (``workbench.propagate`` rule 10), so a step moves at most min(E, tokens × k)
+router chose (``workbench.moe.streaming``), so a step moves at most min(E, tokens × k)
 slabs per weight, never the whole stack.
 
 Each comes with the skip-copy flags on (tokens, caches and logits stay on the device:
@@ -54,14 +54,15 @@ from .arguments import check_flag
 from .errors import WorkbenchError
 from .experts import ExpertMap, find_experts
 from .place import module_paths, place, report_no_claim
+from .passes import Pass, run_passes, schedule_pass
 from .propagate import DeviceGraph, propagate
-from .schedule import schedule
 
 __all__ = [
     "EXPERT_MODULES",
     "EXPERT_WEIGHTS",
     "ExpertRule",
     "ROUTED_EXPERTS",
+    "Recipe",
     "Strategy",
     "StrategyError",
     "all_on_device",
@@ -106,8 +107,20 @@ class ExpertRule:
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """What a strategy makes of one program: the program to place (a strategy may rewrite
+    it first), its placement rules, the weights it streams, and the passes run on the
+    propagated graph, in order (``workbench.passes``)."""
+
+    program: Program
+    rules: Callable[[torch.fx.Node], Optional[str]]
+    streamed: tuple[str, ...]
+    passes: tuple[Pass, ...]
+
+
+@dataclass(frozen=True)
 class Strategy:
-    """A placement recipe: rules + flags + streamed weights."""
+    """A placement recipe: rules + flags + streamed weights, then a list of passes."""
 
     name: str  # "all_on_device", "experts_on_host", "expert_streaming"
     description: str  # one sentence for tables and notebooks
@@ -132,20 +145,22 @@ class Strategy:
         """This strategy issued in another order (``"captured"`` or ``"overlap"``)."""
         return replace(self, schedule=order)
 
-    def apply(self, program: Program, *, strict: bool = False) -> DeviceGraph:
-        """Place, propagate and schedule ``program`` under this strategy → ``DeviceGraph``.
+    def apply(self, program: Program, *, strict: bool = False, check: Optional[bool] = None) -> DeviceGraph:
+        """Place, propagate and run the passes of ``program`` under this strategy →
+        ``DeviceGraph`` (``check``: the device-graph checks after every pass, see
+        ``workbench.passes``).
 
         A strategy that moves the routed experts but finds none to move warns
         (``PlacementWarning``), or raises ``PlacementError`` with ``strict=True``.
         """
         self._check_program(program)
-        streamed = self.streamed(program)
-        if self.stream_constants and not streamed:
+        recipe = self.recipe(program)
+        if self.stream_constants and not recipe.streamed:
             self._nothing_to_move(program, strict, "parameter")
         if not isinstance(self.rules, ExpertRule):
-            placed = place(program, self.rules, strict=strict)
+            placed = place(recipe.program, recipe.rules, strict=strict)
         else:
-            rule, host_ops = self.rules.for_program(program), []
+            rule, host_ops = recipe.rules, []
 
             def counted(node: torch.fx.Node) -> Optional[str]:
                 answer = rule(node)
@@ -153,16 +168,22 @@ class Strategy:
                     host_ops.append(node.name)
                 return answer
 
-            placed = place(program, counted, strict=strict)
+            placed = place(recipe.program, counted, strict=strict)
             if not host_ops:
                 self._nothing_to_move(program, strict, "op's module path")
         dg = propagate(
             placed,
             skip_h2d_for_method_inputs=self.skip_copies,
             skip_d2h_for_method_outputs=self.skip_copies,
-            stream_constants=streamed,
+            stream_constants=recipe.streamed,
         )
-        return schedule(dg, self.schedule)
+        return run_passes(dg, recipe.passes, check=check)
+
+    def recipe(self, program: Program) -> Recipe:
+        """This strategy's ``Recipe`` for ``program``: its rules (an ``ExpertRule`` bound to
+        the program), its streamed weights and its passes (the ``schedule``)."""
+        rules = self.rules.for_program(program) if isinstance(self.rules, ExpertRule) else self.rules
+        return Recipe(program, rules, self.streamed(program), (schedule_pass(self.schedule),))
 
     def streamed(self, program: Program) -> tuple[str, ...]:
         """``stream_constants`` for ``program``: ROUTED_EXPERTS replaced by the experts found
@@ -191,22 +212,32 @@ class Strategy:
         )
 
     def _check_program(self, program: Program) -> None:
-        """A prefetching strategy needs the hints in the graph; a plain streaming strategy
-        must not get them (propagation would prefetch under the wrong label)."""
-        if not self.stream_constants and not self.prefetch:
+        """A prefetching strategy needs the hints in the graph; a streaming strategy
+        without prefetch must not get them (propagation would prefetch under the wrong
+        label): ``hint_problem`` words what is wrong."""
+        if not self.reads_hints:
             return
         hinted = any(n.op == "call_function" and n.target is SELECT_ROWS for n in program.graph.nodes)
-        if self.prefetch and not hinted:
-            raise StrategyError(
+        if hinted != self.prefetch:
+            raise StrategyError(self.hint_problem(hinted))
+
+    @property
+    def reads_hints(self) -> bool:
+        """Whether routing hints in the program matter to this strategy (it streams or prefetches)."""
+        return bool(self.stream_constants) or self.prefetch
+
+    def hint_problem(self, hinted: bool) -> str:
+        """Why a program with (``hinted``) or without routing hints does not fit this strategy."""
+        if not hinted:
+            return (
                 f"{self.label} prefetches from routing hints, but this program has none (no "
                 "workbench::select_rows node); capture QwenMoEDecoder(config, expert_prefetch=True)"
             )
-        if not self.prefetch and hinted:
-            raise StrategyError(
-                f"{self.label} streams without prefetch, but this program carries routing hints "
-                "(captured with expert_prefetch=True), which propagation would prefetch; use "
-                f"{self.name}(prefetch=True) or capture the model with expert_prefetch=False"
-            )
+        return (
+            f"{self.label} streams without prefetch, but this program carries routing hints "
+            "(captured with expert_prefetch=True), which propagation would prefetch; use "
+            f"{self.name}(prefetch=True) or capture the model with expert_prefetch=False"
+        )
 
 
 class StrategyError(WorkbenchError, ValueError):

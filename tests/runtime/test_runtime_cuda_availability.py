@@ -28,7 +28,7 @@ def test_probe_in_a_fresh_process_prints_nothing():
 
 def test_probe_prints_nothing(capfd):
     """Running the probe again (runtime query included) and reading the cached answer are silent at the fd level."""
-    from workbench.runtime.cuda import _probe
+    from workbench.kernels.cuda import _probe
 
     _probe.cache_clear()
     first = (cuda_available(), cuda_unavailable_reason())

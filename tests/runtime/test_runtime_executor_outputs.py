@@ -9,7 +9,7 @@ import torch
 
 import workbench as wb
 from workbench.runtime import cuda_available, cuda_unavailable_reason, stage_inputs, to_host
-from workbench.runtime.cuda import device_count
+from workbench.kernels.cuda import device_count
 from workbench.runtime.executor import ExecutorError, estimate, run
 
 from conftest import captured

@@ -14,7 +14,7 @@ from workbench.kernels import gather_reuse_variant
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.planning.arena_execution import run_in_arenas
 from workbench.runtime import CostModel, op_cost, stage_inputs, to_host
-from workbench.runtime.exec_backends import SimExecBackend
+from workbench.builtin_copies import sim_reuse_rows
 from workbench.runtime.executor import estimate, run
 from workbench.strategies import expert_streaming
 
@@ -87,13 +87,12 @@ def test_reuse_copy_moves_exactly_the_missed_rows(idx, hint, hits):
 def test_sim_reuse_gather_reads_hits_from_the_device_buffer():
     """On sim the hit rows really come from the prefetched device buffer (a buffer that
     differs from the host rows shows it) and the missed rows from host memory."""
-    backend = SimExecBackend(cost_model=MODEL)
     src = torch.arange(E * 3, dtype=torch.float32).reshape(E, 3)
     cached_index = torch.tensor([5, 2])
     cached = src[cached_index] - 500.0  # marked
     index = torch.tensor([2, 6, 5])
     dst = torch.full((3, 3), float("nan"))
-    hits = backend.gather_reuse(dst, src, index, cached, cached_index, None)
+    hits = sim_reuse_rows(dst, src, index, cached, cached_index, None, None)
     assert hits() == 2
     assert torch.equal(dst, torch.stack([src[2] - 500.0, src[6], src[5] - 500.0]))
 

@@ -33,7 +33,7 @@ def test_routed_kernel_moves_the_first_count_rows_and_zeroes_the_rest(engine, ro
     src = torch.randint(1, 200, (16, row_bytes), dtype=torch.uint8, generator=gen).pin_memory()
     index = torch.tensor([2, 7, 11, 13, 15])  # (U,) distinct ids, ascending
     dst = torch.full((5, row_bytes), 255, dtype=torch.uint8, device="cuda")  # stale bytes the padding must clear
-    moved = engine.gather_routed_rows(dst.data_ptr(), src, index.cuda(), torch.tensor([count]).cuda(), None)
+    moved = engine.gather_counted_rows(dst.data_ptr(), src, index.cuda(), torch.tensor([count]).cuda(), None)
     want = gather_h2d_routed_copy(src, index, torch.tensor(count), "cpu", "cuda:0")
     assert torch.equal(dst.cpu(), want)
     assert int(cp.asnumpy(moved)[0]) == min(count, 5)

@@ -23,11 +23,12 @@ from typing import Any, Optional, Sequence
 import pandas as pd
 import torch
 
-import workbench as wb
-
+from ..capture import capture
 from ..devices import CPU, Device
+from ..planning.memory_plan import plan
 from ..models import MoEConfig, QwenMoEDecoder, param_count
 from ..runtime import CostModel
+from ..runtime.executor import estimate
 from ..strategies import Strategy, all_on_device, expert_streaming, experts_on_host
 from .models import load_model
 from .steps import capture_decode
@@ -126,7 +127,7 @@ def _builtin(config: MoEConfig, shape_only: bool, seed: int) -> tuple[QwenMoEDec
     else:
         model = QwenMoEDecoder(config, seed=seed).eval()
         inputs = model.example_inputs()
-    return model, wb.capture(model, inputs, shape_only=shape_only)
+    return model, capture(model, inputs, shape_only=shape_only)
 
 
 def _measure(strategy: Strategy, program: Any, algorithm: str, cost_model: CostModel) -> tuple[dict[str, float], dict[str, Any]]:
@@ -134,9 +135,9 @@ def _measure(strategy: Strategy, program: Any, algorithm: str, cost_model: CostM
     per device its largest planned buffer, the device operations the host launches, the
     time the host spends in ops it runs itself, and the modeled step time."""
     dg = strategy.apply(program)
-    memory = wb.plan(dg, algorithm)
+    memory = plan(dg, algorithm)
     moved = dg.copy_bytes()
-    timeline = wb.estimate(memory, cost_model)
+    timeline = estimate(memory, cost_model)
     dev = Device.parse(strategy.device)
     quantities = {
         f"resident_{dev}_bytes": dg.constant_bytes.get(dev, 0),

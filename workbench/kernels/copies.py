@@ -1,9 +1,9 @@
 """CuPy copy kernels: host↔device, device↔device, and a one-launch gather of rows.
 
 Everything that touches the GPU lives in ``CopyEngine`` and ``MappedHost``; the plans
-they follow are plain functions that run anywhere (``staging_schedule``,
-``gather_row_offsets``, ``gather_variant``, ``gather_launch_config``). Importing this
-module never touches the GPU.
+they follow are plain functions that run anywhere (``launches``: ``staging_schedule``,
+``gather_row_offsets``, ``gather_variant``, ``gather_launch_config``), and the kernels'
+CUDA source is in ``sources``. Importing this module never touches the GPU.
 
 Rules:
 
@@ -36,318 +36,48 @@ Rules:
    ``MAX_CACHED_ROWS``): on a match the row is copied from the prefetched device buffer
    ``cached`` (its first matching slot), else from the source as in rule 5. It records
    per row whether it hit, so the caller learns how many rows crossed the link.
-7. The routed gather writes ``len(indices)`` rows in one launch: output row j < n, with
+7. The counted gather writes ``len(indices)`` rows in one launch: output row j < n, with
    n = ``*count`` read on the device (clamped to [0, rows]), is the source row
    ``indices[j]`` as in rule 5; the rows from n on are zeros and read nothing. The block
    of row 0 records n, so the caller learns how many rows crossed without the host
    waiting for ``count`` before the launch. Its ids and count are device arrays (a
-   router's choice, on the device), so it always runs as one kernel, never by DMA.
+   choice made on the device), so it always runs as one kernel, never by DMA.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from ..runtime.cuda import cupy_module, pinned_host_tensor, stream_ptr
-from ..errors import ArgumentTypeError, WorkbenchError, WorkbenchWarning
-
-#: Bytes per pinned staging buffer (two are used in turn).
-DEFAULT_CHUNK_BYTES = 8 << 20
-#: Threads per block of the gather kernel.
-GATHER_THREADS = 256
-#: CUDA's limit on gridDim.y, which indexes the gathered rows.
-MAX_GATHER_ROWS = 65535
-#: Most prefetched rows a reuse gather scans per output row (rule 6; a router's top-k is 8-16).
-MAX_CACHED_ROWS = 1024
-#: Rows of at least this many bytes are gathered by DMA when their ids are on the host (rule 5).
-DEFAULT_DMA_ROW_BYTES = 256 << 10
-#: Ways a gather may copy: ``"auto"`` (rule 5 chooses), ``"kernel"`` or ``"dma"`` (host ids only).
-GATHER_METHODS: tuple[str, ...] = ("auto", "kernel", "dma")
-#: Most host row ids passed as plain scalar launch parameters (rule 5; a router's top-k).
-SCALAR_IDS = 8
-#: Most host row ids passed by value in a gather launch's parameters (rule 5; 512 bytes).
-INLINE_IDS = 64
-#: Slots of the ring of pinned buffers host row ids are read from, and ids per slot (rule 5).
-ID_RING_SLOTS = 8
-ID_RING_CAPACITY = 4096
-
-
-class KernelArgumentError(WorkbenchError, ValueError):
-    """An argument a copy kernel (or its launch plan) cannot take; the message says what is valid."""
-
-
-class KernelWarning(WorkbenchWarning):
-    """A copy kernel took a slower path than it should have (the message says why)."""
-
-
-class GatherIndexError(WorkbenchError, IndexError):
-    """A gather index outside the rows of its source."""
-
-
-# -- pure plans (CPU-testable) -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StagingChunk:
-    """One step of a staged copy: bytes [offset, offset + nbytes) through buffer ``slot``."""
-
-    index: int
-    offset: int
-    nbytes: int
-    slot: int
-
-
-def staging_schedule(nbytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES, slots: int = 2) -> tuple[StagingChunk, ...]:
-    """Split a copy of ``nbytes`` into chunks of at most ``chunk_bytes``, staging buffers in turn.
-
-    The chunks cover [0, nbytes) exactly once, in order; chunk i uses slot ``i % slots``.
-    """
-    for name, value, low in (("nbytes", nbytes, 0), ("chunk_bytes", chunk_bytes, 1), ("slots", slots, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise KernelArgumentError(f"{name} must be an int >= {low}, got {value!r}")
-    return tuple(
-        StagingChunk(i, offset, min(chunk_bytes, nbytes - offset), i % slots)
-        for i, offset in enumerate(range(0, nbytes, chunk_bytes))
-    )
-
-
-def gather_row_ids(indices: Any, num_rows: int) -> np.ndarray:
-    """``indices`` as checked row ids (a new int64 array) of a source of ``num_rows`` rows.
-
-    ``indices`` is a 1-D sequence of ints (list, numpy array or CPU torch tensor) in
-    ``[0, num_rows)``; anything else is an error saying what was wrong.
-    """
-    if isinstance(indices, torch.Tensor):
-        if indices.device.type != "cpu":
-            raise KernelArgumentError("gather_row_offsets takes host indices; device indices are offset on the device")
-        indices = indices.numpy()
-    idx = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
-    if idx.ndim != 1:
-        raise KernelArgumentError(f"indices must be 1-D, got shape {tuple(idx.shape)}")
-    if idx.size and not np.issubdtype(idx.dtype, np.integer):
-        raise ArgumentTypeError(f"indices must be integers, got dtype {idx.dtype}")
-    if idx.size > MAX_GATHER_ROWS:
-        raise KernelArgumentError(f"at most {MAX_GATHER_ROWS} rows per gather, got {idx.size}")
-    if idx.size and (idx.min() < 0 or idx.max() >= num_rows):
-        bad = idx[(idx < 0) | (idx >= num_rows)]
-        raise GatherIndexError(f"gather indices {bad[:8].tolist()} are out of range; valid: 0..{num_rows - 1}")
-    # Always a new array, never a view of the caller's: the GPU path hands it to
-    # torch.from_numpy, which refuses negative strides and warns on read-only arrays.
-    return idx.astype(np.int64)
-
-
-def gather_row_offsets(indices: Any, num_rows: int, row_stride_bytes: int) -> np.ndarray:
-    """Byte offsets (int64) of rows ``indices`` in a source of ``num_rows`` rows whose rows
-    are ``row_stride_bytes`` apart (``indices`` as for ``gather_row_ids``)."""
-    return gather_row_ids(indices, num_rows) * np.int64(row_stride_bytes)
-
-
-#: The by-value parameter of the inline gather kernels: ``struct { long long v[INLINE_IDS]; }``.
-INLINE_IDS_DTYPE = np.dtype([("v", np.int64, (INLINE_IDS,))])
-
-
-def inline_ids(ids: np.ndarray) -> np.void:
-    """Up to ``INLINE_IDS`` row ids as the struct the inline gather kernels take by value
-    (unused entries are -1, never read: the grid has one row per id)."""
-    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-    if ids.size > INLINE_IDS:
-        raise KernelArgumentError(f"at most {INLINE_IDS} ids go by value, got {ids.size}")
-    packed = np.full(1, -1, dtype=INLINE_IDS_DTYPE)
-    packed["v"][0, : ids.size] = ids
-    return packed[0]
-
-
-def dma_runs(ids: np.ndarray) -> tuple[tuple[int, int, int], ...]:
-    """``(first output row, first source row, rows)`` per run of consecutive ids: the
-    copies a DMA gather issues (rule 5), in output order, covering every row once."""
-    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-    if not ids.size:
-        return ()
-    runs, values = [], ids.tolist()
-    start = 0
-    for k in range(1, len(values) + 1):
-        if k == len(values) or values[k] != values[k - 1] + 1:
-            runs.append((start, values[start], k - start))
-            start = k
-    return tuple(runs)
-
-
-def gather_variant(src_ptr: int, dst_ptr: int, row_bytes: int, row_stride_bytes: int) -> str:
-    """``"v16"`` (16-byte loads) when every address involved is 16-byte aligned, else ``"b1"``."""
-    aligned = all(v % 16 == 0 for v in (src_ptr, dst_ptr, row_bytes, row_stride_bytes))
-    return "v16" if aligned else "b1"
-
-
-def gather_reuse_variant(src_ptr: int, cached_ptr: int, dst_ptr: int, row_bytes: int, row_stride_bytes: int) -> str:
-    """``"v16"`` when the source, the prefetched buffer and the destination all allow
-    16-byte loads (rule 6), else ``"b1"``."""
-    aligned = gather_variant(src_ptr, dst_ptr, row_bytes, row_stride_bytes) == "v16" and cached_ptr % 16 == 0
-    return "v16" if aligned else "b1"
-
-
-def gather_launch_config(
-    row_bytes: int, n_rows: int, variant: str, sm_count: int, threads: int = GATHER_THREADS
-) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(grid, block) for a gather: grid.y = rows; grid.x spreads each row so that about
-    8 blocks per multiprocessor are in flight (enough loads outstanding to cover the
-    latency of reads over the host link), but never more blocks than a row has work."""
-    if variant not in ("v16", "b1"):
-        raise KernelArgumentError(f"variant must be 'v16' or 'b1', got {variant!r}")
-    if not 1 <= n_rows <= MAX_GATHER_ROWS:
-        raise KernelArgumentError(f"n_rows must be in 1..{MAX_GATHER_ROWS}, got {n_rows}")
-    items = row_bytes // 16 if variant == "v16" else row_bytes
-    most = max(1, -(-items // threads))
-    wanted = max(1, -(-(8 * max(sm_count, 1)) // n_rows))
-    return (min(most, wanted), n_rows, 1), (threads, 1, 1)
-
-
-# -- kernel sources (CUDA C++, compiled on first use) ----------------------------------------
-
-
-# The inline kernels' id count is INLINE_IDS, defined here so the two cannot differ.
-GATHER_SOURCE = f"#define WB_INLINE_IDS {INLINE_IDS}\n" + r"""
-__device__ __forceinline__ void wb_gather_rows_v16_body(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    long long id, unsigned char* __restrict__ dst, long long row_bytes)
-{
-    const long long row = blockIdx.y;
-    const long long off = id * row_stride;
-    uint4* d = reinterpret_cast<uint4*>(dst + row * row_bytes);
-    const long long n = row_bytes >> 4;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id < 0 || off > src_span - row_bytes) {  // bad index: zeros, and no stray read
-        for (; i < n; i += step) d[i] = make_uint4(0u, 0u, 0u, 0u);
-        return;
-    }
-    const uint4* s = reinterpret_cast<const uint4*>(src + off);
-    // Four independent loads before their stores keep more reads in flight.
-    for (; i + 3 * step < n; i += 4 * step) {
-        const uint4 a = s[i], b = s[i + step], c = s[i + 2 * step], e = s[i + 3 * step];
-        d[i] = a; d[i + step] = b; d[i + 2 * step] = c; d[i + 3 * step] = e;
-    }
-    for (; i < n; i += step) d[i] = s[i];
-}
-
-__device__ __forceinline__ void wb_gather_rows_b1_body(
-    const unsigned char* __restrict__ src, long long src_span, long long row_stride,
-    long long id, unsigned char* __restrict__ dst, long long row_bytes)
-{
-    const long long row = blockIdx.y;
-    const long long off = id * row_stride;
-    unsigned char* d = dst + row * row_bytes;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id < 0 || off > src_span - row_bytes) {
-        for (; i < row_bytes; i += step) d[i] = 0;
-        return;
-    }
-    const unsigned char* s = src + off;
-    for (; i < row_bytes; i += step) d[i] = s[i];
-}
-
-// One gather entry point in both variants: ``NAME_v16`` and ``NAME_b1`` take the source,
-// then the parameters after ROW_ID (how block row blockIdx.y finds its id; they must
-// include ``dst`` and ``row_bytes``), and run the matching row body.
-#define WB_GATHER_ENTRY(NAME, BODY, ROW_ID, ...)                                            \
-    extern "C" __global__ void NAME(                                                        \
-        const unsigned char* __restrict__ src, long long src_span, long long row_stride,    \
-        __VA_ARGS__)                                                                        \
-    {                                                                                       \
-        BODY(src, src_span, row_stride, ROW_ID, dst, row_bytes);                            \
-    }
-#define WB_GATHER_ENTRIES(NAME, ROW_ID, ...)                                                \
-    WB_GATHER_ENTRY(NAME##_v16, wb_gather_rows_v16_body, ROW_ID, __VA_ARGS__)               \
-    WB_GATHER_ENTRY(NAME##_b1, wb_gather_rows_b1_body, ROW_ID, __VA_ARGS__)
-
-WB_GATHER_ENTRIES(wb_gather_rows, ids[blockIdx.y],
-    const long long* __restrict__ ids, unsigned char* __restrict__ dst, long long row_bytes)
-
-// Up to 8 row ids as plain scalar parameters (a router's top-k), the cheapest launch.
-__device__ __forceinline__ long long wb_pick8(
-    long long a0, long long a1, long long a2, long long a3,
-    long long a4, long long a5, long long a6, long long a7, unsigned int k)
-{
-    switch (k) {
-        case 0: return a0; case 1: return a1; case 2: return a2; case 3: return a3;
-        case 4: return a4; case 5: return a5; case 6: return a6; default: return a7;
-    }
-}
-
-WB_GATHER_ENTRIES(wb_gather_rows_k8, wb_pick8(a0, a1, a2, a3, a4, a5, a6, a7, blockIdx.y),
-    long long a0, long long a1, long long a2, long long a3,
-    long long a4, long long a5, long long a6, long long a7,
-    unsigned char* __restrict__ dst, long long row_bytes)
-
-// The same gathers with at most WB_INLINE_IDS row ids passed by value in the launch's
-// parameters: no buffer to fill, no event to wait for (rule 5).
-struct wb_inline_ids { long long v[WB_INLINE_IDS]; };
-
-WB_GATHER_ENTRIES(wb_gather_rows_inline, ids.v[blockIdx.y],
-    const wb_inline_ids ids, unsigned char* __restrict__ dst, long long row_bytes)
-"""
-
-
-# Rule 6. One block row per output row (grid.y); every thread of it scans the few cached
-# ids (the same addresses for the whole warp, so the loads are broadcast from cache), then
-# runs the gather's row body (rule 5) on the prefetched device buffer ``cached`` of
-# ``n_cached`` rows (a hit: row ``slot``, always in bounds) or on the source over the link
-# (a miss: a bad id is written as zeros). The v16 entry reads ``cached`` with 16-byte loads,
-# so ``gather_reuse_variant`` picks it only when ``cached`` is 16-byte aligned too.
-GATHER_REUSE_SOURCE = GATHER_SOURCE + r"""
-__device__ __forceinline__ int wb_cached_slot(
-    const long long* __restrict__ cached_index, int n_cached, long long id)
-{
-    for (int c = 0; c < n_cached; ++c) {
-        if (cached_index[c] == id) return c;
-    }
-    return -1;
-}
-
-#define WB_GATHER_REUSE_ENTRY(NAME, BODY)                                                   \
-    extern "C" __global__ void NAME(                                                        \
-        const unsigned char* __restrict__ src, long long src_span, long long row_stride,    \
-        const long long* __restrict__ index, const unsigned char* __restrict__ cached,      \
-        const long long* __restrict__ cached_index, int n_cached,                           \
-        unsigned char* __restrict__ dst, long long row_bytes, int* __restrict__ hit_flags)  \
-    {                                                                                       \
-        const long long row = blockIdx.y;                                                   \
-        const long long id = index[row];                                                    \
-        const int slot = wb_cached_slot(cached_index, n_cached, id);                        \
-        const bool hit = slot >= 0;                                                         \
-        if (blockIdx.x == 0 && threadIdx.x == 0) hit_flags[row] = hit ? 1 : 0;              \
-        BODY(hit ? cached : src, hit ? (long long)n_cached * row_bytes : src_span,          \
-             hit ? row_bytes : row_stride, hit ? (long long)slot : id, dst, row_bytes);     \
-    }
-
-WB_GATHER_REUSE_ENTRY(wb_gather_reuse_rows_v16, wb_gather_rows_v16_body)
-WB_GATHER_REUSE_ENTRY(wb_gather_reuse_rows_b1, wb_gather_rows_b1_body)
-"""
-
-
-# Rule 7: the gather kernels' row bodies, with the id of a row past the count replaced by
-# -1, which the bodies write as zeros without reading the source.
-GATHER_ROUTED_SOURCE = GATHER_SOURCE + r"""
-__device__ __forceinline__ long long wb_routed_id(
-    const long long* __restrict__ ids, const long long* __restrict__ count, long long* __restrict__ moved)
-{
-    const long long rows = (long long)gridDim.y;
-    const long long n = *count < 0 ? 0 : (*count > rows ? rows : *count);
-    if (blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.x == 0) *moved = n;
-    return (long long)blockIdx.y < n ? ids[blockIdx.y] : -1;
-}
-
-WB_GATHER_ENTRIES(wb_gather_routed_rows, wb_routed_id(ids, count, moved),
-    const long long* __restrict__ ids, const long long* __restrict__ count,
-    unsigned char* __restrict__ dst, long long row_bytes, long long* __restrict__ moved)
-"""
-
+from .cuda import cupy_module, pinned_host_tensor, stream_ptr
+from .launches import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_DMA_ROW_BYTES,
+    GATHER_METHODS,
+    ID_RING_CAPACITY,
+    ID_RING_SLOTS,
+    INLINE_IDS,
+    MAX_CACHED_ROWS,
+    MAX_GATHER_ROWS,
+    SCALAR_IDS,
+    GatherIndexError,
+    KernelArgumentError,
+    KernelWarning,
+    StagingChunk,
+    dma_runs,
+    gather_launch_config,
+    gather_reuse_variant,
+    gather_row_ids,
+    gather_row_offsets,
+    gather_variant,
+    inline_ids,
+    staging_schedule,
+)
+from .sources import GATHER_COUNTED_SOURCE, GATHER_REUSE_SOURCE, GATHER_SOURCE
 
 # -- GPU parts -------------------------------------------------------------------------------
 
@@ -775,7 +505,7 @@ class CopyEngine:
                 s.synchronize()
         return flags
 
-    def gather_routed_rows(self, dst_ptr: int, src: torch.Tensor, indices: Any, count: Any, stream: Any = None) -> Any:
+    def gather_counted_rows(self, dst_ptr: int, src: torch.Tensor, indices: Any, count: Any, stream: Any = None) -> Any:
         """Rows ``src[indices[j]]`` to ``dst[j]`` for ``j < count``, zeros for the other
         rows, in one launch (rule 7).
 
@@ -800,7 +530,7 @@ class CopyEngine:
             real = self._device_count(cp, count)
             variant = gather_variant(src_dev_ptr, dst_ptr, row_bytes, row_stride)
             grid, block = gather_launch_config(row_bytes, n, variant, self.sm_count)
-            self._kernel(GATHER_ROUTED_SOURCE, f"wb_gather_routed_rows_{variant}")(
+            self._kernel(GATHER_COUNTED_SOURCE, f"wb_gather_counted_rows_{variant}")(
                 grid,
                 block,
                 (
@@ -814,7 +544,7 @@ class CopyEngine:
 
     @staticmethod
     def _device_count(cp: Any, count: Any) -> Any:
-        """A routed gather's row count as a one-element int64 device array (rule 7)."""
+        """A counted gather's row count as a one-element int64 device array (rule 7)."""
         if isinstance(count, torch.Tensor):
             if count.device.type != "cuda":
                 raise KernelArgumentError("count must live on the GPU (the kernel reads it there), got a host tensor")

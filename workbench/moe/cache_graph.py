@@ -92,7 +92,7 @@ from ..experts import ExpertLayer
 from ..graph_values import value_of
 from ..place import module_paths
 from ..propagate import CopyRecord, CopyRole, DeviceGraph
-from ..runtime import mark_copy_stream, mark_row_share
+from ..node_facts import mark_copy_stream, mark_row_share, mark_tag, tagged
 from .cache_ops import ADMIT, HITS, ORDERED_AFTER, POSITIONS
 from .cache_policies import pinned_experts
 from .experts import expert_layers
@@ -100,7 +100,7 @@ from .experts import expert_layers
 __all__ = ["CacheGraphError", "CacheSpec", "CacheState", "CachedProgram", "LayerPlan", "cache_reads", "cached_program", "rewrite_reads"]
 
 _STATE_FIELDS = ("slots", "keys", "requests", "clock")
-_READ_KEY = "workbench_expert_cache_read"  # rule 8: node.meta key, the layer whose hits the node counts
+_READ_TAG = "expert_cache_read"  # rule 8: the node fact (a tag) naming the layer whose hits the node counts
 _aten = torch.ops.aten
 
 
@@ -511,7 +511,7 @@ def _call(graph: torch.fx.Graph, target: Any, args: tuple, name: str) -> torch.f
 def cache_reads(graph: torch.fx.Graph) -> dict[str, int]:
     """Rule 8: node name → MoE layer, for each layer's marked read (a reuse copy whose hits,
     or a mask whose True entries, are the layer's cache hits)."""
-    return {n.name: int(n.meta[_READ_KEY]) for n in graph.nodes if _READ_KEY in n.meta}
+    return tagged(graph, _READ_TAG)
 
 
 class _Rewriter:
@@ -660,7 +660,7 @@ def _copy_reads(rw: _Rewriter, plan: LayerPlan, copies: list[CopyRecord], slabs:
     if not reads:
         raise CacheGraphError(f"layer {plan.state.layer}: no gather of its experts was found to read through the cache")
     reads.sort(key=lambda r: plan.weights.index(rw.records[r.name].value))
-    reads[0].meta[_READ_KEY] = plan.state.layer
+    mark_tag(reads[0], _READ_TAG, plan.state.layer)
     if rw.spec.admits:
         readers = [u for r in reads for u in r.users] or reads
         index = nodes[plan.index]
@@ -675,7 +675,7 @@ def _host_compute_reads(rw: _Rewriter, plan: LayerPlan, slabs: dict[str, torch.f
     if table is not slots:
         for lookup in (hits, positions):
             lookup.replace_input_with(slots, table)
-    hits.meta[_READ_KEY] = plan.state.layer
+    mark_tag(hits, _READ_TAG, plan.state.layer)
     if not rw.spec.admits:
         return
     merges = [nodes[m] for m in plan.merges]

@@ -41,12 +41,9 @@ import torch.fx
 
 from ..arguments import check_flag
 from ..capture import Program
-from ..copy_ops import SELECT_ROWS
 from ..devices import Device
-from ..place import place
-from ..propagate import DeviceGraph, propagate
-from ..schedule import schedule
-from ..strategies import STRATEGIES, Strategy, StrategyError
+from ..passes import FunctionPass, schedule_pass
+from ..strategies import STRATEGIES, Recipe, Strategy, StrategyError
 from .cache_graph import CacheGraphError, CacheSpec, cached_program, rewrite_reads
 from .cache_policies import ON_MISS, POLICIES
 from .experts import expert_map
@@ -60,7 +57,8 @@ class PartialOffload(Strategy):
 
     n_host_layers: int = 0  # MoE layers, counted from the first, whose experts run on the host
 
-    def apply(self, program: Program, *, strict: bool = False) -> DeviceGraph:
+    def recipe(self, program: Program) -> Recipe:
+        """The first ``n_host_layers`` layers' experts on the host (found in ``program``)."""
         experts = expert_map(program)
         layers = len(experts)
         if self.n_host_layers > layers:
@@ -74,7 +72,7 @@ class PartialOffload(Strategy):
         def rule(node: torch.fx.Node) -> str | None:
             return None if experts.layer_of(node) in on_host else dev
 
-        return Strategy.apply(replace(self, rules=rule), program, strict=strict)
+        return replace(Strategy.recipe(self, program), rules=rule)
 
 
 def partial_offload(n_host_layers: int, device: str = "cuda:0", skip_copies: bool = True) -> PartialOffload:
@@ -112,34 +110,42 @@ class ExpertCache(Strategy):
         host = "+host_compute" if self.on_miss == "host_compute" else ""
         return f"{self.name}{host}{'+prefetch' if self.prefetch else ''}"
 
-    def apply(self, program: Program, *, strict: bool = False) -> DeviceGraph:
+    @property
+    def reads_hints(self) -> bool:
+        """A cache always checks the program's hints against ``prefetch``."""
+        return True
+
+    def hint_problem(self, hinted: bool) -> str:
+        how = (
+            "capture the built-in QwenMoEDecoder(config, expert_prefetch=True); transformers models carry no "
+            "hints, so cache them with prefetch=False"
+            if self.prefetch
+            else "capture the model without them (QwenMoEDecoder(config)), or pass prefetch=True"
+        )
+        return (
+            f"{self.label}: prefetch={self.prefetch} {'needs' if self.prefetch else 'must not have'} routing "
+            f"hints (select_rows ops) in the program; {how}"
+        )
+
+    def recipe(self, program: Program) -> Recipe:
+        """The program with its caches (``cached_program``), the misses' ops on the host,
+        and the passes: the cache reads rewrite (``rewrite_reads``), then the schedule."""
         spec = self.cache
         assert spec is not None  # the factory always sets it
-        hinted = any(n.op == "call_function" and n.target is SELECT_ROWS for n in program.graph.nodes)
-        if hinted != self.prefetch:
-            how = (
-                "capture the built-in QwenMoEDecoder(config, expert_prefetch=True); transformers models carry no "
-                "hints, so cache them with prefetch=False"
-                if self.prefetch
-                else "capture the model without them (QwenMoEDecoder(config)), or pass prefetch=True"
-            )
-            raise StrategyError(
-                f"{self.label}: prefetch={self.prefetch} {'needs' if self.prefetch else 'must not have'} routing "
-                f"hints (select_rows ops) in the program; {how}"
-            )
         try:
             cached = cached_program(program, spec)
         except CacheGraphError as exc:
             raise StrategyError(f"{self.label}: {exc}") from None
         dev, host = self.device, cached.host_ops
-        placed = place(cached.program, lambda node: None if node.name in host else dev, strict=strict)
-        dg = propagate(
-            placed,
-            skip_h2d_for_method_inputs=self.skip_copies,
-            skip_d2h_for_method_outputs=self.skip_copies,
-            stream_constants=cached.streamed,
+        reads = FunctionPass(
+            "expert_cache.rewrite_reads", lambda dg: rewrite_reads(dg, cached, spec, Device.parse(dev))
         )
-        return schedule(rewrite_reads(dg, cached, spec, Device.parse(dev)), self.schedule)
+        return Recipe(
+            cached.program,
+            lambda node: None if node.name in host else dev,
+            cached.streamed,
+            (reads, schedule_pass(self.schedule)),
+        )
 
 
 def expert_cache(

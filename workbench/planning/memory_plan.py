@@ -18,7 +18,7 @@ Rules:
    the JSON forms of the placement, the device graph and the plan; ``plan_file.load_plan``
    reads it back and checks it.
 7. The propagated program is saved by ``torch.export.save``, which holds functional
-   graphs only: a graph with an op that updates its inputs in place (an expert cache's
+   graphs only: a graph with an op that updates its inputs in place (a cache's
    admission, ``lru``/``lfu``) cannot be saved, and ``save`` refuses it with a
    ``PlanSaveError`` naming those ops before writing anything.
 """
@@ -256,7 +256,7 @@ class MemoryPlan:
             raise PlanSaveError(
                 f"cannot save this plan: its graph runs ops that update their inputs in place ({', '.join(in_place)}), "
                 "and a plan file holds functional graphs only (torch.export.save); plans whose ops are all "
-                "functional (an expert cache with the static_hot policy, for one) can be saved"
+                "functional (a cache with the static_hot policy, for one) can be saved"
             )
         programs = {
             PROGRAM_MEMBER: _exported_bytes(dg.program.exported),

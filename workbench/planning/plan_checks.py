@@ -14,8 +14,8 @@ Rules:
    ``skip_h2d_for_method_inputs``, outputs and state updates come back to the host
    unless ``skip_d2h_for_method_outputs`` (outputs only).
 3. Copies: one record per copy node of the graph, and only those; each record's kind,
-   role, devices, inputs and bytes are those of its node (a routed copy's slots and
-   routing too).
+   role, devices, inputs and bytes are those of its node (and whatever else its copy
+   variant's ``check`` says of it).
 4. Reads: every op other than a copy reads values on its own device, constants resident
    there, or (metadata-only ops) anything; residency is exactly where constants are read
    for their data (a metadata-only read holds a constant nowhere); a copy reads the
@@ -45,9 +45,9 @@ import torch
 import torch.fx
 from torch.export.graph_signature import OutputKind
 
-from ..copy_ops import GATHER_H2D, GATHER_REUSE, GATHER_ROUTED, KIND_FOR_OP, is_copy_node
+from ..copy_ops import is_copy_node
+from ..copy_variants import CopyVariantError, copy_variant
 from ..devices import CPU, CopyKind, Device, host_first
-from ..expert_ops import routing_of
 from ..graph_values import node_nbytes, output_values, reads_metadata_only, value_of
 from ..propagate import CopyRecord, CopyRole, DeviceGraph
 from .buffers import MAX_ALIGNMENT, Buffer, aligned_size
@@ -58,9 +58,9 @@ from .verify import PlanVerificationError
 __all__ = ["plan_problems"]
 
 
-def _placement_problems(plan: MemoryPlan) -> list[str]:
+def _placement_problems(dg: DeviceGraph) -> list[str]:
     """Rule 1."""
-    placement = plan.device_graph.placement
+    placement = dg.placement
     ops = {n.name for n in placement.program.graph.nodes if n.op == "call_function"}
     problems = _same_keys("placement.op_device", placement.op_device, ops, "ops of the captured graph")
     seen: dict[str, str] = {}
@@ -85,9 +85,8 @@ def _same_keys(field: str, mapping: Mapping[Any, object], want: set[Any], what: 
     return found
 
 
-def _graph_problems(plan: MemoryPlan) -> list[str]:
+def _graph_problems(dg: DeviceGraph) -> list[str]:
     """Rule 2."""
-    dg = plan.device_graph
     program = dg.program
     nodes = {n.name for n in dg.graph.nodes if n.op in ("placeholder", "call_function")}
     problems = _same_keys("device_graph.node_device", dg.node_device, nodes, "placeholders and ops of the saved graph")
@@ -120,24 +119,16 @@ def _graph_problems(plan: MemoryPlan) -> list[str]:
 def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, nodes: Mapping[str, torch.fx.Node], where: str) -> str:
     """Rule 3 for one record, or "" (``nodes``: the saved graph's nodes by name)."""
     names = [a.name if isinstance(a, torch.fx.Node) else a for a in node.args]
-    inputs: tuple[Any, ...]
-    if node.target is GATHER_REUSE:
-        role_ok = record.role is CopyRole.REUSE
-        inputs = (record.value, record.index, record.prefetch, record.prefetch_index, str(record.src), str(record.dst))
-    elif node.target is GATHER_ROUTED:
-        role_ok = record.role is CopyRole.ROUTED
-        inputs = (record.value, record.index, record.count, str(record.src), str(record.dst))
-    elif node.target is GATHER_H2D:
-        role_ok = record.role in (CopyRole.GATHER, CopyRole.PREFETCH)
-        inputs = (record.value, record.index, str(record.src), str(record.dst))
-    else:
-        role_ok = record.role is CopyRole.PLAIN
-        inputs = (record.value, str(record.src), str(record.dst))
-    if not role_ok:
+    try:
+        variant = copy_variant(record.role)
+    except CopyVariantError as exc:
+        return f"{where}.role: {exc}"
+    if node.target not in variant.ops:
         return f"{where}.role is {record.role}, but node {node.name!r} runs {node.target}"
+    inputs = tuple(getattr(record, f) for f in variant.inputs) + (str(record.src), str(record.dst))
     if tuple(names) != inputs:
         return f"{where} says it copies {inputs}, but node {node.name!r} reads {tuple(names)}"
-    if record.src == record.dst or record.kind is not CopyKind.between(record.src, record.dst) or record.kind is not KIND_FOR_OP.get(node.target):  # type: ignore[call-overload]
+    if record.src == record.dst or record.kind is not CopyKind.between(record.src, record.dst) or record.kind is not variant.ops[node.target]:
         return f"{where}.kind is {record.kind}, which is not a copy from {record.src} to {record.dst} by {node.target}"
     if dg.node_device[node.name] != record.dst:
         return f"{where}.dst is {record.dst}, but device_graph.node_device[{node.name!r}] is {dg.node_device[node.name]}"
@@ -149,14 +140,11 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, node
     for extra in (record.index, record.prefetch, record.prefetch_index, record.count):
         if extra is not None and dg.node_device.get(extra) != record.dst:
             return f"{where} reads {extra!r} on {record.dst}, but it lives on {dg.node_device.get(extra)}"
-    if record.role is CopyRole.ROUTED:
-        rows = _rows(node)
-        if record.slots != rows:
-            return f"{where}.slots is {record.slots}, but node {node.name!r} gathers {rows} rows"
-        routing = routing_of(nodes[record.index]) if record.index is not None else record.routing
-        if record.routing != routing:
-            return f"{where}.routing is {record.routing}, but the router behind {record.index!r} gives {routing}"
-    moved = node_nbytes(nodes[record.value] if record.role is CopyRole.PLAIN else node, unbounded="hint")
+    if variant.check is not None:  # what the variant's own facts must say of its node
+        problem = variant.check(record, node, nodes)
+        if problem:
+            return f"{where}{problem}"
+    moved = node_nbytes(nodes[record.value] if record.role == CopyRole.PLAIN else node, unbounded="hint")
     if record.nbytes != moved:
         return f"{where}.nbytes is {record.nbytes}, but the copy moves {moved} bytes"
     bad = [c for c in record.consumers if c != "output" and c not in nodes]
@@ -165,15 +153,8 @@ def _copy_problem(record: CopyRecord, node: torch.fx.Node, dg: DeviceGraph, node
     return ""
 
 
-def _rows(node: torch.fx.Node) -> int:
-    """Rows (first dimension) of a gather's traced result."""
-    val = value_of(node)
-    return int(val.shape[0]) if isinstance(val, torch.Tensor) and val.dim() else 0
-
-
-def _copies_problems(plan: MemoryPlan) -> list[str]:
+def _copies_problems(dg: DeviceGraph) -> list[str]:
     """Rule 3."""
-    dg = plan.device_graph
     copy_nodes = {n.name: n for n in dg.graph.nodes if is_copy_node(n)}
     names = [c.name for c in dg.copies]
     problems = _same_keys("device_graph.copies", dict.fromkeys(names), set(copy_nodes), "copy nodes of the saved graph")
@@ -201,9 +182,8 @@ def _read_on(dg: DeviceGraph, node: torch.fx.Node, constant: str) -> Device:
     return CPU if constant == record.value else record.dst
 
 
-def _reads_problems(plan: MemoryPlan) -> list[str]:
+def _reads_problems(dg: DeviceGraph) -> list[str]:
     """Rule 4."""
-    dg = plan.device_graph
     constants = dg.program.constants
     problems = _same_keys("device_graph.residency", dg.residency, set(constants), "constants")
     if problems:
@@ -373,19 +353,33 @@ def _arena_problems(plan: MemoryPlan) -> list[str]:
     return problems
 
 
-_GROUPS: tuple[Callable[[MemoryPlan], list[str]], ...] = (
+#: Rules 1-4: the groups that read the device graph only.
+_GRAPH_GROUPS: tuple[Callable[[DeviceGraph], list[str]], ...] = (
     _placement_problems,
     _graph_problems,
     _copies_problems,
     _reads_problems,
-    _storage_problems,
-    _arena_problems,
 )
+#: Rule 5: the groups that read the memory plan.
+_PLAN_GROUPS: tuple[Callable[[MemoryPlan], list[str]], ...] = (_storage_problems, _arena_problems)
+
+
+def device_graph_problems(dg: DeviceGraph) -> list[str]:
+    """Rules 1-4 on a device graph (no memory plan yet): every problem of the first group
+    that finds any, in words. The passes run these after every pass they are asked to check."""
+    for group in _GRAPH_GROUPS:
+        problems = group(dg)
+        if problems:
+            return problems
+    return []
 
 
 def plan_problems(plan: MemoryPlan) -> list[str]:
     """Every problem of the first group of checks that finds any (module rules), in words."""
-    for group in _GROUPS:
+    problems = device_graph_problems(plan.device_graph)
+    if problems:
+        return problems
+    for group in _PLAN_GROUPS:
         problems = group(plan)
         if problems:
             return problems

@@ -35,7 +35,7 @@ from .backends import BACKENDS, UnknownBackendError, check_backend, registry_for
 from .buffers import DeviceBuffer
 from .byte_views import typed_view
 from .cost_model import CostModel, CostModelWarning, OpCost, dtype_class, op_cost
-from .cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, default_backend
+from ..kernels.cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, default_backend
 from .cupy_allocator import CupyDeviceAllocator
 from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to_host
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline

@@ -40,7 +40,7 @@ import torch
 from ..devices import Device, DeviceLike
 from ..arguments import check_flag
 from ..errors import ArgumentTypeError, WorkbenchError
-from .cuda import pinned_host_tensor
+from ..kernels.cuda import pinned_host_tensor
 
 class AllocatorError(WorkbenchError, RuntimeError):
     """Misuse of device memory (double free, use after free, foreign allocation)."""

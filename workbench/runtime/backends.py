@@ -15,7 +15,7 @@ import threading
 
 from ..errors import WorkbenchError
 from .allocators import AllocatorRegistry, HostAllocator, SimDeviceAllocator
-from .cuda import default_backend
+from ..kernels.cuda import default_backend
 from .cupy_allocator import CupyDeviceAllocator
 
 __all__ = ["BACKENDS", "UnknownBackendError", "check_backend", "registry_for_backend", "shared_registry"]

@@ -9,13 +9,11 @@ Rules:
    slot; constants are read from the resident copy on the device of the step reading them
    (an op that reads only metadata reads a constant wherever it is, even nowhere resident).
 2. Copy steps move bytes as their ``CopyRecord`` says (never by the positions of the
-   copy node's arguments): a plain copy through ``CopyRouter``; a gather copies the rows
-   its index selects into the device slot; a reuse copy takes the rows its prefetch holds
-   from the device and only the others over the link — its event's ``nbytes`` is the bytes
-   that crossed, and ``prefetch_stats`` counts its hits; a routed copy moves the first
-   ``count`` rows of its index (the distinct experts the router chose) and zeroes the
-   padding rows on the device — its event's ``nbytes`` is ``count`` rows, and
-   ``routed_stats`` says how many.
+   copy node's arguments), through the handler its copy variant declares for the
+   session's backend (``copy_variants``): the call reads the source (and, for a copy of
+   rows, the index) and finds the destination; the handler moves the bytes and times the
+   event. A handler may keep figures in ``stats(role)`` (``prefetch_stats`` and
+   ``routed_stats`` read those of the reuse and counted variants).
 3. Caller-owned memory: inputs are used as supplied; a caller-owned device output is
    written into a fresh ``DeviceBuffer`` that the returned tensor owns.
 4. Outputs never alias the session's memory: host outputs are copied out of the arena,
@@ -55,6 +53,7 @@ from torch.export.graph_signature import OutputKind
 from ..devices import Device
 from ..errors import WorkbenchError
 from ..graph_values import op_name, output_values, reads_metadata_only, value_of
+from ..copy_variants import copy_variant
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord, CopyRole
 from .allocators import AllocatorRegistry
@@ -63,7 +62,7 @@ from .cost_model import CostModel, UncountedOps
 from .out_variants import out_variant
 from .routing import CopyRouter
 from .run_result import PrefetchStat, RoutedStat, RowMaskStat, SlotWrites
-from .sim_timing import bind_cost, copy_cost, memory_copy_cost, reuse_cost, scaled
+from .sim_timing import bind_cost, copy_cost, memory_copy_cost, scaled
 from ..mutations import Mutation
 from .state import StateError, StateWrite
 from .steps import Step, Steps
@@ -151,9 +150,8 @@ class Call:
         self.owned: list[DeviceBuffer] = []
         self.clock = self.exec.clock()
         self.model = session.cost_model
-        self._reuses: list[tuple[str, int, int, Callable[[], int]]] = []  # (node, rows, row bytes, hits)
+        self._stats: dict[str, list[Any]] = {}  # copy variant role → what its handler kept (rule 2)
         self._masks: dict[str, tuple[int, Callable[[], int]]] = {}  # row mask → (rows, True rows) (rule 10)
-        self._routed: list[tuple[str, int, int, Callable[[], int]]] = []  # (node, slots, row bytes, rows moved)
         self._direct = 0  # values written straight into their slots (rule 7)
         self._copied: list[int] = []  # bytes of each op's slot copy (rule 7)
         self.inputs: list = []  # the caller's flattened inputs
@@ -204,11 +202,34 @@ class Call:
 
     def prefetch_stats(self) -> tuple[PrefetchStat, ...]:
         """What each reuse copy of the finished call did (hits are read only now)."""
-        return tuple(PrefetchStat(name, rows, hits(), row_bytes) for name, rows, row_bytes, hits in self._reuses)
+        return tuple(PrefetchStat(name, rows, hits(), row_bytes) for name, rows, row_bytes, hits in self.stats(CopyRole.REUSE))
 
     def routed_stats(self) -> tuple[RoutedStat, ...]:
-        """What each routed copy of the finished call moved (counts are read only now)."""
-        return tuple(RoutedStat(name, slots, moved(), row_bytes) for name, slots, row_bytes, moved in self._routed)
+        """What each counted copy of the finished call moved (counts are read only now)."""
+        return tuple(RoutedStat(name, slots, moved(), row_bytes) for name, slots, row_bytes, moved in self.stats(CopyRole.ROUTED))
+
+    # -- what a copy variant's handler uses (rule 2) -----------------------------------------
+    def stats(self, role: str) -> list[Any]:
+        """The figures the handlers of copy variant ``role`` kept in this call."""
+        return self._stats.setdefault(str(role), [])
+
+    @property
+    def validate(self) -> bool:
+        """Rule 6 is on."""
+        return self.s.validate
+
+    @property
+    def router(self) -> CopyRouter:
+        """How whole values cross between devices."""
+        return self.s.router
+
+    def value(self, name: str, device: Device) -> Any:
+        """The value of node ``name`` as read on ``device`` (rule 1)."""
+        return self._value(name, device)
+
+    def check_reads(self, node: torch.fx.Node, values: Any, expected: Device, what: str) -> None:
+        """Rule 6 for ``values`` a step reads."""
+        self._check_reads(node, values, expected, what)
 
     def abandon(self) -> None:
         """Rule 5: free what this call allocated for the caller."""
@@ -399,7 +420,7 @@ class Call:
 
     def _copy(self, entry: NodeEntry, record: CopyRecord) -> None:
         """Rule 2."""
-        step, node = entry.step, entry.node
+        node = entry.node
         x = self._value(record.value, record.src)
         if record.index is not None:
             index = self._value(record.index, record.dst)
@@ -410,59 +431,7 @@ class Call:
         if self.s.validate:
             self._check_reads(node, x, record.src, "copy")
         dst = self._destination(node, record.dst, x.dtype, shape)
-        nbytes = dst.numel() * dst.element_size()
-        if step.reuse:
-            self._reuse_copy(entry, record, dst, x, index)
-            return
-        if record.role is CopyRole.ROUTED:
-            self._routed_copy(entry, record, dst, x, index)
-            return
-        self.clock.before(step)
-        if index is not None:
-            if nbytes:
-                self.exec.gather(dst, x, index, self.exec.copy_stream(entry.lane_device))
-        else:
-            self.s.router.transfer(str(record.kind), dst, x, self.exec.copy_stream(entry.lane_device))
-        self.clock.after(step, lambda: copy_cost(self.model, step, nbytes), nbytes)
-        self.env[node.name] = dst
-
-    def _reuse_copy(self, entry: NodeEntry, record: CopyRecord, dst: torch.Tensor, x: torch.Tensor, index: Any) -> None:
-        """Rule 2 for a reuse copy: rows its prefetch holds come from the device."""
-        step, node = entry.step, entry.node
-        assert record.prefetch is not None and record.prefetch_index is not None  # a reuse copy has both
-        cached = self._value(record.prefetch, record.dst)
-        cached_index = self._value(record.prefetch_index, record.dst)
-        if self.s.validate:
-            self._check_reads(node, cached, record.dst, "reuse copy reading its prefetched rows")
-        rows = index.numel()
-        row_bytes = (dst.numel() * dst.element_size()) // rows if rows else 0
-        self.clock.before(step)
-        if rows and row_bytes:
-            hits = self.exec.gather_reuse(dst, x, index, cached, cached_index, self.exec.copy_stream(entry.lane_device))
-        else:
-            hits = lambda: 0  # noqa: E731
-        model = self.model
-        link = lambda: (rows - hits()) * row_bytes  # noqa: E731  (cuda: known once the call finished)
-        self.clock.after(step, lambda: reuse_cost(model, step, link(), hits() * row_bytes), link)
-        self._reuses.append((node.name, rows, row_bytes, hits))
-        self.env[node.name] = dst
-
-    def _routed_copy(self, entry: NodeEntry, record: CopyRecord, dst: torch.Tensor, x: torch.Tensor, index: Any) -> None:
-        """Rule 2 for a routed copy: the ``count`` real rows cross, the padding is zeroed."""
-        step, node = entry.step, entry.node
-        assert record.count is not None  # a routed copy always has its count
-        count = self._value(record.count, record.dst)
-        slots = index.numel()
-        row_bytes = (dst.numel() * dst.element_size()) // slots if slots else 0
-        self.clock.before(step)
-        if slots and row_bytes:
-            moved = self.exec.gather_routed(dst, x, index, count, self.exec.copy_stream(entry.lane_device))
-        else:
-            moved = lambda: 0  # noqa: E731
-        model = self.model
-        link = lambda: moved() * row_bytes  # noqa: E731  (cuda: known once the call finished)
-        self.clock.after(step, lambda: copy_cost(model, step, link()), link)
-        self._routed.append((node.name, slots, row_bytes, moved))
+        copy_variant(record.role).handler(self.exec.name)(self, entry, record, dst, x, index)
         self.env[node.name] = dst
 
     def _destination(self, node: torch.fx.Node, device: Device, dtype: torch.dtype, shape: tuple) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 from ..devices import Device
 from ..kernels.copies import DEFAULT_CHUNK_BYTES, CopyEngine
 from .allocators import AllocationRecord, AllocatorError, DeviceAllocator
-from .cuda import cupy_module, device_count, require_cuda, stream_ptr
+from ..kernels.cuda import cupy_module, device_count, require_cuda, stream_ptr
 
 __all__ = ["CupyDeviceAllocator"]
 

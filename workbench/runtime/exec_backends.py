@@ -13,11 +13,8 @@ real GPU lives here, behind the same small surface:
 - ``copy_stream(device)``: the stream copies on that lane are issued on (sim: None).
 - ``patch_kwargs``: factory ops of device steps allocate on the device they run on.
 - ``device_of``, ``as_tensor``: what a caller's tensor is and where it lives.
-- ``gather``: rows of a host tensor into a device slot in one copy.
-- ``gather_reuse``: the same rows, those a prefetch holds taken from its device buffer;
-  returns a callable giving the number of such rows (hits) once the call has finished.
-- ``gather_routed``: the first ``count`` rows an index selects, the rest of the slot
-  zeroed; returns a callable giving that count once the call has finished.
+- ``torch_copy``: a torch copy on a lane's stream; ``engine(index)`` (cuda): the copy
+  kernels of a device. The copy variants' handlers (``copy_variants``) move rows with them.
 - ``clock()``: modeled time (sim) or CUDA events (cuda).
 
 Rules:
@@ -25,27 +22,18 @@ Rules:
    separate allocations); on ``cuda`` as CUDA torch ops on the device's compute stream.
 2. A torch fallback copy (strided source, memory from outside the workbench) runs on the
    lane's copy stream, like the kernel path, so stream ordering is the same.
-3. A reuse gather reads each selected row once, from the prefetched device buffer when
-   the prefetch holds it (a hit), else from host memory (sim: ``copy_ops.reuse_sources``
-   decides; cuda: the kernel decides per row and records a hit flag).
-4. A routed gather reads host memory only for rows ``j < count`` (``count`` lives on the
-   device: sim reads it, the cuda kernel reads it on the device and records it, so the
-   host never waits for it) and writes zeros to the others, as
-   ``copy_ops.gather_h2d_routed_copy`` does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import torch
 
-from ..copy_ops import reuse_sources, routed_count
 from ..devices import Device
 from ..errors import ArgumentTypeError
-from ..kernels.copies import CopyEngine, pointer_kind
+from ..kernels.copies import CopyEngine
 from .allocators import AllocatorRegistry
 from .cost_model import CostModel
 from .cuda_timing import CudaClock, CudaStreams
@@ -97,14 +85,6 @@ class _ExecBackend:
         return torch.empty(tuple(shape), dtype=dtype)
 
 
-def _copy_hits(rows: torch.Tensor, cached: torch.Tensor, hit: torch.Tensor, position: torch.Tensor) -> None:
-    """Rule 3's hit rows: ``rows[k] = cached[position[k]]`` wherever ``hit[k]``."""
-    hit_rows = hit.nonzero().reshape(-1)
-    if hit_rows.numel():
-        held = cached.reshape((-1,) + tuple(rows.shape[1:]))  # (C, *row), the prefetched rows
-        rows.index_copy_(0, hit_rows, held.index_select(0, position[hit_rows].to(torch.long)))
-
-
 class SimExecBackend(_ExecBackend):
     """The simulated accelerator (rule 1)."""
 
@@ -136,42 +116,6 @@ class SimExecBackend(_ExecBackend):
 
     def torch_copy(self, dst: torch.Tensor, src: torch.Tensor, stream: Any) -> None:
         dst.copy_(src)
-
-    def gather(self, dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, stream: Any) -> None:
-        """An index_select from host memory straight into the device slot."""
-        rows = dst.view((-1,) + tuple(src.shape[1:]))
-        torch.index_select(src, 0, index.reshape(-1).to(torch.long), out=rows)
-
-    def gather_reuse(
-        self,
-        dst: torch.Tensor,
-        src: torch.Tensor,
-        index: torch.Tensor,
-        cached: torch.Tensor,
-        cached_index: torch.Tensor,
-        stream: Any,
-    ) -> Callable[[], int]:
-        """Rule 3: hit rows from the device buffer ``cached``, missed rows from host ``src``."""
-        rows = dst.view((-1,) + tuple(src.shape[1:]))  # (N, *row), the device slot
-        hit, position = reuse_sources(index, cached_index)
-        _copy_hits(rows, cached, hit, position)
-        ids = index.reshape(-1).to(torch.long)
-        miss_rows = (~hit).nonzero().reshape(-1)
-        if miss_rows.numel():
-            rows.index_copy_(0, miss_rows, src.index_select(0, ids[miss_rows]))
-        hits = int(hit.sum())
-        return lambda: hits
-
-    def gather_routed(
-        self, dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, count: torch.Tensor, stream: Any
-    ) -> Callable[[], int]:
-        """Rule 4: rows ``src[index[j]]`` for ``j < count`` into the device slot, zeros after."""
-        rows = dst.view((-1,) + tuple(src.shape[1:]))  # (U, *row), the device slot
-        n = routed_count(count, rows.shape[0])
-        if n:
-            torch.index_select(src, 0, index.reshape(-1)[:n].to(torch.long), out=rows[:n])
-        rows[n:].zero_()
-        return lambda: n
 
     def clock(self) -> _SimRunClock:
         return _SimRunClock(self.cost_model)
@@ -243,68 +187,7 @@ class CudaExecBackend(_ExecBackend):
         with torch.cuda.stream(stream):
             dst.copy_(src, non_blocking=True)
 
-    def gather(self, dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, stream: Any) -> None:
-        """One gather kernel over pinned, mapped host memory (the constant region and host
-        arena are page-locked at load); a pageable source falls back to torch."""
-        if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
-            rows = torch.index_select(src, 0, index.reshape(-1).to(torch.long).cpu())
-            self.torch_copy(dst.view(rows.shape), rows, stream)
-            return
-        engine = self._engine(dst.device.index)
-        engine.gather_rows(dst.data_ptr(), src, index.reshape(-1), stream)
-
-    def gather_reuse(
-        self,
-        dst: torch.Tensor,
-        src: torch.Tensor,
-        index: torch.Tensor,
-        cached: torch.Tensor,
-        cached_index: torch.Tensor,
-        stream: Any,
-    ) -> Callable[[], int]:
-        """Rule 3: one reuse-gather kernel over mapped host memory and the prefetched
-        buffer; a pageable source falls back to torch (hits found on the device)."""
-        if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
-            return self._torch_gather_reuse(dst, src, index, cached, cached_index, stream)
-        engine = self._engine(dst.device.index)
-        flags = engine.gather_reuse_rows(
-            dst.data_ptr(), src, index.reshape(-1), cached, cached_index.reshape(-1), stream
-        )
-        return functools.cache(lambda: int(flags.sum()))  # read once, after the call has synchronized
-
-    def _torch_gather_reuse(self, dst, src, index, cached, cached_index, stream) -> Callable[[], int]:
-        with torch.cuda.stream(stream):
-            hit, position = reuse_sources(index, cached_index)
-            hit_host = hit.cpu()  # the host must know which rows to read
-            rows = dst.view((-1,) + tuple(src.shape[1:]))
-            ids = index.reshape(-1).to(torch.long)
-            _copy_hits(rows, cached, hit, position)
-            miss_ids = ids.cpu()[~hit_host]
-            if miss_ids.numel():
-                fetched = torch.index_select(src, 0, miss_ids).to(dst.device, non_blocking=True)
-                rows.index_copy_(0, (~hit).nonzero().reshape(-1), fetched)
-        hits = int(hit_host.sum())
-        return lambda: hits
-
-    def gather_routed(
-        self, dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor, count: torch.Tensor, stream: Any
-    ) -> Callable[[], int]:
-        """Rule 4: one routed-gather kernel over mapped host memory, reading ``count`` on
-        the device; a pageable source falls back to torch (the host reads ``count``)."""
-        if src.device.type == "cpu" and src.numel() and pointer_kind(src.data_ptr()) != "pinned":
-            rows = dst.view((-1,) + tuple(src.shape[1:]))
-            n = routed_count(count, rows.shape[0])  # synchronizes: the host must know which rows to read
-            with torch.cuda.stream(stream):
-                if n:
-                    fetched = torch.index_select(src, 0, index.reshape(-1)[:n].to(torch.long).cpu())
-                    rows[:n].copy_(fetched, non_blocking=False)
-                rows[n:].zero_()
-            return lambda: n
-        engine = self._engine(dst.device.index)
-        moved = engine.gather_routed_rows(dst.data_ptr(), src, index.reshape(-1), count, stream)
-        return functools.cache(lambda: int(moved[0]))  # read once, after the call has synchronized
-
-    def _engine(self, index: int) -> CopyEngine:
+    def engine(self, index: int) -> CopyEngine:
         """The copy engine of ``cuda:<index>`` (its gather kernels)."""
         allocator = self.registry.get("cuda")
         if not isinstance(allocator, CupyDeviceAllocator):

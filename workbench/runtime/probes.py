@@ -24,7 +24,7 @@ import torch
 from ..devices import CPU, Device
 from ..kernels.copies import CopyEngine
 from .cost_model import CostModel
-from .cuda import require_cuda
+from ..kernels.cuda import require_cuda
 from .executor_probe import executor_steps
 from .sim_timing import SimClock, copy_cost, op_step_cost
 from .steps import HOST_LANE, Step

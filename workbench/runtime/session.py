@@ -53,7 +53,7 @@ from .buffers import DeviceBuffer
 from .byte_views import typed_view
 from .call import Call, ExecutorError, NodeEntry, RunNode, node_entries
 from .cost_model import CostModel
-from .cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, device_count
+from ..kernels.cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, device_count
 from .exec_backends import make_exec_backend
 from .inputs import check_inputs, flatten_inputs, input_specs
 from .routing import CopyRouter

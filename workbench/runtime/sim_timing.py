@@ -7,17 +7,16 @@ Rules:
    ``CostModel.reuse_copy_time_us(link, device)``: in a run, ``link`` is the bytes of the
    rows its prefetch missed and ``device`` those of the rows it held; in ``estimate``
    (no data) ``link`` is ``(1 - prefetch_hit_rate)`` of its rows' bytes. Its event's
-   ``nbytes`` is ``link``: the bytes that crossed the link. A routed copy is an h2d of
-   its real rows: in a run the ``count`` distinct experts the router chose; in
-   ``estimate`` the expected number under uniform routing, E·(1 − (1 − k/E)^T) for T
-   tokens each routed to k of E experts (``workbench.expert_ops`` rule 3; at most its
-   slots), or all its slots when its router was not found.
+   ``nbytes`` is ``link``: the bytes that crossed the link. In ``estimate`` every copy
+   is charged what its copy variant's ``cost`` says (``copy_variants``): a counted copy
+   the expected number of its real rows.
 2. An op lasts ``CostModel.compute_time_us(flops, bytes touched, device, dtype)``, its
    roofline, with FLOPs and bytes from ``op_cost`` and ``dtype`` the first floating-point
    input's (else the output's, else fp32). Binding a planned input on the host is a
-   memcpy: 0 FLOPs, its bytes read and written. A grouped expert matmul reads the slabs
-   of the groups that have rows: counted from its offsets in a run; in ``estimate``, the
-   same expected distinct experts as rule 1 (``CostModel`` rule 3a).
+   memcpy: 0 FLOPs, its bytes read and written. A grouped matmul reads the slabs of the
+   groups that have rows: counted from its offsets in a run; in ``estimate``, the number
+   the first registered group estimate gives (``register_group_estimate``), else as
+   ``CostModel`` rule 3a says.
 3. Costs are cached per (op, shapes, strides, dtypes, other arguments), so a graph of
    repeated layers counts each distinct op once, and a second run counts nothing —
    except costs that read data (a grouped matmul's real offsets), never cached. An op
@@ -61,11 +60,11 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten
 
+from ..copy_variants import copy_variant
 from ..devices import Device
 from ..errors import ArgumentTypeError
 from ..graph_values import node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
-from ..expert_ops import grouped_operands, routing_of
 from .cost_model import CostModel, CountedCost, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
 from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of
@@ -77,7 +76,8 @@ __all__ = [
     "default_cost_model",
     "estimate",
     "expected_link_bytes",
-    "expected_routed_groups",
+    "expected_groups",
+    "register_group_estimate",
     "memory_copy_cost",
     "reuse_cost",
     "scaled",
@@ -90,6 +90,26 @@ CostFn = Callable[[], tuple[float, int, int]]
 _CACHE: dict[Any, CountedCost] = {}
 _CACHE_LIMIT = 1 << 16
 _LOCK = threading.Lock()
+
+
+#: Rule 2's estimates: ``node -> expected groups read, or None`` (no opinion), asked in order.
+_GROUP_ESTIMATES: list[Callable[[torch.fx.Node], Optional[float]]] = []
+
+
+def register_group_estimate(estimate_groups: Callable[[torch.fx.Node], Optional[float]]) -> None:
+    """Add a rule 2 estimate: how many groups a grouped matmul node is expected to read."""
+    if estimate_groups not in _GROUP_ESTIMATES:
+        _GROUP_ESTIMATES.append(estimate_groups)
+
+
+def expected_groups(node: torch.fx.Node) -> Optional[float]:
+    """Rule 2: the groups ``node`` is expected to read, from the first registered
+    estimate that has one; None when none has."""
+    for estimate_groups in _GROUP_ESTIMATES:
+        groups = estimate_groups(node)
+        if groups is not None:
+            return groups
+    return None
 
 
 def default_cost_model() -> CostModel:
@@ -302,10 +322,9 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_pla
     copies of the traced values, so it works on shape-only plans (a full-size model) and
     gives, for a program with static shapes, exactly the timeline ``run(plan, ...,
     backend="sim")`` records — except reuse copies, whose bytes depend on which rows the
-    prefetch holds: they are charged ``cost_model.prefetch_hit_rate`` (rule 1); and routed
-    copies and grouped expert matmuls, whose bytes depend on which experts the router
-    chose: they are charged the expected distinct experts under uniform routing,
-    E·(1 − (1 − k/E)^T) for T tokens each routed to k of E experts (rules 1, 2); and steps
+    prefetch holds: they are charged ``cost_model.prefetch_hit_rate`` (rule 1); and counted
+    copies and grouped matmuls, whose bytes depend on which rows an index lists: they
+    are charged an expected count (rules 1, 2); and steps
     charged by a row share, whose rows depend on a mask: the expected share under
     ``cost_model.prefetch_hit_rate`` (rule 9). Ops whose FLOPs cannot be counted are named
     in one ``CostModelWarning`` (rule 3).
@@ -345,33 +364,15 @@ def _write_back_cost(model: CostModel, step: Step, device: Device, nbytes: int) 
 def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: UncountedOps) -> CostFn:
     if node.op == "placeholder":
         return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
-    if step.reuse:
-        total = node_nbytes(node, unbounded="hint")  # every selected row
-        link = expected_link_bytes(model, total)
-        return lambda: reuse_cost(model, step, link, total - link)
-    if step.copy is not None:  # its record holds the bytes it moves (routed: expected, rule 1)
-        nbytes = int(round(step.copy.expected_nbytes()))
-        return lambda: copy_cost(model, step, nbytes)
+    if step.copy is not None:  # its copy variant says what it costs (rule 1)
+        return copy_variant(step.copy.role).cost(model, step, node, step.copy)
     if step.stream_bytes is not None:  # rule 8
         moved = step.stream_bytes
         return lambda: memory_copy_cost(model, step, moved)
     args = torch.fx.node.map_arg(node.args, value_of)
     kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
     share = 1.0 if step.share is None else step.share.expected_share(model.prefetch_hit_rate)  # rule 9
-    groups = expected_routed_groups(node)
+    groups = expected_groups(node)
     return lambda: scaled(
         op_step_cost(model, step, node.target, args, kwargs, value_of(node), routed_groups=groups, uncounted=uncounted), share
     )
-
-
-def expected_routed_groups(node: torch.fx.Node) -> Optional[float]:
-    """Rule 2: the groups a grouped expert matmul is expected to read under uniform
-    routing (at most its groups), or None for any other node or an unknown router."""
-    operands = grouped_operands(node)
-    if operands is None:
-        return None
-    routing = routing_of(operands.offs)
-    weight = value_of(operands.weight)
-    if routing is None or not isinstance(weight, torch.Tensor) or weight.dim() == 0:
-        return None
-    return min(float(concrete_size(weight.shape[0])), routing.expected_distinct())

@@ -108,7 +108,7 @@ class Step:
     @property
     def reuse(self) -> bool:
         """A reuse copy: rows its prefetch holds come from the device (rule 8)."""
-        return self.copy is not None and self.copy.role is CopyRole.REUSE
+        return self.copy is not None and self.copy.role == CopyRole.REUSE
 
 
 def _describe_value(val: object) -> str:
