@@ -43,8 +43,7 @@ import time
 import warnings
 from concurrent.futures import Executor, as_completed
 from pathlib import Path
-from typing import Union
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -58,7 +57,7 @@ from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..runtime import CostModel
 from .checks import SweepError, check_budgets, check_links
 from .executors import InlineExecutor, pool_size, process_pool
-from .result import WORKER_COLUMNS, SweepResult, best_per_budget
+from .result import WORKER_COLUMNS, SweepResult, best_per_budget, read_points
 from .source import ModelSource, ProgramSource, Source
 from .spec import AXES, SpecError, StrategyGrid, StrategySpec, expand
 from .worker import SweepTask, TaskResult, evaluate
@@ -309,8 +308,6 @@ def _done_points(path: Optional[Path], links: tuple[str, ...]) -> dict[str, list
     """Rule 5: the rows already in ``path``, by spec label, for specs with a row per link."""
     if path is None or not path.exists():
         return {}
-    from .result import read_points  # the CSV reader checks the file and its columns
-
     points = read_points(path)
     rows = [_as_evaluated(row) for row in points.to_dict("records")]
     by_label: dict[str, list[dict[str, Any]]] = {}

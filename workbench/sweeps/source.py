@@ -51,16 +51,19 @@ class ModelSource:
 
     def _capture(self, hinted: bool) -> Program:
         """Rule 3."""
-        for attempt in range(CAPTURE_ATTEMPTS):
-            with torch.device("meta"):  # build only: export must not run under the meta device
-                model = QwenMoEDecoder(self.config, expert_prefetch=hinted)
-                inputs = model.example_inputs()
+        for _ in range(CAPTURE_ATTEMPTS - 1):
             try:
-                return capture(model, inputs, shape_only=True)
+                return self._capture_once(hinted)
             except CaptureError as exc:
-                if not _lifted_fake_constant(exc) or attempt == CAPTURE_ATTEMPTS - 1:
+                if not _lifted_fake_constant(exc):
                     raise
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        return self._capture_once(hinted)  # the last attempt's error is the caller's
+
+    def _capture_once(self, hinted: bool) -> Program:
+        with torch.device("meta"):  # build only: export must not run under the meta device
+            model = QwenMoEDecoder(self.config, expert_prefetch=hinted)
+            inputs = model.example_inputs()
+        return capture(model, inputs, shape_only=True)
 
     @property
     def label(self) -> str:
