@@ -26,6 +26,10 @@ Rules:
    is cloned inside the step; if the capture still finds an input written in place (an
    in-place op on it or on a view of it, in a layer type not known to be in-place), the
    step is captured again with that state cloned too.
+4. A step that does not capture is an ``HFCaptureError`` (a ``CaptureError`` and an
+   ``HFError``): one paragraph naming the model's line that failed; when the experts'
+   Python loop is the cause, what to do is switching their form, or that the family
+   has none (``models`` rule 5).
 """
 
 from __future__ import annotations
@@ -36,17 +40,33 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 from torch.export.graph_signature import OutputKind
 
-from ..capture import Program, capture
+from ..capture import CaptureError, Program, capture
 from .cache import CacheSlot, cache_slots, read_states, rebuild
 from .configs import HFError
-from .models import check_model
+from .models import check_model, experts_hint
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["CapturedStep", "DecodeStep", "PrefillStep", "capture_decode", "capture_prefill", "example_tokens"]
+__all__ = ["CapturedStep", "HFCaptureError", "DecodeStep", "PrefillStep", "capture_decode", "capture_prefill", "example_tokens"]
 
 CACHE_KINDS = ("static", "dynamic")
+
+
+class HFCaptureError(HFError, CaptureError):
+    """A transformers model's step did not capture: the capture's paragraph, with what to
+    do about the model's experts when they are the cause (rule 4)."""
+
+
+def _capture_step(model: "PreTrainedModel", step: torch.nn.Module, inputs: tuple, **options: Any) -> Program:
+    """``workbench.capture`` of a step; a failure names the family's way out (rule 4)."""
+    try:
+        return capture(step, inputs, **options)
+    except CaptureError as exc:
+        data_dependent = "data-dependent" in exc.torch_message.lower() or "DataDependent" in exc.torch_message
+        hint = experts_hint(model) if data_dependent else ""
+        text = str(exc) if not hint else str(exc).split(" What to do: ")[0] + f" What to do: {hint}."
+        raise HFCaptureError(text, exc.torch_message) from exc.__cause__ or exc
 
 
 class _ModelStep(torch.nn.Module):
@@ -138,7 +158,7 @@ def capture_prefill(
     model lives on the meta device; ``stack_traces`` as for ``workbench.capture``)."""
     step = PrefillStep(model)
     ids = example_tokens(_vocab(model), batch, tokens, seed, _device(model))
-    program = capture(step, (ids,), shape_only=_device(model).type == "meta", stack_traces=stack_traces)
+    program = _capture_step(model, step, (ids,), shape_only=_device(model).type == "meta", stack_traces=stack_traces)
     return CapturedStep("prefill", program, step, (ids,))
 
 
@@ -180,12 +200,12 @@ def capture_decode(
     token = example_tokens(_vocab(model), rows, 1, seed + 1, device)
     inputs = (token, torch.tensor([past], device=device), *states)
     shape_only = device.type == "meta"
-    program = capture(step, inputs, shape_only=shape_only, stack_traces=stack_traces)
+    program = _capture_step(model, step, inputs, shape_only=shape_only, stack_traces=stack_traces)
     written = _inputs_written_in_place(program)
     if written:  # rule 3: capture again, cloning those states too
         names = [step.slots[i - 2].name for i in written]
         step = DecodeStep(model, cache, in_place=tuple(names))
-        program = capture(step, inputs, shape_only=shape_only, stack_traces=stack_traces)
+        program = _capture_step(model, step, inputs, shape_only=shape_only, stack_traces=stack_traces)
         if _inputs_written_in_place(program):
             raise HFError(f"the decode step still writes its inputs in place after cloning {names}")
     return CapturedStep("decode", program, step, inputs, step.state_names)
