@@ -30,6 +30,10 @@ Rules:
    ``HFError``): one paragraph naming the model's line that failed; when the experts'
    Python loop is the cause, what to do is switching their form, or that the family
    has none (``models`` rule 5).
+5. A model with a cache class of its own (MiniMax's, which also holds each linear-attention
+   layer's state) gets one: a dynamic cache is the one its prefill returns; a static one
+   is its class holding a static cache's layers. Every state it holds is carried as a
+   tensor (``cache`` rule 1), and the caller's cache is never written (``cache`` rule 3).
 """
 
 from __future__ import annotations
@@ -220,7 +224,8 @@ def prefill_cache(
     max_cache_len: Optional[int] = None,
     seed: int = 0,
 ) -> Any:
-    """Rule 1: a ``kind`` cache filled by an eager prefill of ``past`` seeded tokens."""
+    """Rule 1: a ``kind`` cache filled by an eager prefill of ``past`` seeded tokens (of
+    the model's own cache class when it has one, rule 5)."""
     from transformers import DynamicCache, StaticCache
 
     if kind not in CACHE_KINDS:
@@ -229,19 +234,55 @@ def prefill_cache(
     if kind == "static" and (isinstance(length, bool) or not isinstance(length, int) or length <= past):
         raise HFError(f"max_cache_len must be an integer > past={past} (room for the new token), got {max_cache_len!r}")
     config = model.config
-    cache = StaticCache(config=config, max_cache_len=length) if kind == "static" else DynamicCache(config=config)
     ids = example_tokens(_vocab(model), batch, past, seed, _device(model))
     meta = _device(model).type == "meta"
     previous = config._experts_implementation
     try:
         if meta and previous == "grouped_mm":
             model.set_experts_implementation("batched_mm")
-        with torch.no_grad():
-            model(input_ids=ids, cache=cache, use_cache=True)
+        cache = StaticCache(config=config, max_cache_len=length) if kind == "static" else DynamicCache(config=config)
+        try:
+            _fill(model, ids, cache)
+        except Exception as exc:  # a model with a cache class of its own refuses these (rule 5)
+            cache = _own_cache(model, ids, kind, length, exc)
     finally:
         if meta and previous == "grouped_mm":
             model.set_experts_implementation(previous)
     return cache
+
+
+def _fill(model: "PreTrainedModel", ids: torch.Tensor, cache: Any) -> Any:
+    with torch.no_grad():
+        return model(input_ids=ids, cache=cache, use_cache=True)
+
+
+def _own_cache(model: "PreTrainedModel", ids: torch.Tensor, kind: str, length: int, refusal: Exception) -> Any:
+    """Rule 5: a ``kind`` cache of the model's own cache class, filled by the prefill; an
+    ``HFError`` naming transformers' refusal when the model has no class of its own, or a
+    static one cannot be made of it."""
+    from transformers import DynamicCache, StaticCache
+
+    why = f"{type(refusal).__name__}: {str(refusal).splitlines()[0] if str(refusal) else ''}"
+    out = _fill(model, ids, None)
+    own = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    if own is None or type(own) in (DynamicCache, StaticCache):
+        raise HFError(f"{type(model).__name__} cannot fill a {kind} cache: transformers says {why}") from refusal
+    if kind == "dynamic":
+        return own
+    try:
+        static = type(own)()
+        static.layers = StaticCache(config=model.config, max_cache_len=length).layers
+        for key, value in vars(own).items():  # per-layer lists start empty (None), as the model starts them
+            if key != "layers" and isinstance(value, list):
+                setattr(static, key, [None] * len(value))
+        _fill(model, ids, static)
+    except Exception as exc:
+        raise HFError(
+            f"{type(model).__name__} keeps a cache of its own ({type(own).__name__}), which cannot be made static "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); capture its decode step with "
+            "cache='dynamic'"
+        ) from exc
+    return static
 
 
 def _inputs_written_in_place(program: Program) -> list[int]:
