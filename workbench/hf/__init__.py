@@ -21,6 +21,7 @@ from .cache import CacheSlot, cache_slots
 from .configs import FAMILIES, Family, HFError, config_file, family, load_config, published_config, tiny_config
 from .families import moe_families, tiny_family_config
 from .models import EXPERT_IMPLEMENTATIONS, load_model
+from .stages import STAGES, StageReport, StageResult, try_stages
 from .steps import CapturedStep, DecodeStep, HFCaptureError, PrefillStep, capture_decode, capture_prefill, prefill_cache
 
 __all__ = [
@@ -33,6 +34,9 @@ __all__ = [
     "HFCaptureError",
     "HFError",
     "PrefillStep",
+    "STAGES",
+    "StageReport",
+    "StageResult",
     "cache_slots",
     "capture_decode",
     "capture_prefill",
@@ -45,4 +49,5 @@ __all__ = [
     "published_config",
     "tiny_config",
     "tiny_family_config",
+    "try_stages",
 ]

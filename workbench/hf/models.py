@@ -127,7 +127,8 @@ def experts_hint(model: "PreTrainedModel") -> str:
         )
     return (
         f"transformers gives {type(model).__name__}'s experts one form only, a Python loop over the experts the "
-        "router chose, which torch.export cannot trace; this family cannot be captured until transformers "
+        "router chose, whose sizes depend on the routing, which no fixed-size graph can hold; this family cannot be "
+        "captured until transformers "
         "offers its experts a batched form (or the model's expert module is replaced by one)"
     )
 

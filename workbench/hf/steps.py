@@ -29,7 +29,9 @@ Rules:
 4. A step that does not capture is an ``HFCaptureError`` (a ``CaptureError`` and an
    ``HFError``): one paragraph naming the model's line that failed; when the experts'
    Python loop is the cause, what to do is switching their form, or that the family
-   has none (``models`` rule 5).
+   has none (``models`` rule 5). So is a step torch.export captures with a size that
+   depends on tensor values (an unbacked symbol: JetMoE's experts split the tokens by
+   the router's counts): no memory plan can size it.
 5. A model with a cache class of its own (MiniMax's, which also holds each linear-attention
    layer's state) gets one: a dynamic cache is the one its prefill returns; a static one
    is its class holding a static cache's layers. Every state it holds is carried as a
@@ -38,6 +40,7 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -65,12 +68,51 @@ class HFCaptureError(HFError, CaptureError):
 def _capture_step(model: "PreTrainedModel", step: torch.nn.Module, inputs: tuple, **options: Any) -> Program:
     """``workbench.capture`` of a step; a failure names the family's way out (rule 4)."""
     try:
-        return capture(step, inputs, **options)
+        program = capture(step, inputs, **options)
     except CaptureError as exc:
         data_dependent = "data-dependent" in exc.torch_message.lower() or "DataDependent" in exc.torch_message
         hint = experts_hint(model) if data_dependent else ""
         text = str(exc) if not hint else str(exc).split(" What to do: ")[0] + f" What to do: {hint}."
         raise HFCaptureError(text, exc.torch_message) from exc.__cause__ or exc
+    sized = _value_sized(program)
+    if sized is not None:
+        node, where = sized
+        hint = experts_hint(model) or "compute that line with fixed shapes (every expert as one batched matmul, weighted by the router's mask)"
+        raise HFCaptureError(
+            f"torch.export captured {type(model).__name__}, but {node.name} ({node.target}) at {where or 'an unknown line'} "
+            f"has a size that depends on tensor values ({_unbacked(node)}), so no memory plan can hold it. What to do: {hint}.",
+        )
+    return program
+
+
+def _unbacked(node: torch.fx.Node) -> str:
+    val = node.meta.get("val")
+    shape = getattr(val, "shape", ())
+    return ", ".join(str(d) for d in shape if isinstance(d, torch.SymInt) and d.node.expr.free_symbols) or "?"
+
+
+def _value_sized(program: Program) -> Optional[tuple[torch.fx.Node, str]]:
+    """Rule 4: the first op whose result's size is an unbacked symbol (it depends on
+    tensor values: torch.export traced it, but no plan can size it), with its model line."""
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        shape = getattr(val, "shape", None)
+        if node.op != "call_function" or shape is None:
+            continue
+        if any(isinstance(d, torch.SymInt) and any(str(sym).startswith("u") for sym in d.node.expr.free_symbols) for d in shape):
+            return node, _model_line(node.meta.get("stack_trace") or "")
+    return None
+
+
+def _model_line(stack: str) -> str:
+    """The innermost ``File "…", line N`` of a node's stack trace outside torch, shortened."""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', stack)
+    frames = [(f, n) for f, n in frames if "/torch/" not in f and "/workbench/" not in f]
+    if not frames:
+        return ""
+    path, line = frames[-1]
+    parts = path.split("site-packages/")
+    return f"{parts[-1]}:{line}"
 
 
 class _ModelStep(torch.nn.Module):
