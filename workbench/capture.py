@@ -337,7 +337,7 @@ def inline_wrapped_regions(exported: ExportedProgram) -> int:
         name = getattr(spec.arg, "name", None)
         while name in renamed:
             name = renamed[name]
-            spec.arg.name = name  # type: ignore[union-attr]
+            spec.arg.name = name
     gm.graph.lint()
     gm.recompile()
     return count

@@ -22,6 +22,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
@@ -147,13 +148,13 @@ def try_stages(
 
     runs: dict[str, Callable[[], str]] = {}
     for s in STRATEGY_NAMES:
-        runs[f"prefill/{s}"] = lambda s=s: one_step("prefill", s)
-        runs[f"decode_static/{s}"] = lambda s=s: one_step("decode_static", s)
-    runs["decode_dynamic/all_on_device"] = lambda: one_step("decode_dynamic", "all_on_device")
+        runs[f"prefill/{s}"] = functools.partial(one_step, "prefill", s)
+        runs[f"decode_static/{s}"] = functools.partial(one_step, "decode_static", s)
+    runs["decode_dynamic/all_on_device"] = functools.partial(one_step, "decode_dynamic", "all_on_device")
     runs["decode_4_tokens/all_on_device"] = lambda: tokens(STRATEGIES["all_on_device"](), False)
     runs["decode_4_tokens/partial_offload"] = lambda: tokens(partial_offload(1), False)
     for p, m in CACHE_VARIANTS:
-        runs[f"decode_4_tokens/expert_cache_{p}_{m}"] = lambda p=p, m=m: tokens(expert_cache(2, p, on_miss=m), True)
+        runs[f"decode_4_tokens/expert_cache_{p}_{m}"] = functools.partial(_cache_stage, tokens, expert_cache, p, m)
     results = []
     for stage in stages:
         start = time.perf_counter()
@@ -164,6 +165,10 @@ def try_stages(
             status, detail = "error", _first_line(exc)
         results.append(StageResult(stage, status, detail, time.perf_counter() - start))
     return StageReport(label, tuple(results))
+
+
+def _cache_stage(tokens: Callable[[Any, bool], str], make: Callable[..., Any], policy: str, on_miss: str) -> str:
+    return tokens(make(2, policy, on_miss=on_miss), True)
 
 
 def _compare_step(step: Any, strategy: Any, atol: float, rtol: float) -> str:
