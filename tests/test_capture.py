@@ -5,6 +5,7 @@ import torch
 
 import workbench as wb
 from workbench.examples import example
+from conftest import assert_matches_eager
 
 
 def test_capture_records_signature():
@@ -184,3 +185,58 @@ def test_stack_trace_switch_is_restored_when_export_fails():
         wb.capture(Bad(), (torch.ones(2),), shape_only=True)
     assert torch.fx.config.do_not_emit_stack_traces == before
 
+
+
+class _NoGradRouter(torch.nn.Module):
+    """A router scored under torch.no_grad() (as Phi-MoE's is), then used by the output."""
+
+    def __init__(self):
+        super().__init__()
+        self.score = torch.nn.Linear(8, 4)
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.proj(x)
+        with torch.no_grad():
+            weights = torch.softmax(self.score(h), dim=-1)
+        with torch.no_grad():
+            top = weights.max(dim=-1, keepdim=True).values
+        return h * top, weights
+
+
+def test_no_grad_regions_are_inlined():
+    """A region under torch.no_grad() is spliced into the main graph: no higher-order op
+    or submodule remains, the outputs the signature names exist, and the program runs
+    through propagate and planned execution equal to eager."""
+    model = _NoGradRouter().eval()
+    x = torch.randn(3, 8)
+    prog = wb.capture(model, (x,))
+    nodes = list(prog.graph.nodes)
+    assert not [n for n in nodes if n.op == "get_attr" or isinstance(n.target, torch._ops.HigherOrderOperator)]
+    assert not [name for name, _ in prog.graph_module.named_children()]
+    names = {n.name for n in nodes}
+    assert set(prog.user_outputs) <= names and len(prog.user_outputs) == 2
+    dg = wb.propagate(wb.place(prog, {"cuda:0": ["aten.linear"]}))
+    got = wb.run(wb.plan(dg), x, backend="sim").outputs
+    with torch.no_grad():
+        want = model(x)
+    assert_matches_eager([wb.runtime.to_host(g) for g in got], list(want))
+
+
+def test_export_failure_reads_as_one_paragraph(capfd):
+    """A failed export is one short paragraph naming the model's own line and what to do;
+    torch's full text is on torch_message (and the cause), and torch's partial graph is
+    not printed."""
+
+    class Routed(torch.nn.Module):
+        def forward(self, x):
+            ids = torch.nonzero(x > 0)
+            return x[: int(ids.shape[0])] * 2 if ids.shape[0] > 1 else x
+
+    with pytest.raises(wb.CaptureError) as info:
+        wb.capture(Routed(), (torch.randn(6),))
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 900
+    assert "test_capture.py:" in message and "What to do:" in message
+    assert info.value.torch_message and info.value.__cause__ is not None
+    assert "def forward(" not in capfd.readouterr().err

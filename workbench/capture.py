@@ -24,16 +24,28 @@ Rules:
    execution error quotes, unless the capture is shape-only: such a program never runs,
    and recording the stacks is about a quarter of torch.export's time on a graph of
    thousands of ops. ``stack_traces=`` overrides either default.
+6. A region the model runs under ``torch.no_grad()`` or ``torch.autocast`` (which
+   torch.export keeps as a higher-order op calling a submodule) is inlined into the main
+   graph, so every later stage sees ordinary ops only.
+7. A failed export is a ``CaptureError`` of one paragraph: what failed, the model's line
+   that did it (from the exception's stack), what to do; torch's whole text is kept on
+   ``torch_message`` (and as ``__cause__``), and torch's loggers are silenced while the
+   export runs (restored afterwards), so a failure prints no partial graph.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import io
+import logging
 import operator
 import re
+import sys
+import traceback
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 import torch
@@ -49,11 +61,19 @@ from .graph_values import aliased_input, is_inplace_op, value_of
 from .json_fields import JsonObject
 from .model_source import ModelChangedError, ModelSource
 
-__all__ = ["CaptureError", "InputSignatureError", "ModelChangedError", "Program", "capture", "writes_state"]
+__all__ = ["CaptureError", "InputSignatureError", "ModelChangedError", "Program", "capture", "export_failure", "writes_state"]
 
 
 class CaptureError(WorkbenchError, ValueError):
-    """The model or its example inputs cannot be captured."""
+    """The model or its example inputs cannot be captured.
+
+    When torch.export failed, the message is one paragraph — what failed, the model's line
+    that did it, what to do — and ``torch_message`` holds torch's own full text (the
+    exception is also the ``__cause__``)."""
+
+    def __init__(self, message: str, torch_message: str = "") -> None:
+        super().__init__(message)
+        self.torch_message = torch_message
 
 
 class InputSignatureError(WorkbenchError, TypeError):
@@ -268,21 +288,121 @@ def capture(
         inputs = tuple(_to_meta(x) for x in inputs)
         keywords = _to_meta(keywords)
     try:
-        with _recording_stack_traces(record):
+        with _recording_stack_traces(record), quiet_export_logs():
             exported = torch.export.export(
                 model, inputs, keywords, dynamic_shapes=dynamic_shapes, strict=strict
             )
+        inline_wrapped_regions(exported)
         if decompose:
             exported = exported.run_decompositions()
         elif writes_state(exported):
             exported = _functional(exported)
-    except Exception as exc:  # torch.export raises many types; keep its message
-        raise CaptureError(
-            f"torch.export could not capture {type(model).__name__}: {type(exc).__name__}: {exc}"
-            + _what_to_do(exc)
-        ) from exc
+    except CaptureError:
+        raise
+    except Exception as exc:  # torch.export raises many types; its text is kept whole on the error
+        raise export_failure(type(model).__name__, exc) from exc
     source = None if shape_only else ModelSource(model, _shared_weights(exported))
     return Program(exported, shape_only, source=source)
+
+
+#: Higher-order ops torch.export wraps a region in when the model switches a global mode
+#: inside its forward (``torch.no_grad()``, ``torch.autocast``): the region's ops live in a
+#: submodule (a ``get_attr``), its results come out through ``getitem``.
+WRAPPED_REGION_OPS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
+
+
+def inline_wrapped_regions(exported: ExportedProgram) -> int:
+    """Rule 6: the regions a model runs under ``torch.no_grad()`` (or autocast) spliced
+    into the main graph, in place; returns how many were inlined.
+
+    Inference never records gradients, so a grad-mode switch means nothing to the program;
+    the region's ops keep their own metadata (module stack, stack trace), and an output
+    the signature names by a ``getitem`` is renamed to the op that now computes it."""
+    gm = exported.graph_module
+    renamed: dict[str, str] = {}
+    count = 0
+    while True:
+        node = next((n for n in gm.graph.nodes if _is_wrapped_region(n)), None)
+        if node is None:
+            break
+        renamed.update(_inline_region(gm, node))
+        count += 1
+    if not count:
+        return 0
+    used = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    for name, child in list(gm.named_children()):
+        if isinstance(child, torch.fx.GraphModule) and name not in used:
+            gm.delete_submodule(name)
+    for spec in exported.graph_signature.output_specs:
+        name = getattr(spec.arg, "name", None)
+        while name in renamed:
+            name = renamed[name]
+            spec.arg.name = name
+    gm.graph.lint()
+    gm.recompile()
+    return count
+
+
+def _is_wrapped_region(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and isinstance(node.target, torch._ops.HigherOrderOperator)
+        and node.target.name() in WRAPPED_REGION_OPS
+    )
+
+
+def _inline_region(gm: torch.fx.GraphModule, node: torch.fx.Node) -> dict[str, str]:
+    """Splice one wrapped region's submodule in before ``node``; returns the renames
+    (``getitem`` → the op now computing its value)."""
+    assert isinstance(node.target, torch._ops.HigherOrderOperator)
+    position = next(i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and a.op == "get_attr")
+    holder = node.args[position]
+    assert isinstance(holder, torch.fx.Node) and isinstance(holder.target, str)
+    sub = getattr(gm, holder.target)
+    operands = list(node.args[position + 1 :])
+    env: dict[torch.fx.Node, Any] = {}
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    for ph, value in zip(placeholders, operands, strict=True):
+        env[ph] = value
+    results: Any = ()
+    with gm.graph.inserting_before(node):
+        for inner in sub.graph.nodes:
+            if inner.op == "placeholder":
+                continue
+            if inner.op == "output":
+                results = torch.fx.map_arg(inner.args[0], lambda n: env[n])
+                continue
+            copied = gm.graph.node_copy(inner, lambda n: env[n])
+            if inner.op == "get_attr":  # a nested region's submodule: held by the main module now
+                fresh = _fresh_attribute(gm, str(inner.target))
+                setattr(gm, fresh, getattr(sub, str(inner.target)))
+                copied.target = fresh
+            env[inner] = copied
+    results = tuple(results) if isinstance(results, (tuple, list)) else (results,)
+    renamed = {}
+    for user in list(node.users):
+        if user.op == "call_function" and user.target is operator.getitem:
+            value = results[user.args[1]]
+            user.replace_all_uses_with(value)
+            if isinstance(value, torch.fx.Node):
+                renamed[user.name] = value.name
+            gm.graph.erase_node(user)
+        else:  # a single-result region used whole
+            node.replace_all_uses_with(results[0])
+            if isinstance(results[0], torch.fx.Node):
+                renamed[node.name] = results[0].name
+    gm.graph.erase_node(node)
+    if not holder.users:
+        gm.graph.erase_node(holder)
+    return renamed
+
+
+def _fresh_attribute(gm: torch.fx.GraphModule, base: str) -> str:
+    name, i = base, 0
+    while hasattr(gm, name):
+        i += 1
+        name = f"{base}_inlined_{i}"
+    return name
 
 
 @contextlib.contextmanager
@@ -472,28 +592,119 @@ def _non_tensor_problem(want: Any, got: Any, ranges: Mapping[Any, Any]) -> str:
 
 #: torch's pytree error for a value it cannot flatten: "Found <class 'pkg.Type'> in output, …".
 _UNFLATTENABLE = re.compile(r"Found <class '(?P<type>[\w.]+)'> in (?P<where>input|output)")
+#: Words of torch's errors about a shape or a branch that depends on tensor values.
+_DATA_DEPENDENT = re.compile(r"data.dependent|GuardOnDataDependent|unbacked|DataDependentOutput", re.IGNORECASE)
+#: Loggers torch.export reports a failed trace through (a partial graph of hundreds of lines).
+EXPORT_LOGGERS = ("torch.export", "torch._export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes",
+                  "torch._functorch", "torch._subclasses.fake_tensor", "torch.fx._symbolic_trace")
+_SHORT = 240  # characters of torch's first line quoted in the paragraph
 
 
-def _what_to_do(exc: Exception) -> str:
-    """A hint for export failures whose fix is known: a model that takes or returns an
-    object torch.export cannot flatten (a transformers cache, most often)."""
-    found = _UNFLATTENABLE.search(str(exc))
-    if found is None:
-        return ""
-    kind, where = found["type"].rsplit(".", 1)[-1], found["where"]
-    hint = (
-        f"\nWhat to do: the model's {where} holds a {kind}, which is not a tensor (nor a "
-        "tuple, list or dict of tensors); the workbench captures plain tensors in and out."
+@contextlib.contextmanager
+def quiet_export_logs() -> Iterator[None]:
+    """Rule 7: torch's export loggers silenced below CRITICAL while a capture is attempted,
+    their levels restored afterwards; what the attempt writes to stderr is held back and
+    written out after it, less the partial graph torch prints when it fails (which stays
+    on the exception as ``partial_fx_graph``)."""
+    loggers = [logging.getLogger(name) for name in EXPORT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    held = io.StringIO()
+    failure: Optional[BaseException] = None
+    try:
+        with contextlib.redirect_stderr(held):
+            yield
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+        text = held.getvalue()
+        partial = getattr(failure, "partial_fx_graph", None)
+        if partial:
+            text = text.replace(f"{partial}\n", "").replace(str(partial), "")
+        if text.strip():
+            sys.stderr.write(text)
+
+
+def export_failure(model_name: str, exc: BaseException) -> CaptureError:
+    """Rule 7: torch.export's failure on ``model_name`` as one paragraph — what failed, the
+    model line that did it, what to do — with torch's full text on ``torch_message``."""
+    full = f"{type(exc).__name__}: {exc}"
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    if len(first) > _SHORT:
+        first = first[: _SHORT - 1] + "…"
+    where = model_line(exc)
+    at = f" at {where}" if where else ""
+    message = (
+        f"torch.export could not capture {model_name}{at}: {type(exc).__name__}: {first}. "
+        f"What to do: {_what_to_do(exc)} (torch's full text is on this error's torch_message)"
     )
-    if kind.endswith("Cache"):
-        hint += (
-            " For a transformers model, capture the prefill without a cache "
-            "(kwargs={'use_cache': False}, or workbench.hf.capture_prefill), or a decode step "
-            "whose cache is passed and returned as plain tensors (workbench.hf.capture_decode)."
+    return CaptureError(message, full)
+
+
+def model_line(exc: BaseException) -> str:
+    """The model's own line an export failure came from, ``file.py:123 (code)``: the
+    innermost frame of the traceback outside torch, this package and Python itself, else
+    the innermost ``File "…", line N`` torch quotes in its message from such a file ("")."""
+    own = (_package_dir(torch), _package_dir(__import__("workbench")), _package_dir(contextlib))
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not frame.filename.startswith(own):
+            code = f" ({frame.line.strip()})" if frame.line else ""
+            return f"{_short_path(frame.filename)}:{frame.lineno}{code}"
+    quoted = [m for m in _QUOTED_FRAME.finditer(str(exc)) if not m["file"].startswith(own)]
+    if quoted:
+        last = quoted[-1]
+        code = f" ({last['code'].strip()})" if last["code"] and last["code"].strip() else ""
+        return f"{_short_path(last['file'])}:{last['line']}{code}"
+    return ""
+
+
+_QUOTED_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in [^\n]*)?\n(?P<code>[^\n]*)?')
+
+
+def _package_dir(module: Any) -> str:
+    return str(Path(module.__file__).resolve().parent)
+
+
+def _short_path(filename: str) -> str:
+    """A frame's file from its package on (``transformers/models/…/modeling_x.py``)."""
+    parts = Path(filename).parts
+    if "site-packages" in parts:
+        return "/".join(parts[parts.index("site-packages") + 1 :])
+    return Path(filename).name
+
+
+def _what_to_do(exc: BaseException) -> str:
+    """What to change, for the failures whose fix is known: an input or output torch.export
+    cannot flatten (a transformers cache, most often), a shape or branch that depends on
+    tensor values (a Python loop over the experts the router chose); else where to look."""
+    text = f"{type(exc).__name__} {exc}"
+    found = _UNFLATTENABLE.search(text)
+    if found is not None:
+        kind, where = found["type"].rsplit(".", 1)[-1], found["where"]
+        hint = (
+            f"the model's {where} holds a {kind}, which is not a tensor (nor a tuple, list or dict of "
+            "tensors); the workbench captures plain tensors in and out."
         )
-    else:
-        hint += f" Wrap the model in a module whose forward {'takes' if where == 'input' else 'returns'} tensors."
-    return hint
+        if kind.endswith("Cache"):
+            return hint + (
+                " For a transformers model, capture the prefill without a cache "
+                "(kwargs={'use_cache': False}, or workbench.hf.capture_prefill), or a decode step "
+                "whose cache is passed and returned as plain tensors (workbench.hf.capture_decode)."
+            )
+        return hint + f" Wrap the model in a module whose forward {'takes' if where == 'input' else 'returns'} tensors."
+    if _DATA_DEPENDENT.search(text):
+        return (
+            "that line sizes a tensor or takes a branch by values computed from the inputs (a Python "
+            "loop over the experts the router chose, .item(), nonzero), which torch.export cannot trace; "
+            "compute it with fixed shapes instead (every expert as one batched matmul, weighted by the "
+            "router's mask), or for a transformers model choose an experts implementation that exports "
+            "(model.set_experts_implementation('batched_mm'), if the family offers one)."
+        )
+    return "change that line so it traces with torch.export (read torch's text for the reason), or capture a smaller part of the model."
 
 
 def _as_kwargs(kwargs: Any) -> dict[str, Any]:

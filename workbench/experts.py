@@ -12,7 +12,14 @@ Rules:
       E >= 2, one slab per expert (``w1 [E, 2I, H]``, ``gate_up_proj [E, 2I, H]``);
       its two-dim parameters of leading dimension E (per-expert biases) belong to them;
    b. *one module per expert*: a module list (children ``0 … E-1``, E >= 2) whose
-      children hold the same parameter names and shapes (Mixtral-style ``experts.3.w1``).
+      children hold the same parameter names and shapes (Mixtral-style ``experts.3.w1``);
+   c. *with zero-computation experts*: stacked slabs whose leading dimensions are E and
+      E + Z (LongCat-Flash's ``gate_up_proj [E+Z, …]``, ``down_proj [E, …]``): the Z
+      extra experts compute nothing (identity or zero), so E experts hold weights and the
+      router scores E + Z;
+   d. *split over sibling modules*: stacked modules in one parent scored by one router
+      (JetMoE's ``input_linear`` and ``output_linear``) are one layer's experts, whose
+      container is that parent.
 2. They are routed: a router — a two-dim parameter of shape ``(E, H)`` outside the
    container but inside its parent module — scores the E experts from width-H hidden
    states, H being one of the experts' weight dimensions. The router is what tells
@@ -27,6 +34,9 @@ Rules:
    ``stream_constants``.
 5. One ``ExpertLayer`` per container, in parameter order (layer order); dense layers
    have none, and a dense model gives an empty map.
+6. Experts inside an attention module (a path part naming attention: ``attn``,
+   ``attention``; JetMoE's mixture of attention heads) are ``kind="attention"``; the rest
+   are ``"mlp"``. A decoder layer may hold one of each.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ __all__ = ["ExpertLayer", "ExpertMap", "ExpertDiscoveryError", "find_experts", "
 #: Config keys that hold the routed-expert count, in the order they are looked up.
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
+_ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
 _LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)(?=\.|$)")
 _INDEXED = re.compile(r"^(?P<list>.+)\.(?P<index>\d+)\.(?P<rest>[^\d].*)$")
 
@@ -69,6 +80,8 @@ class ExpertLayer:
     router: str  # name of the (E, H) parameter that scores them
     layout: str  # "stacked" (weights [E, ...]) or "modules" (one submodule per expert)
     expert_nbytes: int  # bytes of one expert's weights (what streaming one expert moves)
+    kind: str = "mlp"  # "mlp", or "attention" for experts inside an attention module (rule 6)
+    zero_experts: int = 0  # experts the router scores that compute nothing (rule 1c)
 
     @property
     def nbytes(self) -> int:
@@ -143,8 +156,10 @@ class ExpertMap:
             {
                 "layer": layer.layer,
                 "module": layer.module,
+                "kind": layer.kind,
                 "layout": layer.layout,
                 "num_experts": layer.num_experts,
+                "zero_experts": layer.zero_experts,
                 "router": layer.router,
                 "weights": ", ".join(w.removeprefix(layer.module + ".") for w in layer.weights),
                 "KiB_per_expert": round(layer.expert_nbytes / 2**10, 2),
@@ -152,7 +167,7 @@ class ExpertMap:
             }
             for layer in self.layers
         ]
-        columns = ["layer", "module", "layout", "num_experts", "router", "weights", "KiB_per_expert", "MiB_all_experts"]
+        columns = ["layer", "module", "kind", "layout", "num_experts", "zero_experts", "router", "weights", "KiB_per_expert", "MiB_all_experts"]
         return pd.DataFrame(rows, columns=columns)
 
 
@@ -196,19 +211,38 @@ def find_experts(model: torch.nn.Module | Program, num_experts: Optional[int] = 
         )
     candidates = _stacked(shapes) + _module_lists(shapes)
     order = {fqn: i for i, fqn in enumerate(shapes)}
-    layers = []
-    for module, count, weights, dims, layout in candidates:
+    found: list[tuple[str, int, list[str], str, str, int]] = []
+    for module, count, weights, dims, layout, zero in candidates:
         if num_experts is not None and count != num_experts:
             continue
-        router = _router(shapes, module, count, dims)
-        if router is None:
-            continue
-        nbytes = sum(shapes[w][1] for w in weights)
+        router = _router(shapes, module, count + zero, dims)
+        if router is not None:
+            found.append((module, count, weights, router, layout, zero))
+    layers = []
+    for module, count, weights, router, layout, zero in _merge_siblings(found):
+        nbytes = sum(shapes[w][1] // shapes[w][0][0] for w in weights) if layout == "stacked" else \
+            sum(shapes[w][1] for w in weights) // count
         index = _LAYER_INDEX.findall(module)
         layer = int(index[-1]) if index else None
-        layers.append(ExpertLayer(layer, module, tuple(weights), count, router, layout, nbytes // count))
+        kind = "attention" if any(_ATTENTION.search(part) for part in module.split(".")) else "mlp"
+        layers.append(ExpertLayer(layer, module, tuple(weights), count, router, layout, nbytes, kind, zero))
     layers.sort(key=lambda layer: order[layer.weights[0]])
     return ExpertMap(tuple(layers))
+
+
+def _merge_siblings(found: list[tuple[str, int, list[str], str, str, int]]) -> list[tuple[str, int, list[str], str, str, int]]:
+    """Rule 1d: stacked containers that share a parent and a router, as one container (the parent)."""
+    groups: dict[tuple[str, str], list[tuple[str, int, list[str], str, str, int]]] = defaultdict(list)
+    for item in found:
+        groups[(_parent(item[0]), item[3])].append(item)
+    merged = []
+    for (parent, router), items in groups.items():
+        if len(items) == 1 or any(item[4] != "stacked" or item[1] != items[0][1] for item in items) or not parent:
+            merged += items
+            continue
+        weights = [w for item in items for w in item[2]]
+        merged.append((parent, items[0][1], weights, router, "stacked", max(item[5] for item in items)))
+    return merged
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -222,8 +256,8 @@ def _parent(path: str) -> str:
     return path.rpartition(".")[0]
 
 
-def _stacked(shapes: Mapping[str, tuple[tuple[int, ...], int]]) -> list[tuple[str, int, list[str], set[int], str]]:
-    """Rule 1a: (module, E, weights, weight dims, "stacked") per module holding stacked slabs."""
+def _stacked(shapes: Mapping[str, tuple[tuple[int, ...], int]]) -> list[tuple[str, int, list[str], set[int], str, int]]:
+    """Rules 1a and 1c: (module, E, weights, weight dims, "stacked", Z) per module holding stacked slabs."""
     by_module: dict[str, list[str]] = defaultdict(list)
     for fqn in shapes:
         by_module[_parent(fqn)].append(fqn)
@@ -231,18 +265,18 @@ def _stacked(shapes: Mapping[str, tuple[tuple[int, ...], int]]) -> list[tuple[st
     for module, names in by_module.items():
         slabs = [n for n in names if len(shapes[n][0]) >= 3]
         leading = {shapes[n][0][0] for n in slabs}
-        if len(leading) != 1:
+        if not 1 <= len(leading) <= 2:
             continue
-        (count,) = leading
+        count, scored = min(leading), max(leading)
         if count < 2:
             continue
-        weights = [n for n in names if len(shapes[n][0]) >= 2 and shapes[n][0][0] == count]
+        weights = [n for n in names if len(shapes[n][0]) >= 2 and shapes[n][0][0] in leading]
         dims = {d for n in slabs for d in shapes[n][0][1:]}
-        found.append((module, count, weights, dims, "stacked"))
+        found.append((module, count, weights, dims, "stacked", scored - count))
     return found
 
 
-def _module_lists(shapes: Mapping[str, tuple[tuple[int, ...], int]]) -> list[tuple[str, int, list[str], set[int], str]]:
+def _module_lists(shapes: Mapping[str, tuple[tuple[int, ...], int]]) -> list[tuple[str, int, list[str], set[int], str, int]]:
     """Rule 1b: (module, E, weights, weight dims, "modules") per list of identical experts."""
     members: dict[str, dict[int, dict[str, tuple[int, ...]]]] = defaultdict(lambda: defaultdict(dict))
     for fqn, (shape, _nbytes) in shapes.items():
@@ -260,7 +294,7 @@ def _module_lists(shapes: Mapping[str, tuple[tuple[int, ...], int]]) -> list[tup
         prefix = module + "."
         weights = [fqn for fqn in shapes if fqn.startswith(prefix)]
         dims = {d for s in first.values() if len(s) >= 2 for d in s}
-        found.append((module, count, weights, dims, "modules"))
+        found.append((module, count, weights, dims, "modules", 0))
     return found
 
 

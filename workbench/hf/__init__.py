@@ -19,8 +19,10 @@ import it; the functions do.
 
 from .cache import CacheSlot, cache_slots
 from .configs import FAMILIES, Family, HFError, config_file, family, load_config, published_config, tiny_config
+from .families import moe_families, tiny_family_config
 from .models import EXPERT_IMPLEMENTATIONS, load_model
-from .steps import CapturedStep, DecodeStep, PrefillStep, capture_decode, capture_prefill, prefill_cache
+from .stages import STAGES, StageReport, StageResult, try_stages
+from .steps import CapturedStep, DecodeStep, HFCaptureError, PrefillStep, capture_decode, capture_prefill, prefill_cache
 
 __all__ = [
     "CacheSlot",
@@ -29,8 +31,12 @@ __all__ = [
     "EXPERT_IMPLEMENTATIONS",
     "FAMILIES",
     "Family",
+    "HFCaptureError",
     "HFError",
     "PrefillStep",
+    "STAGES",
+    "StageReport",
+    "StageResult",
     "cache_slots",
     "capture_decode",
     "capture_prefill",
@@ -38,7 +44,10 @@ __all__ = [
     "family",
     "load_config",
     "load_model",
+    "moe_families",
     "prefill_cache",
     "published_config",
     "tiny_config",
+    "tiny_family_config",
+    "try_stages",
 ]

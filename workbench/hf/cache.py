@@ -4,13 +4,17 @@ Rules:
 1. A cache's state, layer by layer, is: ``keys``, ``values`` and (static layers, whose
    position counter is a tensor) ``cumulative_length`` of an attention layer — full or
    sliding window; ``conv_states[i]`` and ``recurrent_states[i]`` of a linear-attention
-   layer (Qwen3.5, Qwen3-Next); a hybrid layer has both. Everything else a layer holds
+   layer (Qwen3.5, Qwen3-Next); ``indexer_keys`` (and its counter) of an indexed layer
+   (DeepSeek-V3.2); a hybrid layer has both; and a per-layer list the cache object of a
+   model's own cache class holds (``MiniMaxCache.linear_cache``: the linear-attention
+   state). Everything else a layer holds
    (Python counters, flags, the sliding window as a tensor) is configuration, copied from
    the template cache at every call.
-2. A layer holding other tensors (quantized or indexer caches) and an offloading cache
+2. A layer holding other tensors (quantized caches) and an offloading cache
    are refused, naming what is supported.
 3. ``rebuild`` makes a fresh cache of the template's structure that holds the given
-   states and never modifies the template or the states: a state transformers updates in
+   states and never modifies the template (its lists and dicts, and its layers', are
+   copied) or the states: a state transformers updates in
    place (static layers' ``index_copy_``, linear attention's ``copy_``) is cloned first, so
    a captured graph writes the clone and returns it, and no graph input is mutated (the
    executor does not write state back).
@@ -29,7 +33,9 @@ from .configs import HFError
 __all__ = ["CacheSlot", "cache_slots", "rebuild", "read_states"]
 
 #: Layer attributes that hold state (rule 1), in the order they are flattened.
-STATE_ATTRIBUTES = ("keys", "values", "cumulative_length", "conv_states", "recurrent_states")
+STATE_ATTRIBUTES = (
+    "keys", "values", "cumulative_length", "conv_states", "recurrent_states", "indexer_keys", "indexer_cumulative_length",
+)
 #: Tensors a layer may hold that are configuration, not state (rule 1).
 CONSTANT_ATTRIBUTES = frozenset({"_sliding_window_tensor"})
 
@@ -38,22 +44,30 @@ CONSTANT_ATTRIBUTES = frozenset({"_sliding_window_tensor"})
 class CacheSlot:
     """One state tensor of a cache: where it sits in the cache object."""
 
-    layer: int  # index into cache.layers
-    attribute: str  # one of STATE_ATTRIBUTES
+    layer: int  # index into cache.layers (for a state the cache object holds itself: the list index)
+    attribute: str  # one of STATE_ATTRIBUTES, or the cache's own list attribute (``linear_cache``)
     index: Optional[int]  # key into the attribute's dict (linear-attention states), else None
     in_place: bool  # transformers updates it in place, so rebuild clones it (rule 3)
+    on_cache: bool = False  # held by the cache object itself, not by a layer (rule 1)
 
     @property
     def name(self) -> str:
-        """``layers.3.keys``, ``layers.0.conv_states.0``: how tables and errors name it."""
+        """``layers.3.keys``, ``layers.0.conv_states.0``, ``linear_cache.1``: how tables and errors name it."""
+        if self.on_cache:
+            return f"{self.attribute}.{self.layer}"
         suffix = "" if self.index is None else f".{self.index}"
         return f"layers.{self.layer}.{self.attribute}{suffix}"
 
     def get(self, cache: Any) -> torch.Tensor:
+        if self.on_cache:
+            return getattr(cache, self.attribute)[self.layer]
         value = getattr(cache.layers[self.layer], self.attribute)
         return value if self.index is None else value[self.index]
 
     def set(self, cache: Any, tensor: torch.Tensor) -> None:
+        if self.on_cache:
+            getattr(cache, self.attribute)[self.layer] = tensor
+            return
         layer = cache.layers[self.layer]
         if self.index is None:
             setattr(layer, self.attribute, tensor)
@@ -81,13 +95,34 @@ def cache_slots(cache: Any, in_place: Sequence[str] = ()) -> tuple[CacheSlot, ..
                 slots.append(CacheSlot(i, attribute, None, in_place_kv))
             elif isinstance(value, dict):
                 slots += [CacheSlot(i, attribute, j, True) for j, t in value.items() if isinstance(t, torch.Tensor)]
+    slots += _own_states(cache)
     extra = set(in_place)
-    return tuple(CacheSlot(s.layer, s.attribute, s.index, s.in_place or s.name in extra) for s in slots)
+    return tuple(CacheSlot(s.layer, s.attribute, s.index, s.in_place or s.name in extra, s.on_cache) for s in slots)
+
+
+def _own_states(cache: Any) -> list[CacheSlot]:
+    """Rule 1's last part: per-layer state a cache class of a model's own keeps on the cache
+    object (``MiniMaxCache.linear_cache``, a list by layer index); a tensor held there
+    otherwise is refused (rule 2)."""
+    found = []
+    for key, value in vars(cache).items():
+        if key == "layers":
+            continue
+        if isinstance(value, torch.Tensor):
+            raise HFError(
+                f"the {type(cache).__name__} holds a tensor {key!r} that is not per-layer state; the workbench "
+                "carries the state of each layer (attention keys and values, linear-attention states)"
+            )
+        if isinstance(value, list) and any(isinstance(v, torch.Tensor) for v in value):
+            found += [CacheSlot(i, key, None, False, True) for i, v in enumerate(value) if isinstance(v, torch.Tensor)]
+    return found
 
 
 def rebuild(template: Any, slots: Sequence[CacheSlot], states: Sequence[torch.Tensor]) -> Any:
-    """Rule 3: a fresh cache shaped like ``template`` holding ``states``."""
-    cache = copy.copy(template)
+    """Rule 3: a fresh cache shaped like ``template`` holding ``states``; every list or
+    dict of the cache and its layers is the new cache's own, so what the model writes
+    into them never reaches the template."""
+    cache = _copy_layer(template)
     cache.layers = [_copy_layer(layer) for layer in template.layers]
     for slot, tensor in zip(slots, states, strict=True):
         slot.set(cache, tensor.clone() if slot.in_place else tensor)
@@ -100,11 +135,13 @@ def read_states(cache: Any, slots: Sequence[CacheSlot]) -> tuple[torch.Tensor, .
 
 
 def _copy_layer(layer: Any) -> Any:
-    """A shallow copy whose dict attributes (per-state tensors and flags) are its own."""
+    """A shallow copy whose dict and list attributes (per-state tensors and flags) are its own."""
     new = copy.copy(layer)
     for key, value in vars(layer).items():
         if isinstance(value, dict):
             setattr(new, key, dict(value))
+        elif isinstance(value, list):
+            setattr(new, key, list(value))
     return new
 
 
@@ -121,5 +158,5 @@ def _check_layer(i: int, layer: Any) -> None:
         raise HFError(
             f"cache layer {i} ({type(layer).__name__}) holds tensors {unknown} that are not attention or "
             "linear-attention state; the workbench turns dynamic and static caches (full attention, sliding "
-            "window, linear attention) into plain tensors, not quantized or indexer caches"
+            "window, linear attention) into plain tensors, indexed layers and per-layer state a model's own cache keeps, not quantized caches"
         )

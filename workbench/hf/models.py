@@ -8,6 +8,10 @@ Rules:
    published sizes (tens or hundreds of billions of parameters).
 3. Never from a hub: ``AutoModelForCausalLM.from_config``, never ``from_pretrained``.
 4. A model instance given by the caller is used as it is: its weights are the caller's.
+5. Whether a model's experts can be captured is decided by capturing them, not by their
+   ``experts_implementation``: transformers' ``'eager'`` form is a dense batched matmul in
+   some families (Llama 4) and a Python loop in others. When a capture fails, the error
+   says how to switch the form, or that the family has no other.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from .configs import HFError, load_config
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["EXPERT_IMPLEMENTATIONS", "check_model", "load_model"]
+__all__ = ["EXPERT_IMPLEMENTATIONS", "check_model", "experts_hint", "load_model"]
 
 #: transformers' expert forms that torch.export can capture ("eager" loops over experts
 #: with data-dependent shapes and does not export).
@@ -61,7 +65,7 @@ def load_model(
         )
     if isinstance(source, PreTrainedModel):
         if experts_implementation is not None and find_experts(source):
-            source.set_experts_implementation(experts_implementation)
+            _set_experts_implementation(source, experts_implementation)
         return check_model(source)
     cfg = load_config(source)
     kwargs = {} if dtype is None else {"dtype": dtype}
@@ -73,8 +77,28 @@ def load_model(
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(cfg, **kwargs)
     if experts_implementation is not None and find_experts(model):
-        model.set_experts_implementation(experts_implementation)
+        _set_experts_implementation(model, experts_implementation)
     return model.eval()
+
+
+def _set_experts_implementation(model: "PreTrainedModel", implementation: str) -> None:
+    """Switch the experts' form, or an ``HFError`` when the family has no such form
+    (transformers then raises, or leaves the model as it was)."""
+    try:
+        model.set_experts_implementation(implementation)
+    except (ValueError, RuntimeError, NotImplementedError) as exc:
+        raise HFError(_no_implementation(model, implementation, str(exc).splitlines()[0] if str(exc) else "")) from exc
+    if getattr(model.config, "_experts_implementation", None) != implementation:
+        raise HFError(_no_implementation(model, implementation, ""))
+
+
+def _no_implementation(model: "PreTrainedModel", implementation: str, why: str) -> str:
+    return (
+        f"{type(model).__name__} has no experts_implementation {implementation!r}"
+        + (f" ({why})" if why else "")
+        + f": transformers gives this family's experts one form only ({getattr(model.config, '_experts_implementation', None)!r}); "
+        "load it without experts_implementation — capture then tells whether that form exports"
+    )
 
 
 def check_model(model: Any) -> "PreTrainedModel":
@@ -84,13 +108,27 @@ def check_model(model: Any) -> "PreTrainedModel":
     if not isinstance(model, PreTrainedModel):
         raise HFError(
             f"expected a transformers model (a PreTrainedModel such as Qwen3MoeForCausalLM), got "
-            f"{type(model).__name__}; build one with workbench.hf.build_model(config)"
-        )
-    if getattr(model.config, "_experts_implementation", None) == "eager" and find_experts(model):
-        raise HFError(
-            "this model's experts_implementation is 'eager', which loops over experts with data-dependent "
-            f"shapes and does not export; call model.set_experts_implementation('grouped_mm') (or one of "
-            f"{', '.join(EXPERT_IMPLEMENTATIONS)}) first"
+            f"{type(model).__name__}; build one with workbench.hf.load_model(config)"
         )
     return model
+
+
+def experts_hint(model: "PreTrainedModel") -> str:
+    """What to do when a model's experts did not export: switch their form when the family
+    offers another, else say that it has none (rule 5)."""
+    current = getattr(model.config, "_experts_implementation", None)
+    if current is None or current in EXPERT_IMPLEMENTATIONS or not find_experts(model):
+        return ""
+    can_switch = getattr(type(model), "_can_set_experts_implementation", None)
+    if can_switch is not None and can_switch():
+        return (
+            f"this model's experts_implementation is {current!r}, a Python loop over the experts the router chose; "
+            f"call model.set_experts_implementation('grouped_mm') (or one of {', '.join(EXPERT_IMPLEMENTATIONS)}) first"
+        )
+    return (
+        f"transformers gives {type(model).__name__}'s experts one form only, a Python loop over the experts the "
+        "router chose, whose sizes depend on the routing, which no fixed-size graph can hold; this family cannot be "
+        "captured until transformers "
+        "offers its experts a batched form (or the model's expert module is replaced by one)"
+    )
 

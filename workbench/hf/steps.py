@@ -26,27 +26,93 @@ Rules:
    is cloned inside the step; if the capture still finds an input written in place (an
    in-place op on it or on a view of it, in a layer type not known to be in-place), the
    step is captured again with that state cloned too.
+4. A step that does not capture is an ``HFCaptureError`` (a ``CaptureError`` and an
+   ``HFError``): one paragraph naming the model's line that failed; when the experts'
+   Python loop is the cause, what to do is switching their form, or that the family
+   has none (``models`` rule 5). So is a step torch.export captures with a size that
+   depends on tensor values (an unbacked symbol: JetMoE's experts split the tokens by
+   the router's counts): no memory plan can size it.
+5. A model with a cache class of its own (MiniMax's, which also holds each linear-attention
+   layer's state) gets one: a dynamic cache is the one its prefill returns; a static one
+   is its class holding a static cache's layers. Every state it holds is carried as a
+   tensor (``cache`` rule 1), and the caller's cache is never written (``cache`` rule 3).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch.export.graph_signature import OutputKind
 
-from ..capture import Program, capture
+from ..capture import CaptureError, Program, capture
 from .cache import CacheSlot, cache_slots, read_states, rebuild
 from .configs import HFError
-from .models import check_model
+from .models import check_model, experts_hint
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["CapturedStep", "DecodeStep", "PrefillStep", "capture_decode", "capture_prefill", "example_tokens"]
+__all__ = ["CapturedStep", "HFCaptureError", "DecodeStep", "PrefillStep", "capture_decode", "capture_prefill", "example_tokens"]
 
 CACHE_KINDS = ("static", "dynamic")
+
+
+class HFCaptureError(HFError, CaptureError):
+    """A transformers model's step did not capture: the capture's paragraph, with what to
+    do about the model's experts when they are the cause (rule 4)."""
+
+
+def _capture_step(model: "PreTrainedModel", step: torch.nn.Module, inputs: tuple, **options: Any) -> Program:
+    """``workbench.capture`` of a step; a failure names the family's way out (rule 4)."""
+    try:
+        program = capture(step, inputs, **options)
+    except CaptureError as exc:
+        data_dependent = "data-dependent" in exc.torch_message.lower() or "DataDependent" in exc.torch_message
+        hint = experts_hint(model) if data_dependent else ""
+        text = str(exc) if not hint else str(exc).split(" What to do: ")[0] + f" What to do: {hint}."
+        raise HFCaptureError(text, exc.torch_message) from exc.__cause__ or exc
+    sized = _value_sized(program)
+    if sized is not None:
+        node, where = sized
+        hint = experts_hint(model) or "compute that line with fixed shapes (every expert as one batched matmul, weighted by the router's mask)"
+        raise HFCaptureError(
+            f"torch.export captured {type(model).__name__}, but {node.name} ({node.target}) at {where or 'an unknown line'} "
+            f"has a size that depends on tensor values ({_unbacked(node)}), so no memory plan can hold it. What to do: {hint}.",
+        )
+    return program
+
+
+def _unbacked(node: torch.fx.Node) -> str:
+    val = node.meta.get("val")
+    shape = getattr(val, "shape", ())
+    return ", ".join(str(d) for d in shape if isinstance(d, torch.SymInt) and d.node.expr.free_symbols) or "?"
+
+
+def _value_sized(program: Program) -> Optional[tuple[torch.fx.Node, str]]:
+    """Rule 4: the first op whose result's size is an unbacked symbol (it depends on
+    tensor values: torch.export traced it, but no plan can size it), with its model line."""
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        shape = getattr(val, "shape", None)
+        if node.op != "call_function" or shape is None:
+            continue
+        if any(isinstance(d, torch.SymInt) and any(str(sym).startswith("u") for sym in d.node.expr.free_symbols) for d in shape):
+            return node, _model_line(node.meta.get("stack_trace") or "")
+    return None
+
+
+def _model_line(stack: str) -> str:
+    """The innermost ``File "…", line N`` of a node's stack trace outside torch, shortened."""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', stack)
+    frames = [(f, n) for f, n in frames if "/torch/" not in f and "/workbench/" not in f]
+    if not frames:
+        return ""
+    path, line = frames[-1]
+    parts = path.split("site-packages/")
+    return f"{parts[-1]}:{line}"
 
 
 class _ModelStep(torch.nn.Module):
@@ -138,7 +204,7 @@ def capture_prefill(
     model lives on the meta device; ``stack_traces`` as for ``workbench.capture``)."""
     step = PrefillStep(model)
     ids = example_tokens(_vocab(model), batch, tokens, seed, _device(model))
-    program = capture(step, (ids,), shape_only=_device(model).type == "meta", stack_traces=stack_traces)
+    program = _capture_step(model, step, (ids,), shape_only=_device(model).type == "meta", stack_traces=stack_traces)
     return CapturedStep("prefill", program, step, (ids,))
 
 
@@ -180,12 +246,12 @@ def capture_decode(
     token = example_tokens(_vocab(model), rows, 1, seed + 1, device)
     inputs = (token, torch.tensor([past], device=device), *states)
     shape_only = device.type == "meta"
-    program = capture(step, inputs, shape_only=shape_only, stack_traces=stack_traces)
+    program = _capture_step(model, step, inputs, shape_only=shape_only, stack_traces=stack_traces)
     written = _inputs_written_in_place(program)
     if written:  # rule 3: capture again, cloning those states too
         names = [step.slots[i - 2].name for i in written]
         step = DecodeStep(model, cache, in_place=tuple(names))
-        program = capture(step, inputs, shape_only=shape_only, stack_traces=stack_traces)
+        program = _capture_step(model, step, inputs, shape_only=shape_only, stack_traces=stack_traces)
         if _inputs_written_in_place(program):
             raise HFError(f"the decode step still writes its inputs in place after cloning {names}")
     return CapturedStep("decode", program, step, inputs, step.state_names)
@@ -200,7 +266,8 @@ def prefill_cache(
     max_cache_len: Optional[int] = None,
     seed: int = 0,
 ) -> Any:
-    """Rule 1: a ``kind`` cache filled by an eager prefill of ``past`` seeded tokens."""
+    """Rule 1: a ``kind`` cache filled by an eager prefill of ``past`` seeded tokens (of
+    the model's own cache class when it has one, rule 5)."""
     from transformers import DynamicCache, StaticCache
 
     if kind not in CACHE_KINDS:
@@ -209,19 +276,55 @@ def prefill_cache(
     if kind == "static" and (isinstance(length, bool) or not isinstance(length, int) or length <= past):
         raise HFError(f"max_cache_len must be an integer > past={past} (room for the new token), got {max_cache_len!r}")
     config = model.config
-    cache = StaticCache(config=config, max_cache_len=length) if kind == "static" else DynamicCache(config=config)
     ids = example_tokens(_vocab(model), batch, past, seed, _device(model))
     meta = _device(model).type == "meta"
     previous = config._experts_implementation
     try:
         if meta and previous == "grouped_mm":
             model.set_experts_implementation("batched_mm")
-        with torch.no_grad():
-            model(input_ids=ids, cache=cache, use_cache=True)
+        cache = StaticCache(config=config, max_cache_len=length) if kind == "static" else DynamicCache(config=config)
+        try:
+            _fill(model, ids, cache)
+        except Exception as exc:  # a model with a cache class of its own refuses these (rule 5)
+            cache = _own_cache(model, ids, kind, length, exc)
     finally:
         if meta and previous == "grouped_mm":
             model.set_experts_implementation(previous)
     return cache
+
+
+def _fill(model: "PreTrainedModel", ids: torch.Tensor, cache: Any) -> Any:
+    with torch.no_grad():
+        return model(input_ids=ids, cache=cache, use_cache=True)
+
+
+def _own_cache(model: "PreTrainedModel", ids: torch.Tensor, kind: str, length: int, refusal: Exception) -> Any:
+    """Rule 5: a ``kind`` cache of the model's own cache class, filled by the prefill; an
+    ``HFError`` naming transformers' refusal when the model has no class of its own, or a
+    static one cannot be made of it."""
+    from transformers import DynamicCache, StaticCache
+
+    why = f"{type(refusal).__name__}: {str(refusal).splitlines()[0] if str(refusal) else ''}"
+    out = _fill(model, ids, None)
+    own = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    if own is None or type(own) in (DynamicCache, StaticCache):
+        raise HFError(f"{type(model).__name__} cannot fill a {kind} cache: transformers says {why}") from refusal
+    if kind == "dynamic":
+        return own
+    try:
+        static = type(own)()
+        static.layers = StaticCache(config=model.config, max_cache_len=length).layers
+        for key, value in vars(own).items():  # per-layer lists start empty (None), as the model starts them
+            if key != "layers" and isinstance(value, list):
+                setattr(static, key, [None] * len(value))
+        _fill(model, ids, static)
+    except Exception as exc:
+        raise HFError(
+            f"{type(model).__name__} keeps a cache of its own ({type(own).__name__}), which cannot be made static "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); capture its decode step with "
+            "cache='dynamic'"
+        ) from exc
+    return static
 
 
 def _inputs_written_in_place(program: Program) -> list[int]:
