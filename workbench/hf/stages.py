@@ -30,6 +30,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 import pandas as pd
 import torch
 
+from ..moe.decode import decode
+from ..moe.strategies import expert_cache, partial_offload
+from ..planning.memory_plan import plan as make_plan
+from ..runtime import stage_inputs, to_host
+from ..runtime.executor import run
+from ..strategies import STRATEGIES
+from .configs import HFError
+from .models import check_model
+from .steps import capture_decode, capture_prefill
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
@@ -98,17 +108,9 @@ def try_stages(
 ) -> StageReport:
     """Run ``model`` through ``stages`` (module rules); ``name`` labels the report
     (default: the config's ``model_type``)."""
-    from ..moe.decode import decode
-    from ..moe.strategies import expert_cache, partial_offload
-    from ..strategies import STRATEGIES
-    from .models import check_model
-    from .steps import capture_decode, capture_prefill
-
     check_model(model)
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
-        from .configs import HFError
-
         raise HFError(f"unknown stages {unknown}; valid: {', '.join(STAGES)}")
     label = name or str(getattr(model.config, "model_type", type(model).__name__))
     captured: dict[str, Any] = {}
@@ -138,8 +140,6 @@ def try_stages(
 
     def tokens(strategy: Any, rows: bool) -> str:
         step = step_of("decode_rows" if rows else "decode_static")
-        from .. import plan as make_plan
-
         memory = make_plan(strategy.apply(step.program), "greedy")
         result = _with_rows_selected(model, lambda: decode(memory, DECODE_TOKENS, first_token=5, reference=step.module, atol=atol)) if rows \
             else decode(memory, DECODE_TOKENS, first_token=5, reference=step.module, atol=atol)
@@ -173,10 +173,6 @@ def _cache_stage(tokens: Callable[[Any, bool], str], make: Callable[..., Any], p
 
 def _compare_step(step: Any, strategy: Any, atol: float, rtol: float) -> str:
     """Rule 1: plan and run ``step`` under ``strategy``; "" when every output equals eager."""
-    from .. import plan as make_plan
-    from .. import run
-    from ..runtime import stage_inputs, to_host
-
     dg = strategy.apply(step.program)
     memory = make_plan(dg, "greedy")
     result = run(memory, *stage_inputs(dg, step.inputs, "sim"), backend="sim")
