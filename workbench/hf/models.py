@@ -12,7 +12,9 @@ Rules:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import torch
 
@@ -28,6 +30,23 @@ __all__ = ["EXPERT_IMPLEMENTATIONS", "check_model", "load_model"]
 #: transformers' expert forms that torch.export can capture ("eager" loops over experts
 #: with data-dependent shapes and does not export).
 EXPERT_IMPLEMENTATIONS = ("grouped_mm", "batched_mm")
+
+
+@contextlib.contextmanager
+def _quiet_optional_parts() -> Iterator[None]:
+    """transformers' model classes import torchao (for its quantizers), which reports the
+    native parts it cannot load on this machine and torch's deprecation of the way it
+    registers its enums: notices about code the workbench never runs, so they are held
+    back while that import runs (their errors still show)."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)
 
 
 def load_model(
@@ -48,7 +67,8 @@ def load_model(
         dtype: parameter dtype; default: the configuration's ``dtype`` (float32 if unset).
         experts_implementation: ``"grouped_mm"`` (transformers' default) or ``"batched_mm"``.
     """
-    from transformers import AutoModelForCausalLM, PreTrainedModel
+    with _quiet_optional_parts():
+        from transformers import AutoModelForCausalLM, PreTrainedModel
 
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise HFError(f"seed must be an integer, got {seed!r}")
@@ -84,7 +104,7 @@ def check_model(model: Any) -> "PreTrainedModel":
     if not isinstance(model, PreTrainedModel):
         raise HFError(
             f"expected a transformers model (a PreTrainedModel such as Qwen3MoeForCausalLM), got "
-            f"{type(model).__name__}; build one with workbench.hf.build_model(config)"
+            f"{type(model).__name__}; build one with workbench.hf.load_model(config)"
         )
     if getattr(model.config, "_experts_implementation", None) == "eager" and find_experts(model):
         raise HFError(
