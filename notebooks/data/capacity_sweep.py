@@ -18,7 +18,7 @@ from workbench import walkthrough
 from workbench.atomic_files import atomic_path
 
 if __name__ == "__main__":
-    result = walkthrough.capacity_sweep(workers=2)  # the points do not depend on the workers (sweeps rule 4)
+    result = walkthrough.capacity_sweep(workers=2, full_grid=True)  # the points do not depend on the workers (sweeps rule 4)
     with atomic_path(Path(__file__).with_name("capacity_sweep.csv"), "a table") as tmp:  # all points or the old file
         result.points.to_csv(tmp, index=False)
     print(result)
