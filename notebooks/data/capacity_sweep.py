@@ -1,6 +1,7 @@
 """Write ``capacity_sweep.csv`` beside this file: every point of the walkthrough's capacity
-sweep of the published Qwen3.5-35B-A3B (bf16, shape-only) — ``walkthrough.capacity_sweep()``,
-the sweep ``python -m workbench walkthrough`` writes as ``sweep.csv``.
+sweep of the published Qwen3.5-35B-A3B (bf16, shape-only) over the whole grid —
+``walkthrough.capacity_sweep(full_grid=True)``, the sweep ``python -m workbench walkthrough
+--full-grid`` writes as ``sweep.csv``.
 
 Notebook 06 reads these points instead of sweeping (the capture of the 40-layer model
 alone takes longer than the notebook should); ``tests/sweeps/test_shipped_sweep.py`` checks

@@ -30,7 +30,7 @@ __all__ = ["cache_dir", "njit_cached"]
 
 def cache_dir() -> Path:
     """Rule 1: where compiled functions are cached."""
-    given = numba.core.config.CACHE_DIR
+    given = getattr(numba.core.config, "CACHE_DIR", "")  # set from the environment when numba loads
     if given:
         return Path(given)
     home = Path.home()
@@ -48,16 +48,16 @@ def njit_cached(**options: Any) -> Callable[[Callable[..., Any]], Any]:
 
     def decorate(fn: Callable[..., Any]) -> Any:
         config = numba.core.config
-        saved = config.CACHE_DIR
+        saved = getattr(config, "CACHE_DIR", "")
         where = cache_dir()
         try:
             where.mkdir(parents=True, exist_ok=True)
         except OSError:  # rule 1: nowhere to cache, so nothing is written anywhere
             return numba.njit(**options)(fn)
-        config.CACHE_DIR = str(where)
+        setattr(config, "CACHE_DIR", str(where))
         try:
             return numba.njit(cache=True, **options)(fn)
         finally:
-            config.CACHE_DIR = saved
+            setattr(config, "CACHE_DIR", saved)
 
     return decorate

@@ -120,6 +120,10 @@ def to_device(
 
 
 @overload
+def to_host(tensor: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
 def to_host(tensor: tuple[Any, ...] | list[Any]) -> tuple[torch.Tensor, ...]: ...
 
 
