@@ -17,8 +17,9 @@ beside published measurements of the same model (ExecuTorch on an A100, per-kern
 launches and CUDA-graph replay).
 
 ``capacity_sweep`` asks the capacity-planning question of the full-size model: the best
-strategy per device-memory budget and link (``workbench.sweeps``); ``answer_table``
-prints it.
+strategy per device-memory budget and link (``workbench.sweeps``: by default the settings
+of ``quick_grid``, in this process, on the program ``full_size_results`` captured);
+``answer_table`` prints it, ties named.
 
 Expert prefetch (``expert_streaming+prefetch``) runs on a model built with
 ``expert_prefetch=True`` (same weights, same outputs, routing hints in the graph).
