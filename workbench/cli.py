@@ -47,6 +47,7 @@ from .models import MoEConfig, param_count
 from .place import PlacementError, parse_rules, place
 from .propagate import propagate
 from .runtime import cuda_available, cuda_unavailable_reason
+from .sweeps import SIMPLICITY, TIE_RTOL
 from .views import BufferView, GraphView, TimelineView, to_chrome_trace
 
 __all__ = ["UsageError", "main"]
@@ -133,13 +134,15 @@ def _cmd_propagate(args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
-def _progress(enabled: bool) -> Callable[[Any, str], Any]:
-    """A progress bar over the long steps (tqdm on stderr), or nothing."""
+def _progress(enabled: bool) -> Callable[..., Any]:
+    """A progress bar over the long steps (tqdm on stderr) when asked for and stderr is a
+    terminal (in a log, bars redrawn in place interleave with the tables), or nothing."""
+    shown = enabled and sys.stderr.isatty()
 
-    def wrap(items: Any, desc: str) -> Any:
-        if not enabled:
+    def wrap(items: Any, desc: str, unit: str = "strategy") -> Any:
+        if not shown:
             return items
-        return tqdm(list(items), desc=desc, unit="strategy", leave=False, file=sys.stderr)
+        return tqdm(list(items), desc=desc, unit=unit, leave=False, file=sys.stderr)
 
     return wrap
 
@@ -206,7 +209,7 @@ def _check_walkthrough(args: argparse.Namespace) -> _WalkthroughJob:
         )
     full_config = None if args.skip_full else _load_config("--full-config", args.full_config)
     if args.sweep_workers is not None and args.sweep_workers < 1:
-        raise UsageError(f"--sweep-workers: {args.sweep_workers} processes; give 1 or more (default: one per CPU)")
+        raise UsageError(f"--sweep-workers: {args.sweep_workers} processes; give 1 or more (default: none, in this process)")
     out = _make_out("--out", args.out)
     return _WalkthroughJob(run_config, params, full_config, out)
 
@@ -261,7 +264,7 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
             print(anchors.to_string(index=False))
             print("modeled/published: " + "; ".join(f"{r['hardware']} {r['ratio']:.2f}" for r in anchors.to_dict("records")))
         if not args.skip_sweep:
-            _write_sweep(full_config, rate, out, args.sweep_workers)
+            _write_sweep(full_config, rate, out, args.sweep_workers, args.full_grid)
     return _finish(out, started, results)
 
 
@@ -367,23 +370,25 @@ def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
     return _finish(out, started, results)
 
 
-def _write_sweep(config: MoEConfig, rate: float, out: Path, workers: Optional[int]) -> None:
+def _write_sweep(config: MoEConfig, rate: float, out: Path, workers: Optional[int], full_grid: bool) -> None:
     """The answer table: best strategy per budget and link (sweep.csv: every point;
     sweep_best.csv: the answers; pareto.png)."""
     matplotlib.use("Agg")  # files only
-    result = wt.capacity_sweep(config, prefetch_hit_rate=rate, workers=workers)
+    result = wt.capacity_sweep(config, prefetch_hit_rate=rate, workers=workers, full_grid=full_grid)
     _write_csv(result.points, out / "sweep.csv")
     answers = wt.answer_table(result)
     _write_csv(answers, out / "sweep_best.csv")
     with atomic_path(out / "pareto.png", "a figure") as tmp:
         result.pareto_figure().savefig(tmp, dpi=120, format="png")
     plt.close("all")
-    print(f"\n# capacity planning, shape-only, modeled on an H200: {len(result.points)} points in "
+    grid = "every setting of sweeps.default_grid" if full_grid else "sweeps.quick_grid; --full-grid for every setting"
+    print(f"\n# capacity planning, shape-only, modeled on an H200: {len(result.points)} points ({grid}) in "
           f"{result.seconds:.0f} s on {len(result.workers)} worker(s); best strategy per budget and link")
     print(answers.to_string(index=False))
+    print(f"# a tie (tok/s within {TIE_RTOL:.1%}) goes to the simpler strategy: {' < '.join(SIMPLICITY)}")
 
 
-def _write_figures(results: Any, out: Path, progress: Callable[[Any, str], Any]) -> None:
+def _write_figures(results: Any, out: Path, progress: Callable[..., Any]) -> None:
     """Graph, buffer and timeline figures and a Chrome trace for the streaming strategy;
     a timeline comparing every strategy; each file written atomically (rule 2)."""
     matplotlib.use("Agg")  # files only: no window, whatever backend the environment names
@@ -398,7 +403,7 @@ def _write_figures(results: Any, out: Path, progress: Callable[[Any, str], Any])
             label=focus.strategy.label,
         ),
     }
-    for name, make in progress(views.items(), "figures"):
+    for name, make in progress(views.items(), "figures", "figure"):
         with atomic_path(out / name, "a figure") as tmp:
             make().save(tmp)
         plt.close("all")
@@ -423,7 +428,17 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", default="out/walkthrough", help="folder for CSV tables, PNG figures and Chrome traces")
     w.add_argument("--skip-full", action="store_true", help="skip the full-size shape-only analysis (and the sweep)")
     w.add_argument("--skip-sweep", action="store_true", help="skip the full-size budget sweep (sweep.csv, pareto.png)")
-    w.add_argument("--sweep-workers", type=int, default=None, help="processes for the budget sweep (default: CPUs)")
+    w.add_argument(
+        "--sweep-workers",
+        type=int,
+        default=None,
+        help="processes for the budget sweep (default: none, it runs here and reuses the full-size capture)",
+    )
+    w.add_argument(
+        "--full-grid",
+        action="store_true",
+        help="sweep every setting of sweeps.default_grid (three times the default's; same answers at these budgets)",
+    )
     w.add_argument("--no-progress", action="store_true", help="no progress bars")
     w.set_defaults(func=_cmd_walkthrough)
     p = sub.add_parser("propagate", help="place and propagate a built-in example, print graph and copies")

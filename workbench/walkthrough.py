@@ -17,8 +17,9 @@ beside published measurements of the same model (ExecuTorch on an A100, per-kern
 launches and CUDA-graph replay).
 
 ``capacity_sweep`` asks the capacity-planning question of the full-size model: the best
-strategy per device-memory budget and link (``workbench.sweeps``); ``answer_table``
-prints it.
+strategy per device-memory budget and link (``workbench.sweeps``: by default the settings
+of ``quick_grid``, in this process, on the program ``full_size_results`` captured);
+``answer_table`` prints it, ties named.
 
 Expert prefetch (``expert_streaming+prefetch``) runs on a model built with
 ``expert_prefetch=True`` (same weights, same outputs, routing hints in the graph).
@@ -38,6 +39,7 @@ import pandas as pd
 import torch
 
 from .anchors import anchors_table
+from .arguments import check_flag
 from .capture import capture
 from .errors import ArgumentValueError
 from .experts import find_experts
@@ -49,7 +51,7 @@ from .runtime.cost_model import CostModel, dtype_class, op_cost
 from .runtime.executor import RunResult, estimate, run
 from .runtime.tensors import stage_inputs, to_host
 from .strategies import Strategy, expert_streaming, strategy_variants
-from .sweeps import SweepResult, default_grid, sweep
+from .sweeps import InlineExecutor, ModelSource, SweepResult, default_grid, quick_grid, sweep
 
 __all__ = [
     "LINKS",
@@ -275,12 +277,12 @@ def full_size_results(
     if any(s.prefetch for s in chosen):
         rate = measured_hit_rate() if prefetch_hit_rate is None else float(prefetch_hit_rate)
 
-    def make(hinted: bool):
-        with torch.device("meta"):
-            model = QwenMoEDecoder(config or MoEConfig.full(), expert_prefetch=hinted)
-            return model, model.example_inputs()
+    def programs(strategy: Strategy) -> Any:
+        if captured is not None:
+            return captured.program
+        # the sweep's own capture, cached per process: capacity_sweep reuses it
+        return ModelSource(config or MoEConfig.full()).program(strategy.prefetch)
 
-    programs = _Programs(make, shape_only=True) if captured is None else (lambda strategy: captured.program)
     results = []
     for strategy in progress(chosen, "full size: strategies"):
         memory = plan(strategy.apply(programs(strategy)), algorithm)
@@ -386,18 +388,27 @@ def capacity_sweep(
     executor: Any = None,
     prefetch_hit_rate: Optional[float] = None,
     workers: Optional[int] = None,
+    full_grid: bool = False,
 ) -> SweepResult:
     """The capacity-planning question for ``config`` (default: the published 35B-A3B,
-    shape-only): every strategy setting of ``sweeps.default_grid`` under every link, and
-    the best per budget (``workbench.sweeps.sweep``; expert-cache hit rates from a
-    synthetic trace, labelled so)."""
+    shape-only): every strategy setting of ``sweeps.quick_grid`` (``full_grid=True``:
+    ``sweeps.default_grid``, three times the settings, the same answers at the default
+    budgets) under every link, and the best per budget (``workbench.sweeps.sweep``;
+    expert-cache hit rates from a synthetic trace, labelled so).
+
+    Without ``executor`` and ``workers`` the sweep runs in this process and reuses the
+    program ``full_size_results`` captured (a worker process captures its own); with
+    ``workers`` it runs on that many local processes."""
     config = config or MoEConfig.full()
+    check_flag(full_grid, "full_grid")
     rate = measured_hit_rate() if prefetch_hit_rate is None else prefetch_hit_rate
+    if executor is None and workers is None:
+        executor = InlineExecutor()
     return sweep(
         config,
         budgets,
         links,
-        strategies or default_grid(config),
+        strategies or (default_grid(config) if full_grid else quick_grid(config)),
         executor,
         prefetch_hit_rate=rate,
         workers=workers,
@@ -406,8 +417,9 @@ def capacity_sweep(
 
 def answer_table(result: SweepResult) -> pd.DataFrame:
     """One row per (budget, link) of a ``capacity_sweep``: the best strategy, its
-    parameters, tokens/s, MiB over the link per token, device GiB used, and where its
-    hit rate comes from ("" when it has none)."""
+    parameters, tokens/s, MiB over the link per token, device GiB used, where its hit
+    rate comes from ("" when it has none), and the strategies it ties with (tokens/s
+    within ``sweeps.TIE_RTOL``; a tie goes to the simpler strategy, ``sweeps.SIMPLICITY``)."""
     best = result.best
     params = [c for c in best.columns if c.startswith("param.")]
 
@@ -428,6 +440,7 @@ def answer_table(result: SweepResult) -> pd.DataFrame:
             "device_GiB": best["device_GiB"],
             "hit_rate": best["expected_hit_rate"].round(3),
             "hit_rate_from": best["hit_rate_source"].fillna(""),
+            "tied_with": best["tied_with"].fillna(""),
         }
     )
 

@@ -36,3 +36,21 @@ def test_shipped_points_are_the_default_sweep_of_today():
     pd.testing.assert_frame_equal(got, want, check_dtype=False, obj=f"the shipped points ({REGENERATE})")
     best = SweepResult.from_points(shipped, [8, 80], ["pcie_gen4"], "shipped").best
     assert best["fits"].all() and (best["device_bytes"] <= best["budget_GiB"] * 2**30).all()
+
+
+def test_quick_grid_gives_the_whole_grids_answers():
+    """The walkthrough's quick grid is a subset of the default grid, and on the shipped
+    points of the whole grid it picks, at every default budget and link, the same best
+    setting with the same tokens/s as the whole grid does."""
+    from workbench.sweeps import DEFAULT_BUDGETS_GIB, quick_grid
+
+    shipped = pd.read_csv(SHIPPED)
+    config = MoEConfig.full()
+    quick = [spec.label for spec in quick_grid(config)]
+    assert set(quick) <= {spec.label for spec in expand(default_grid(config))}
+    assert len(quick) * 2 < len(expand(default_grid(config)))
+    links = ["pcie_gen4", "pcie_gen5", "nvlink_c2c"]
+    whole = SweepResult.from_points(shipped, DEFAULT_BUDGETS_GIB, links, "whole").best
+    trimmed = SweepResult.from_points(shipped[shipped["label"].isin(quick)], DEFAULT_BUDGETS_GIB, links, "quick").best
+    columns = ["budget_GiB", "link", "fits", "label", "tok/s", "device_bytes"]
+    pd.testing.assert_frame_equal(trimmed[columns], whole[columns])

@@ -20,6 +20,7 @@ from workbench.sweeps import (
     SweepError,
     SweepResult,
     SweepTask,
+    TIE_RTOL,
     best_per_budget,
     evaluate,
     expand,
@@ -76,7 +77,8 @@ def test_best_per_budget_fits_and_is_best():
         assert row["fits"] == (not feasible.empty)
         if row["fits"]:
             assert row["device_bytes"] <= row["budget_GiB"] * 2**30
-            assert row["tok/s"] == feasible["tok/s"].max()
+            # the fastest, or a simpler strategy that ties with it (TIE_RTOL)
+            assert feasible["tok/s"].max() * (1 - TIE_RTOL) <= row["tok/s"] <= feasible["tok/s"].max()
 
 
 @st.composite
@@ -265,3 +267,40 @@ def test_from_points_rebuilds_the_result(tmp_path):
         SweepResult.from_points(result.points, BUDGETS, ["pcie_gen5"], "saved")
     with pytest.raises(SweepError, match="budgets must be positive"):
         SweepResult.from_points(result.points, [0], LINKS, "saved")
+
+
+def _tie_points(rates: dict[str, float]) -> pd.DataFrame:
+    """One point per strategy name on link "a", each with the tok/s given, the simpler
+    strategies using more device memory (so fewer bytes alone would not pick them)."""
+    names = list(rates)
+    return pd.DataFrame(
+        {
+            "label": names,
+            "strategy": names,
+            "line": names,
+            "link": "a",
+            "device_bytes": [2**30 * (10 - i) for i in range(len(names))],
+            "tok/s": list(rates.values()),
+            **{c: 0.0 for c in ("device_GiB", "resident_GiB", "arena_MiB", "host_GiB", "ms/token", "link_MiB/token",
+                                "overlap", "expected_hit_rate")},
+            "hit_rate_source": "",
+        }
+    )  # fmt: skip
+
+
+def test_a_tie_goes_to_the_simpler_strategy_and_is_named():
+    """tok/s within TIE_RTOL of the fastest is a tie: the simplest strategy of the tie is
+    chosen (SIMPLICITY) even when it is a hair slower or uses more memory, and tied_with
+    names the others; outside the tolerance the fastest wins and nothing is tied."""
+    from workbench.sweeps import SIMPLICITY, TIE_RTOL
+
+    assert SIMPLICITY.index("all_on_device") < SIMPLICITY.index("expert_cache")
+    near = 83.152 * (1 - TIE_RTOL / 2)
+    best = best_per_budget(_tie_points({"all_on_device": near, "expert_streaming": 70.0, "expert_cache": 83.152}), [80], ["a"])
+    row = best.iloc[0]
+    assert row["strategy"] == "all_on_device" and row["tied_with"] == "expert_cache"
+    far = 83.152 * (1 - 3 * TIE_RTOL)
+    row = best_per_budget(_tie_points({"all_on_device": far, "expert_cache": 83.152}), [80], ["a"]).iloc[0]
+    assert row["strategy"] == "expert_cache" and row["tied_with"] == ""
+    row = best_per_budget(_tie_points({"all_on_device": 83.152, "expert_cache": 83.152}), [9.5], ["a"]).iloc[0]
+    assert row["strategy"] == "expert_cache" and row["tied_with"] == ""  # the simpler one does not fit

@@ -16,7 +16,9 @@ Rules:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import torch
 
@@ -32,6 +34,23 @@ __all__ = ["EXPERT_IMPLEMENTATIONS", "check_model", "experts_hint", "load_model"
 #: transformers' expert forms that torch.export can capture ("eager" loops over experts
 #: with data-dependent shapes and does not export).
 EXPERT_IMPLEMENTATIONS = ("grouped_mm", "batched_mm")
+
+
+@contextlib.contextmanager
+def _quiet_optional_parts() -> Iterator[None]:
+    """transformers' model classes import torchao (for its quantizers), which reports the
+    native parts it cannot load on this machine and torch's deprecation of the way it
+    registers its enums: notices about code the workbench never runs, so they are held
+    back while that import runs (their errors still show)."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)
 
 
 def load_model(
@@ -52,7 +71,8 @@ def load_model(
         dtype: parameter dtype; default: the configuration's ``dtype`` (float32 if unset).
         experts_implementation: ``"grouped_mm"`` (transformers' default) or ``"batched_mm"``.
     """
-    from transformers import AutoModelForCausalLM, PreTrainedModel
+    with _quiet_optional_parts():
+        from transformers import AutoModelForCausalLM, PreTrainedModel
 
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise HFError(f"seed must be an integer, got {seed!r}")

@@ -41,12 +41,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-import numba
 import numpy as np
 import pandas as pd
 
 from ..errors import ArgumentTypeError, WorkbenchError
 from ..models import MoEConfig
+from .compiled import njit_cached
 from .routing import RoutingTrace
 
 __all__ = ["LFU_COUNT_WEIGHT", "MAX_SLAB_BYTES", "ON_MISS", "POLICIES", "CachePolicyError", "CacheReplay", "replay", "replay_all", "slab_bytes"]
@@ -270,7 +270,7 @@ def _replay_admitting(experts: np.ndarray, slots: int, lfu: Sequence[bool]) -> t
     return hits, evictions
 
 
-@numba.njit(cache=True, nogil=True)
+@njit_cached(nogil=True)
 def _admitting_kernel(ids: np.ndarray, slots: int, num_experts: int, count_weight: int) -> tuple[np.ndarray, np.ndarray]:
     """Rule 3, one layer at a time: ``ids`` ``(L, T, k)`` → hits and evictions ``(L, T)``.
 

@@ -11,6 +11,12 @@ Rules:
      position ``i``; step 0 gets ``first_token`` and zero caches; step ``i + 1`` gets the
      argmax of step ``i``'s logits and its returned caches, wherever the plan returns
      them (a device, with the skip-copy flags). So ``n_tokens <= max_seq_len``.
+  6. ``first_token`` defaults to a real token: the ``bos_token_id`` of the captured
+     model's config (or ``reference``'s), else a token drawn with ``seed`` from the
+     vocabulary, never the pad token. The config's ``pad_token_id`` is refused as the
+     first token: the shipped transformers configs give the pad a zero embedding, so its
+     logits are zeros, greedy picks the pad again, and every step would compare zeros
+     with zeros.
   2. One session for all steps: arenas and constants are placed once; the load timeline
      is not part of the decode timeline.
   3. ``timeline`` is every step's events one after the other: step ``i``'s events are
@@ -145,13 +151,15 @@ def decode(
     plan: MemoryPlan,
     n_tokens: int,
     *,
-    first_token: int = 0,
+    first_token: Optional[int] = None,
     backend: str = "sim",
     cost_model: Optional[CostModel] = None,
     reference: Optional[torch.nn.Module] = None,
     atol: float = 1e-4,
+    seed: int = 0,
 ) -> DecodeResult:
-    """Run ``n_tokens`` greedy decode steps of ``plan`` in one session (module rules)."""
+    """Run ``n_tokens`` greedy decode steps of ``plan`` in one session (module rules;
+    ``first_token``: rule 6)."""
     if not isinstance(plan, MemoryPlan):
         raise ArgumentTypeError(f"decode expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
     dg = plan.device_graph
@@ -169,9 +177,9 @@ def decode(
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1 or (limit and n_tokens > limit):
         bound = f" and at most max_seq_len={limit}" if limit else ""
         raise DecodeError(f"n_tokens must be a positive integer{bound} (rule 1), got {n_tokens!r}")
+    token = _first_token(first_token, _token_ids(dg, reference), _vocab(dg), seed)
     caches: list[Any] = [torch.zeros(tuple(specs[n].shape), dtype=specs[n].dtype) for n in names[2:]]
     eager_caches = [c.clone() for c in caches]
-    token = int(first_token)
     fed, results, matches = [], [], []
     events: list[Event] = []
     flows: list[Flow] = []
@@ -205,6 +213,53 @@ def decode(
         link_bytes=tuple(int(sum(r.timeline.bytes_moved()[k] for k in ("h2d", "d2h"))) for r in results),
         matches_eager=tuple(matches) if reference is not None else None,
     )
+
+
+def _vocab(dg: Any) -> int:
+    """Tokens in the vocabulary: the last dimension of the logits (rule 1)."""
+    logits = next(n for n in dg.graph.nodes if n.name == dg.program.user_outputs[0])
+    return int(logits.meta["val"].shape[-1])
+
+
+def _token_ids(dg: Any, reference: Optional[torch.nn.Module]) -> tuple[Optional[int], Optional[int]]:
+    """``(bos_token_id, pad_token_id)`` of the model's config (rule 6): ``reference``, else
+    the model the program was captured from; a transformers decode step wraps its model."""
+    source = dg.program.source
+    for model in (reference, source.model if source is not None else None):
+        for holder in (model, getattr(model, "hf_model", None)):
+            config = getattr(holder, "config", None)
+            if config is not None and hasattr(config, "bos_token_id"):
+                return _one_id(config.bos_token_id), _one_id(getattr(config, "pad_token_id", None))
+    return None, None
+
+
+def _one_id(value: Any) -> Optional[int]:
+    """A config's token id: an int, the first of a list, or None."""
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _first_token(given: Any, ids: tuple[Optional[int], Optional[int]], vocab: int, seed: int) -> int:
+    """Rule 6."""
+    bos, pad = ids
+    if given is None:
+        if bos is not None and 0 <= bos < vocab and bos != pad:
+            return bos
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ArgumentTypeError(f"seed must be an integer, got {type(seed).__name__}")
+        candidates = torch.tensor([t for t in range(vocab) if t != pad])
+        return int(candidates[torch.randint(len(candidates), (1,), generator=torch.Generator().manual_seed(seed))])
+    if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given < vocab:
+        raise DecodeError(f"first_token must be a token id in [0, {vocab}) (the logits' width), got {given!r}")
+    if given == pad:
+        start = f"the config's BOS ({bos})" if bos is not None and bos != pad else "a seeded token"
+        raise DecodeError(
+            f"first_token={given} is the pad token (pad_token_id of the model's config): a decode of pads says "
+            f"nothing (with a zero pad embedding the logits are zeros, greedy picks the pad again, and every step "
+            f"compares zeros with zeros). Give a real token, or leave first_token unset for {start}"
+        )
+    return given
 
 
 def _kv_length(dg: Any, names: tuple[str, ...]) -> Optional[int]:

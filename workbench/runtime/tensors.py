@@ -18,7 +18,7 @@ memory but is no longer counted as live nor recognised as device memory.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, overload
 
 import torch
 import torch.utils._pytree as pytree
@@ -119,12 +119,27 @@ def to_device(
         raise
 
 
-def to_host(tensor: Any) -> torch.Tensor:
+@overload
+def to_host(tensor: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def to_host(tensor: tuple[Any, ...] | list[Any]) -> tuple[torch.Tensor, ...]: ...
+
+
+@overload
+def to_host(tensor: Any) -> torch.Tensor: ...
+
+
+def to_host(tensor: Any) -> Any:
     """A host torch tensor with ``tensor``'s values; a host tensor is returned as is.
+    A tuple or list (a run's ``outputs``) gives a tuple, each one on the host.
 
     Sim device tensors are copied out through the sim allocator; CUDA tensors and CuPy
     arrays are copied with a device-to-host copy.
     """
+    if isinstance(tensor, (tuple, list)):
+        return tuple(to_host(t) for t in tensor)
     if is_cupy_array(tensor):
         import cupy
 

@@ -57,7 +57,7 @@ from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..runtime import CostModel
 from .checks import SweepError, check_budgets, check_links
 from .executors import InlineExecutor, pool_size, process_pool
-from .result import WORKER_COLUMNS, SweepResult, best_per_budget, read_points
+from .result import SIMPLICITY, TIE_RTOL, WORKER_COLUMNS, SweepResult, best_per_budget, read_points
 from .source import ModelSource, ProgramSource, Source
 from .spec import AXES, SpecError, StrategyGrid, StrategySpec, expand
 from .worker import SweepTask, TaskResult, evaluate
@@ -68,18 +68,21 @@ __all__ = [
     "InlineExecutor",
     "ModelSource",
     "ProgramSource",
+    "SIMPLICITY",
     "SpecError",
     "StrategySpec",
     "SweepError",
     "SweepResult",
     "SweepTask",
     "SweepWarning",
+    "TIE_RTOL",
     "best_per_budget",
     "cache_grid",
     "default_grid",
     "evaluate",
     "expand",
     "process_pool",
+    "quick_grid",
     "sweep",
 ]
 
@@ -117,6 +120,39 @@ def default_grid(config: MoEConfig) -> dict[str, dict[str, Any]]:
         "partial_offload": {"n_host_layers": sorted(set(range(0, layers + 1, step)) | {layers})},
         **cache_grid(config),
     }
+
+
+def quick_grid(config: MoEConfig) -> list[StrategySpec]:
+    """A third of ``default_grid`` (a subset of it), chosen so the capacity answer at the default
+    budgets stays the one the whole grid gives (the walkthrough's default sweep):
+
+    - ``all_on_device``, ``experts_on_host``, ``expert_streaming`` (without prefetch: its
+      routing hints need a second captured program, and its reuse copies are charged the
+      expected misses and a second pass);
+    - ``partial_offload`` at a quarter, half and three quarters of the layers (the
+      line of the Pareto figure; the ends are ``all_on_device`` and ``experts_on_host``);
+    - expert caches of k, E/8, E/4 and E/2 slots per layer (each about doubling the
+      cache; the default budgets fall between them): ``static_hot`` with a miss copied
+      or computed on the host, and ``lfu`` with a miss copied (an admitting cache that
+      computes a miss on the host still copies its slab in, the same bytes later).
+    """
+    E, k = config.num_experts, config.num_experts_per_tok
+    layers = config.num_hidden_layers
+    slots = sorted({s for s in (k, E // 8, E // 4, E // 2) if k <= s <= E})
+    counts = default_grid(config)["partial_offload"]["n_host_layers"]  # every setting is one of the whole grid's
+    offload = sorted({min(counts, key=lambda n: abs(n - q * layers)) for q in (0.25, 0.5, 0.75)})
+    caches = [("static_hot", "copy"), ("static_hot", "host_compute"), ("lfu", "copy")]
+    return [
+        StrategySpec.of("all_on_device"),
+        StrategySpec.of("experts_on_host"),
+        StrategySpec.of("expert_streaming", prefetch=False),
+        *(StrategySpec.of("partial_offload", n_host_layers=n) for n in offload),
+        *(
+            StrategySpec.of("expert_cache", slots_per_layer=s, policy=policy, on_miss=on_miss)
+            for s in slots
+            for policy, on_miss in caches
+        ),
+    ]
 
 
 def _source(model: Any) -> Source:

@@ -4,10 +4,13 @@ Rules:
   1. ``points``: one row per (strategy spec, link), in the order the specs and links were
      given (``worker`` rule 3 for the columns).
   2. ``best``: one row per (budget, link). Among the points of that link whose
-     ``device_bytes`` fit in ``budget_GiB * 2**30``, the one with the most tokens/s (ties:
-     fewer device bytes, then the earlier point). ``fits`` is False, and the strategy
-     columns empty, when no point fits. So a best row never uses more device memory
-     than its budget.
+     ``device_bytes`` fit in ``budget_GiB * 2**30``, the one with the most tokens/s. A
+     point within ``TIE_RTOL`` of the most tokens/s ties with it, and a tie goes to the
+     simpler strategy (``SIMPLICITY``, simplest first; a name not listed comes last);
+     among the tied points of that strategy, the most tokens/s, then fewer device bytes,
+     then the earlier point. ``tied_with`` names the other strategies of the tie (""
+     when there is none). ``fits`` is False, and the strategy columns empty, when no
+     point fits. So a best row never uses more device memory than its budget.
   3. ``workers``: one row per process that ran tasks: tasks, busy seconds and peak
      resident memory (MiB) — the figure a cluster's worker memory must cover.
   4. ``SweepResult.from_points`` rebuilds a result from saved points (the CLI's
@@ -34,7 +37,7 @@ import pandas as pd
 from ..file_reading import read_regular_file
 from .checks import SweepError, check_budgets, check_links
 
-__all__ = ["WORKER_COLUMNS", "SweepResult", "best_per_budget", "read_points"]
+__all__ = ["SIMPLICITY", "TIE_RTOL", "WORKER_COLUMNS", "SweepResult", "best_per_budget", "read_points"]
 
 _BEST_COLUMNS = (
     "label", "strategy", "line", "device_GiB", "device_bytes", "resident_GiB", "arena_MiB", "host_GiB",
@@ -44,6 +47,10 @@ _BEST_COLUMNS = (
 _POINT_COLUMNS = ("link", *_BEST_COLUMNS)
 #: Rule 3: the columns of ``SweepResult.workers``.
 WORKER_COLUMNS = ("pid", "tasks", "busy_s", "peak_rss_MiB")
+#: Rule 2: strategies from the fewest moving parts to the most (what a tie goes to).
+SIMPLICITY = ("all_on_device", "partial_offload", "experts_on_host", "expert_streaming", "expert_cache")
+#: Rule 2: tokens/s this close to the most (relative) are a tie.
+TIE_RTOL = 1e-3
 
 
 def best_per_budget(points: pd.DataFrame, budgets_GiB: Sequence[float], links: Sequence[str]) -> pd.DataFrame:
@@ -56,13 +63,11 @@ def best_per_budget(points: pd.DataFrame, budgets_GiB: Sequence[float], links: S
             fit = points[(points["link"] == link) & (points["device_bytes"] <= limit)]
             row: dict[str, Any] = {"budget_GiB": budget, "link": link, "fits": not fit.empty}
             if not fit.empty:
-                ranked = fit.assign(_order=range(len(fit))).sort_values(
-                    ["tok/s", "device_bytes", "_order"], ascending=[False, True, True], kind="stable"
-                )
-                chosen = ranked.iloc[0]
+                chosen, tied = _choose(fit)
                 row.update({c: chosen[c] for c in _BEST_COLUMNS + tuple(params)})
+                row["tied_with"] = ", ".join(tied)
             rows.append(row)
-    columns = ["budget_GiB", "link", "fits", *_BEST_COLUMNS, *params]
+    columns = ["budget_GiB", "link", "fits", *_BEST_COLUMNS, "tied_with", *params]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -99,6 +104,20 @@ def read_points(path: Union[str, Path]) -> pd.DataFrame:
     except SweepError as exc:
         raise SweepError(f"{path}: {exc}") from None
     return points
+
+
+def _choose(fit: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+    """Rule 2 among the points that fit: the chosen point, and the other strategies it ties with."""
+    rank = {name: i for i, name in enumerate(SIMPLICITY)}
+    tied = fit[fit["tok/s"] >= fit["tok/s"].max() * (1 - TIE_RTOL)]
+    ranked = tied.assign(
+        _simplicity=[rank.get(name, len(rank)) for name in tied["strategy"]], _order=range(len(tied))
+    ).sort_values(
+        ["_simplicity", "tok/s", "device_bytes", "_order"], ascending=[True, False, True, True], kind="stable"
+    )
+    chosen = ranked.iloc[0]
+    others = sorted(set(tied["strategy"]) - {chosen["strategy"]}, key=lambda name: (rank.get(name, len(rank)), name))
+    return chosen, others
 
 
 @dataclass(frozen=True, eq=False)

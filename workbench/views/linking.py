@@ -15,13 +15,16 @@ Rules:
 3. ``show(*views)`` links the views and displays each one (a cell's last expression
    displays only one object, so three views on three lines show only the last). An
    imported program (what ``from_executorch`` returns) among them stands for its three
-   views: graph, buffers and its modeled call's timeline.
+   views: graph, buffers and its modeled call's timeline. Outside IPython (a script, a
+   terminal) nothing can be drawn: one line says which views would be shown and how to
+   keep one as an image (``describe``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+import IPython
 import IPython.display
 import ipywidgets as widgets
 
@@ -31,7 +34,7 @@ from .buffers import BufferView
 from .graph import GraphView
 from .timeline import TimelineView
 
-__all__ = ["LinkedViews", "link", "show"]
+__all__ = ["LinkedViews", "describe", "link", "show"]
 
 
 class LinkedViews:
@@ -77,6 +80,16 @@ class LinkedViews:
     def __repr__(self) -> str:
         return f"LinkedViews({', '.join(type(v).__name__ for v in self.views)}, focus={self.focus!r})"
 
+    def __str__(self) -> str:  # what display() prints outside IPython (rule 3)
+        return describe(*self.views)
+
+
+def describe(*views: Any) -> str:
+    """Rule 3: the views ``show`` would display, in words, for where none can be drawn."""
+    names = ", ".join(type(v).__name__ for v in views)
+    what = f"{len(views)} linked views ({names})" if len(views) > 1 else names
+    return f"{what}: shown in Jupyter (run this in a notebook cell); here, save one as an image with view.save('view.png')"
+
 
 def link(*views: Any) -> LinkedViews:
     """Rule 1."""
@@ -87,7 +100,10 @@ def show(*views: Any) -> None:
     """Rule 3: link ``views`` (two or more) and display them; one view is just displayed."""
     views = tuple(v for obj in views for v in _views_of(obj))
     if len(views) == 1:
-        IPython.display.display(views[0])
+        if IPython.get_ipython() is None:
+            print(describe(*views))
+        else:
+            IPython.display.display(views[0])
         return
     IPython.display.display(link(*views))
 
