@@ -148,15 +148,18 @@ def _gather_reason(context: Any, facts: CopyFacts, readers: list[str]) -> str:
     )
 
 
-_GATHER_HANDLERS = {"sim": copy_handler(_sim_gather), "cuda": copy_handler(_cuda_gather)}
+# A gather and a prefetch run the same op the same way; they differ in why they exist.
+_ROW_GATHER: dict[str, Any] = dict(
+    ops={GATHER_H2D: CopyKind.H2D},
+    inputs=("value", "index"),
+    handlers={"sim": copy_handler(_sim_gather), "cuda": copy_handler(_cuda_gather)},
+    cost=_record_bytes_cost,
+)
 
 GATHER = register_copy_variant(
     CopyVariant(
         role=str(CopyRole.GATHER),
-        ops={GATHER_H2D: CopyKind.H2D},
-        inputs=("value", "index"),
-        handlers=_GATHER_HANDLERS,
-        cost=_record_bytes_cost,
+        **_ROW_GATHER,
         render=lambda record: f"gather of the rows {record.index} selects from {record.value}",
         rewrite=_rewrite_gather,
         reason=_gather_reason,
@@ -178,10 +181,7 @@ def _prefetch_reason(context: Any, facts: CopyFacts, readers: list[str]) -> str:
 PREFETCH = register_copy_variant(
     CopyVariant(
         role=str(CopyRole.PREFETCH),
-        ops={GATHER_H2D: CopyKind.H2D},
-        inputs=("value", "index"),
-        handlers=_GATHER_HANDLERS,
-        cost=_record_bytes_cost,
+        **_ROW_GATHER,
         render=lambda record: f"prefetch of the rows {record.index} predicts from {record.value}",
         reason=_prefetch_reason,
     )
