@@ -15,9 +15,12 @@ Rules:
    event. A handler may keep figures in ``stats(role)`` (``prefetch_stats`` and
    ``routed_stats`` read those of the reuse and counted variants).
 3. Caller-owned memory: inputs are used as supplied; a caller-owned device output is
-   written into a fresh ``DeviceBuffer`` that the returned tensor owns.
-4. Outputs never alias the session's memory: host outputs are copied out of the arena,
-   device outputs own their buffer, so they outlive the session.
+   written into a fresh ``DeviceBuffer`` that the returned tensor owns — or, in a session
+   with pooled outputs, into a buffer of its ``OutputPool`` (``output_pool`` rules say
+   how long it stays the caller's).
+4. Outputs never alias the session's arenas or constants: host outputs are copied out of
+   the arena, device outputs own their buffer (or lie in the output pool), so fresh
+   outputs outlive the session.
 5. A call that fails midway frees what it allocated for the caller (``abandon``); the
    exception keeps its type and gains a note naming the node, its op and its device.
 6. With ``validate``, every step checks it reads only memory of its own device.
@@ -60,6 +63,7 @@ from .allocators import AllocatorRegistry
 from .buffers import DeviceBuffer
 from .cost_model import CostModel, UncountedOps
 from .out_variants import out_variant
+from .output_pool import OutputPool
 from .routing import CopyRouter
 from .run_result import PrefetchStat, RoutedStat, RowMaskStat, SlotWrites
 from .sim_timing import bind_cost, copy_cost, memory_copy_cost, scaled
@@ -126,6 +130,7 @@ class SessionState(Protocol):
     router: CopyRouter
     mutations: tuple[Mutation, ...]
     state_writes: tuple[StateWrite, ...]
+    output_pool: Optional[OutputPool]  # rule 3: None when every output gets a fresh buffer
 
     def slot(self, name: str, like: torch.Tensor) -> torch.Tensor: ...
 
@@ -141,8 +146,9 @@ class SessionState(Protocol):
 class Call:
     """The state of one ``Session.run``: values, caller-owned buffers, the clock."""
 
-    def __init__(self, session: SessionState) -> None:
+    def __init__(self, session: SessionState, number: int = 0) -> None:
         self.s = session
+        self.number = number  # the session's count of calls before this one (output pool rule 1)
         self.plan = session.plan
         self.exec = session.exec_backend
         self.constants = self.plan.device_graph.program.constants
@@ -368,9 +374,18 @@ class Call:
         like = value_of(node)
         if node.name in self.plan.allocations:
             return [self.s.slot(node.name, like)]
-        buffer = DeviceBuffer.on(device, int(like.numel()) * like.element_size(), self.s.registry)
-        self.owned.append(buffer)
+        buffer = self._caller_buffer(node.name, device, int(like.numel()) * like.element_size())
         return [owned_tensor(buffer, like.dtype, tuple(like.shape))]
+
+    def _caller_buffer(self, name: str, device: Device, nbytes: int) -> DeviceBuffer:
+        """Rule 3: device memory for a caller-owned value ``name``: from the session's output
+        pool, else a fresh buffer this call frees if it fails."""
+        pool = self.s.output_pool
+        if pool is not None:
+            return pool.buffer(self.number, name, device, nbytes)
+        buffer = DeviceBuffer.on(device, nbytes, self.s.registry)
+        self.owned.append(buffer)
+        return buffer
 
     def _slot_copy_bytes(self, node: torch.fx.Node, device: Device, result: Any, args: tuple, kwargs: dict) -> int:
         """Bytes that binding ``result`` will copy into slots or caller-owned buffers (rule 7)."""
@@ -408,11 +423,10 @@ class Call:
             return slot
         if device.is_host or node.name in self.plan.storage_of or _aliases_an_argument(result, (args, kwargs)):
             return result
-        return self._caller_owned(result, device)
+        return self._caller_owned(node.name, result, device)
 
-    def _caller_owned(self, value: torch.Tensor, device: Device) -> torch.Tensor:
-        buffer = DeviceBuffer.on(device, value.numel() * value.element_size(), self.s.registry)
-        self.owned.append(buffer)
+    def _caller_owned(self, name: str, value: torch.Tensor, device: Device) -> torch.Tensor:
+        buffer = self._caller_buffer(name, device, value.numel() * value.element_size())
         out = owned_tensor(buffer, value.dtype, tuple(value.shape))
         if value.numel():
             out.copy_(value)
@@ -439,8 +453,7 @@ class Call:
             return self.s.slot(node.name, torch.empty(shape, dtype=dtype, device="meta"))
         if device.is_host:
             return self.exec.new_host(shape, dtype)
-        buffer = DeviceBuffer.on(device, math.prod(shape) * dtype.itemsize, self.s.registry)
-        self.owned.append(buffer)
+        buffer = self._caller_buffer(node.name, device, math.prod(shape) * dtype.itemsize)
         return owned_tensor(buffer, dtype, shape)
 
     # -- outputs -------------------------------------------------------------------------
@@ -501,11 +514,16 @@ class Call:
     def _finalize(self, outs: list) -> Any:
         """Rule 4: copy out of the session's memory what lies in it."""
         done = []
-        for value in outs:
+        for i, value in enumerate(outs):
             if isinstance(value, torch.Tensor) and self.s.in_session_memory(value):
                 device = self.exec.device_of(value)
                 if device.is_host:
                     value = value.clone()
+                elif self.s.output_pool is not None:  # rule 3: the pool's copy of output i
+                    out = owned_tensor(self._caller_buffer(f"output {i}", device, value.numel() * value.element_size()), value.dtype, tuple(value.shape))
+                    if value.numel():
+                        out.copy_(value)
+                    value = out
                 else:
                     value = clone_to(value, device, self.s.backend, registry=self.s.registry)
                     owner = buffer_of(value)

@@ -49,8 +49,8 @@ __all__ = ["CudaExecBackend", "SimExecBackend", "make_exec_backend"]
 class _SimRunClock:
     """Modeled time for one call (the run-time face of ``SimClock``)."""
 
-    def __init__(self, model: CostModel) -> None:
-        self._clock = SimClock(model)
+    def __init__(self, model: CostModel, uncaptured: frozenset[str] = frozenset()) -> None:
+        self._clock = SimClock(model, uncaptured)
         self._slot_copies: dict[str, int] = {}  # step → bytes copied into its slot after the op
 
     def begin(self) -> None:
@@ -90,8 +90,9 @@ class SimExecBackend(_ExecBackend):
 
     name = "sim"
 
-    def __init__(self, cost_model: CostModel) -> None:
+    def __init__(self, cost_model: CostModel, uncaptured: frozenset[str] = frozenset()) -> None:
         self.cost_model = cost_model
+        self.uncaptured = uncaptured  # steps graph launch issues on their own (``graph_segments``)
 
     def arena(self, device: Device, buffer: Any) -> torch.Tensor:
         return buffer.view() if buffer is not None else torch.empty(0, dtype=torch.uint8)
@@ -118,7 +119,7 @@ class SimExecBackend(_ExecBackend):
         dst.copy_(src)
 
     def clock(self) -> _SimRunClock:
-        return _SimRunClock(self.cost_model)
+        return _SimRunClock(self.cost_model, self.uncaptured)
 
     def synchronize(self) -> None:
         pass
@@ -202,10 +203,12 @@ class CudaExecBackend(_ExecBackend):
 
 
 def make_exec_backend(
-    name: str, registry: AllocatorRegistry, cost_model: CostModel, devices: Iterable[Device]
+    name: str, registry: AllocatorRegistry, cost_model: CostModel, devices: Iterable[Device],
+    uncaptured: frozenset[str] = frozenset(),
 ) -> Union[SimExecBackend, CudaExecBackend]:
-    """The executor backend for ``name`` ("sim" or "cuda") serving ``devices``."""
+    """The executor backend for ``name`` ("sim" or "cuda") serving ``devices``;
+    ``uncaptured``: the steps graph launch issues on their own (``graph_segments``)."""
     if name == "sim":
-        return SimExecBackend(cost_model)
+        return SimExecBackend(cost_model, uncaptured)
     indices = sorted({d.index for d in devices if not d.is_host})
     return CudaExecBackend(registry, indices or [0])

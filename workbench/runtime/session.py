@@ -28,6 +28,19 @@ Rules:
 7. A user ``run_node`` must return what the node's target returns (a tensor of the
    traced dtype and shape, a tuple of them, a number); anything else is an
    ``ExecutorError`` naming the node.
+8. Launch modes (``launch``): ``"eager"`` launches every device operation on its own;
+   ``"graph"`` splits the call into graph segments (``graph_segments``) and launches each
+   segment as one captured graph per device, the steps between segments on their own.
+   Both run the same operations on the same memory, so their outputs are the same
+   bits on ``sim``; there the clock charges one graph launch per segment and device
+   (``sim_timing`` rule 6). On ``cuda`` the segments are captured as CUDA graphs on the
+   first calls and replayed after (``graph_replay``). ``RunResult.segments`` says where
+   each segment ran. Graph launch implies pooled outputs (rule 9): a captured graph
+   writes the same addresses every call.
+9. Outputs (``outputs``): ``"fresh"`` (the default in eager mode) gives every caller-owned
+   device output a buffer of its own; ``"pooled"`` takes them from the session's
+   ``OutputPool``, so that after the first two calls a call allocates nothing; its
+   ownership rule is ``output_pool`` rule 1 (valid until the next call has returned).
 """
 
 from __future__ import annotations
@@ -52,7 +65,9 @@ from .backends import check_backend, shared_registry
 from .buffers import DeviceBuffer
 from .byte_views import typed_view
 from .call import Call, ExecutorError, NodeEntry, RunNode, node_entries
-from .cost_model import CostModel
+from .cost_model import CostModel, check_launch
+from .graph_segments import GraphSegments, graph_segments, segment_spans
+from .output_pool import OUTPUT_MODES, OutputPool
 from ..kernels.cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, device_count
 from .exec_backends import make_exec_backend
 from .inputs import check_inputs, flatten_inputs, input_specs
@@ -132,6 +147,8 @@ def load(
     validate: bool = False,
     run_node: Optional[RunNode] = None,
     max_concurrent_calls: int = 1,
+    launch: Optional[str] = None,
+    outputs: Optional[str] = None,
 ) -> "Session":
     """Allocate ``plan``'s arenas and place its constants on ``backend``; return a ``Session``.
 
@@ -148,6 +165,8 @@ def load(
             Only large, compute-bound graphs gain (``benchmarks/session_threads.py``:
             1.3x for a 1024-wide MLP with 2-4 threads on 2 cores, but 0.7x for small
             graphs, whose Python overhead contends for the GIL), so calls take turns by default.
+        launch: ``"eager"`` or ``"graph"`` (rule 8); None: the cost model's ``launch_mode``.
+        outputs: ``"fresh"`` or ``"pooled"`` (rule 9); None: pooled with graph launch, else fresh.
     """
     check_plan(plan)
     name = resolve_backend(backend)
@@ -171,8 +190,30 @@ def load(
             "max_concurrent_calls must be 1 on backend 'cuda': a CUDA session's streams and "
             "clock serve one call at a time (load one session per thread instead)"
         )
+    mode = check_launch(launch if launch is not None else model.launch_mode)
+    pooled = _check_outputs(outputs, mode)
+    if mode == "graph" and max_concurrent_calls > 1:
+        raise ArgumentValueError(
+            "max_concurrent_calls must be 1 with launch='graph': a session's graphs and output pool serve one call at a time"
+        )
     plan.device_graph.program.check_source()
-    return Session(plan, name, model, reg, validate, run_node, max_concurrent_calls)
+    return Session(plan, name, model.with_launch_mode(mode), reg, validate, run_node, max_concurrent_calls, pooled)
+
+
+def _check_outputs(outputs: Any, launch: str) -> bool:
+    """Rule 9: whether outputs are pooled; an error naming the valid values."""
+    if outputs is None:
+        return launch == "graph"
+    if not isinstance(outputs, str) or outputs not in OUTPUT_MODES:
+        raise ArgumentValueError(
+            f"outputs must be one of {', '.join(map(repr, OUTPUT_MODES))} (a fresh buffer per output, or the "
+            f"session's output pool), got {outputs!r}"
+        )
+    if outputs == "fresh" and launch == "graph":
+        raise ArgumentValueError("outputs='fresh' cannot go with launch='graph': a captured graph writes the same "
+                                 "output addresses every call; use outputs='pooled' (or leave it unset)")
+    return outputs == "pooled"
+
 
 
 class _Arenas:
@@ -242,6 +283,7 @@ class Session:
         validate: bool,
         run_node: Optional[RunNode],
         max_concurrent_calls: int = 1,
+        pooled: bool = False,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -254,6 +296,10 @@ class Session:
         self.mutations: tuple[Mutation, ...] = mutations(plan.device_graph)
         self.state_writes: tuple[StateWrite, ...] = state_writes(plan, self.steps)
         self.max_concurrent_calls = 1 if self.mutations else max_concurrent_calls
+        self.launch = cost_model.launch_mode  # rule 8
+        self.segments: GraphSegments = graph_segments(plan, self.steps)
+        self.output_pool: Optional[OutputPool] = OutputPool(registry) if pooled else None  # rule 9
+        self._calls = 0  # calls run so far (the output pool's turn, the graphs' warm-up)
         self.constant_buffers: dict[Device, DeviceBuffer] = {}
         self.constant_layout: dict[Device, dict[str, int]] = {}  # device → constant → offset
         self._constants: dict[tuple[str, Device], torch.Tensor] = {}
@@ -270,7 +316,8 @@ class Session:
         self._running = threading.Semaphore(self.max_concurrent_calls)
         self._devices = _devices_of(plan)
         _check_devices(self._devices, backend)
-        self.exec_backend = make_exec_backend(backend, registry, cost_model, self._devices)
+        uncaptured = self.segments.uncaptured | {w.step.name for w in self.state_writes}
+        self.exec_backend = make_exec_backend(backend, registry, cost_model, self._devices, uncaptured)
         self.router = CopyRouter(registry, self.exec_backend)
         try:
             self._primary = self._new_arenas()
@@ -395,13 +442,15 @@ class Session:
                 return self._new_arenas()
 
     def _call(self, arenas: _Arenas, flat: list) -> RunResult:
-        call = Call(_OnArenas(self, arenas) if arenas is not self._primary else self)
+        call = Call(_OnArenas(self, arenas) if arenas is not self._primary else self, self._calls)
         try:
             with torch.no_grad():
                 outputs, timeline = call.execute(flat)
         except BaseException:
             call.abandon()
             raise
+        finally:
+            self._calls += 1
         if self.mutations and self._source is not None:
             self._versions = self._source.versions()  # rule 6: the call's own writes are no edit
         return RunResult(
@@ -414,6 +463,8 @@ class Session:
             routed=call.routed_stats(),
             slot_writes=call.slot_writes(),
             row_masks=call.row_mask_stats(),
+            launch=self.launch,
+            segments=segment_spans(self.segments, timeline) if self.launch == "graph" else (),
         )
 
     def _check_model(self) -> None:
@@ -474,6 +525,8 @@ class Session:
             for buffer in self.constant_buffers.values():
                 if not buffer.freed:
                     buffer.free()
+            if getattr(self, "output_pool", None) is not None:
+                self.output_pool.free()
             for release in held:
                 release()
 
