@@ -41,10 +41,17 @@ Rules:
    device output a buffer of its own; ``"pooled"`` takes them from the session's
    ``OutputPool``, so that after the first two calls a call allocates nothing; its
    ownership rule is ``output_pool`` rule 1 (valid until the next call has returned).
+10. Weights made in place (``weights``, a ``materialise.WeightSource``): instead of
+    copying each constant from the program (rule 3), the session allocates the same
+    resident regions and has ``weights.fill`` write each constant's values straight
+    into its resident memory on each device (a device constant never crosses the link;
+    a host-resident one is filled in host memory). A shape-only plan then runs; the
+    load timeline holds no event for a filled constant, since nothing is copied.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from typing import Any, Optional
@@ -67,6 +74,7 @@ from .byte_views import typed_view
 from .call import Call, ExecutorError, NodeEntry, RunNode, node_entries
 from .cost_model import CostModel, check_launch
 from .graph_segments import GraphSegments, graph_segments, segment_spans
+from .materialise import WeightSource
 from .output_pool import OUTPUT_MODES, OutputPool
 from ..kernels.cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, device_count
 from .exec_backends import make_exec_backend
@@ -93,22 +101,27 @@ class ConstantNotResidentError(WorkbenchError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def check_plan(plan: Any) -> MemoryPlan:
-    """``plan`` if the executor can run it, else an error that says why."""
+def check_plan(plan: Any, weights: Optional[WeightSource] = None) -> MemoryPlan:
+    """``plan`` if the executor can run it, else an error that says why; with ``weights``
+    (rule 10) a shape-only plan runs too."""
     if not isinstance(plan, MemoryPlan):
         raise ArgumentTypeError(f"plan must be a MemoryPlan from workbench.plan, got {describe(plan)}")
+    if weights is not None:
+        return plan
     program = plan.device_graph.program
     if program.shape_only:
         raise ExecutorError(
             "this plan is of a shape-only program (captured with shape_only=True): it has no "
-            "weights to run; use workbench.runtime.estimate(plan) for its modeled timeline"
+            "weights to run; use workbench.runtime.estimate(plan) for its modeled timeline, or load "
+            "it with weights=SeededWeights(seed) (workbench.runtime.materialise) for seeded random weights"
         )
     meta = [program.constants[n] for n in program.constants if program.constant_tensor(n).is_meta]
     if meta:
         raise ExecutorError(
             f"the program's weights {', '.join(map(repr, meta[:3]))} are meta tensors, so there is "
             "nothing to run: capture with shape_only=True and use workbench.runtime.estimate(plan), "
-            "or capture a model with real weights"
+            "or capture a model with real weights, or load it with weights=SeededWeights(seed) "
+            "(workbench.runtime.materialise) to make seeded random weights on the device"
         )
     return plan
 
@@ -149,6 +162,7 @@ def load(
     max_concurrent_calls: int = 1,
     launch: Optional[str] = None,
     outputs: Optional[str] = None,
+    weights: Optional[WeightSource] = None,
 ) -> "Session":
     """Allocate ``plan``'s arenas and place its constants on ``backend``; return a ``Session``.
 
@@ -167,8 +181,11 @@ def load(
             graphs, whose Python overhead contends for the GIL), so calls take turns by default.
         launch: ``"eager"`` or ``"graph"`` (rule 8); None: the cost model's ``launch_mode``.
         outputs: ``"fresh"`` or ``"pooled"`` (rule 9); None: pooled with graph launch, else fresh.
+        weights: make every constant in place instead of copying the program's (rule 10).
     """
-    check_plan(plan)
+    if weights is not None and not isinstance(weights, WeightSource):
+        raise ArgumentTypeError(f"weights must be a WeightSource (e.g. SeededWeights(seed=0)), got {describe(weights)}")
+    check_plan(plan, weights)
     name = resolve_backend(backend)
     model = cost_model if cost_model is not None else default_cost_model()
     if not isinstance(model, CostModel):
@@ -197,7 +214,7 @@ def load(
             "max_concurrent_calls must be 1 with launch='graph': a session's graphs and output pool serve one call at a time"
         )
     plan.device_graph.program.check_source()
-    return Session(plan, name, model.with_launch_mode(mode), reg, validate, run_node, max_concurrent_calls, pooled)
+    return Session(plan, name, model.with_launch_mode(mode), reg, validate, run_node, max_concurrent_calls, pooled, weights)
 
 
 def _check_outputs(outputs: Any, launch: str) -> bool:
@@ -284,8 +301,10 @@ class Session:
         run_node: Optional[RunNode],
         max_concurrent_calls: int = 1,
         pooled: bool = False,
+        weights: Optional[WeightSource] = None,
     ) -> None:
         self.plan = plan
+        self.weights = weights  # rule 10
         self.backend = backend
         self.cost_model = cost_model
         self.registry = registry
@@ -367,7 +386,8 @@ class Session:
             layout, offset = {}, 0
             sources = {}
             for name in names:
-                src = program.constant_tensor(name).detach().cpu().contiguous()
+                src = program.constant_tensor(name).detach()
+                src = src.contiguous() if self.weights is not None else src.cpu().contiguous()  # rule 10: only its shape
                 sources[name] = src
                 layout[name] = offset
                 offset += aligned_size(src.numel() * src.element_size(), align)
@@ -379,14 +399,19 @@ class Session:
             for name in names:
                 src = sources[name]
                 nbytes = src.numel() * src.element_size()
+                resident = typed_view(buffer.view(layout[name], nbytes), src.dtype, tuple(src.shape))
+                self._constants[(name, device)] = resident
+                if self.weights is not None:  # rule 10
+                    with self.exec_backend.copy_stream_context(device) if not device.is_host else contextlib.nullcontext():
+                        self.weights.fill(name, resident, device, self.backend)
+                    continue
                 step = resident_write_step(index, name, device)
                 index += 1
                 clock.before(step)
                 buffer.copy_from_host(src, layout[name], stream=stream)
                 clock.after(step, _load_cost(self.cost_model, step, nbytes), nbytes)
-                self._constants[(name, device)] = typed_view(
-                    buffer.view(layout[name], nbytes), src.dtype, tuple(src.shape)
-                )
+        if self.weights is not None:
+            self.exec_backend.synchronize()  # rule 10: every constant made before the first call
         return clock.finish()
 
     @property
@@ -405,6 +430,11 @@ class Session:
                 f"{', '.join(resident) or 'no device'}"
             )
         return found
+
+    def resident_constants(self) -> dict[tuple[str, Device], torch.Tensor]:
+        """Every resident copy: (constant, device) → its tensor in the session's memory."""
+        self._check_open()
+        return dict(self._constants)
 
     def resident(self, name: str, device: Device) -> Optional[torch.Tensor]:
         """The resident copy of constant ``name`` on ``device``, or None."""
