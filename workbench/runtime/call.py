@@ -38,6 +38,10 @@ Rules:
     after its deps (``steps`` rule 10). A row mask's True entries are counted when its
     step has run, on the same stream, and read once the call has finished; a step with a
     ``share`` is charged that share of its op (``sim_timing`` rule 9).
+11. Graph replay (``graph_replay``, on ``cuda`` with ``launch="graph"``): at the first
+    step of each graph segment the session's ``CudaGraphReplay`` runs the segment per op
+    (warm-up), captures it, or replays it; a caller's device input is first copied into a
+    fixed buffer, so a captured graph reads the same address every call.
 """
 
 from __future__ import annotations
@@ -161,6 +165,7 @@ class Call:
         self._direct = 0  # values written straight into their slots (rule 7)
         self._copied: list[int] = []  # bytes of each op's slot copy (rule 7)
         self.inputs: list = []  # the caller's flattened inputs
+        self._user: Iterator[Any] = iter(())  # the caller's inputs not yet bound
         self.uncounted = UncountedOps()  # ops whose FLOPs the cost model could not count (sim)
 
     def execute(self, flat: list) -> tuple[Any, Timeline]:
@@ -171,23 +176,48 @@ class Call:
             return self._execute(iter(flat))
 
     def _execute(self, user: Iterator[Any]) -> tuple[Any, Timeline]:
-        for entry in self.s.entries:
-            node = entry.node
-            try:
-                if node.op == "placeholder":
-                    if node.name not in self.constants:
-                        self._bind_input(entry, next(user))
-                elif entry.copy is not None:
-                    self._copy(entry, entry.copy)
-                elif node.op == "call_function":
-                    self._compute(entry)
-                elif node.op == "output":
+        self._user = user
+        entries = self.s.entries
+        graphs = getattr(self.s, "graph_replay", None)  # rule 11
+        mode = graphs.mode(self.number) if graphs is not None else "eager"
+        i = 0
+        while i < len(entries):
+            run = graphs.runs.get(i) if graphs is not None and mode != "eager" else None
+            if run is not None and graphs is not None:
+                if mode == "replay":
+                    graphs.replay(self, run)
+                else:
+                    graphs.capture(self, run, self._walk)
+                i = run.stop
+                continue
+            node = entries[i].node
+            if node.op == "output":
+                try:
                     outs = self._collect(node)
                     timeline = self.clock.finish()
                     self.uncounted.warn("run", stacklevel=4)
                     result = self._finalize(outs)
-                    self.owned.clear()  # the returned tensors own these buffers now
-                    return result, timeline
+                except Exception as exc:  # rule 5
+                    _add_note(exc, f"workbench: while collecting the outputs (node {node.name!r})")
+                    raise
+                self.owned.clear()  # the returned tensors own these buffers now
+                return result, timeline
+            self._walk(i, i + 1)
+            i += 1
+        raise ExecutorError("the graph has no output node")
+
+    def _walk(self, start: int, stop: int) -> None:
+        """Run the steps of entries ``start .. stop - 1`` one by one."""
+        for entry in self.s.entries[start:stop]:
+            node = entry.node
+            try:
+                if node.op == "placeholder":
+                    if node.name not in self.constants:
+                        self._bind_input(entry, next(self._user))
+                elif entry.copy is not None:
+                    self._copy(entry, entry.copy)
+                elif node.op == "call_function":
+                    self._compute(entry)
             except Exception as exc:  # rule 5: keep the type, say where it happened
                 _add_note(
                     exc,
@@ -196,7 +226,18 @@ class Call:
                     + _issued_at(node)
                 )
                 raise
-        raise ExecutorError("the graph has no output node")
+
+    # -- what graph replay reads and restores (rule 11) ------------------------------------------
+    def mask_names(self) -> list[str]:
+        return list(self._masks)
+
+    def mask_items(self) -> list[tuple[str, Any]]:
+        return list(self._masks.items())
+
+    def restore_masks(self, masks: dict[str, Any]) -> None:
+        """Row masks a replayed segment counts: the capture's counts, which the replay refreshes."""
+        for name, (rows, count) in masks.items():
+            self._masks[name] = (rows, functools.cache(count.__wrapped__) if hasattr(count, "__wrapped__") else count)
 
     def slot_writes(self) -> SlotWrites:
         """Rule 7's count for the finished call."""
@@ -287,6 +328,8 @@ class Call:
         step, node = entry.step, entry.node
         value = self.exec.as_tensor(raw)
         if step.event is None:  # caller-owned (rule 3)
+            if getattr(self.s, "graph_replay", None) is not None and isinstance(value, torch.Tensor) and value.is_cuda:
+                value = self._fixed_input(node.name, value)  # rule 11
             self.env[node.name] = value
             return
         slot = self.s.slot(node.name, value)
@@ -298,6 +341,17 @@ class Call:
             self.s.router.transfer(step.event, slot, value, self.exec.copy_stream(entry.lane_device))
         self.clock.after(step, lambda: bind_cost(self.model, step, nbytes), nbytes)
         self.env[node.name] = slot
+
+    def _fixed_input(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        """Rule 11: a caller's device input copied into the session's buffer for it (the
+        output pool's first set, under the input's own name)."""
+        pool = self.s.output_pool
+        assert pool is not None  # graph launch pools its outputs
+        device = self.exec.device_of(value)
+        fixed = owned_tensor(pool.buffer(0, f"input {name}", device, value.numel() * value.element_size()), value.dtype, tuple(value.shape))
+        if fixed.data_ptr() != value.data_ptr() and value.numel():
+            fixed.copy_(value)
+        return fixed
 
     def _compute(self, entry: NodeEntry) -> None:
         step, node, device = entry.step, entry.node, entry.step.device

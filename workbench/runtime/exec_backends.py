@@ -22,6 +22,8 @@ Rules:
    separate allocations); on ``cuda`` as CUDA torch ops on the device's compute stream.
 2. A torch fallback copy (strided source, memory from outside the workbench) runs on the
    lane's copy stream, like the kernel path, so stream ordering is the same.
+3. While a graph segment is captured (``capturing``, ``graph_replay``), the copy stream
+   of a device is its compute stream: the capture holds one stream.
 """
 
 from __future__ import annotations
@@ -134,6 +136,8 @@ class CudaExecBackend(_ExecBackend):
         self.registry = registry
         self.streams = CudaStreams(indices)
         self._current: Optional[int] = None  # the device whose compute stream ``calling`` made current
+        # A graph segment is being captured: every operation goes on the compute stream (rule 3).
+        self.capturing = False
 
     def arena(self, device: Device, buffer: Any) -> torch.Tensor:
         if buffer is not None:
@@ -168,9 +172,13 @@ class CudaExecBackend(_ExecBackend):
         return self._on_stream(index, self.streams.compute(index))
 
     def copy_stream_context(self, device: Device) -> contextlib.AbstractContextManager:
+        if self.capturing:
+            return contextlib.nullcontext()
         return self._on_stream(device.index, self.streams.copy(device.index))
 
     def copy_stream(self, device: Device) -> Optional[Any]:
+        if self.capturing:
+            return self.streams.compute(device.index)
         return self.streams.copy(device.index)
 
     def patch_kwargs(self, kwargs: dict, device: Device) -> dict:

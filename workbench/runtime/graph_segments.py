@@ -18,7 +18,8 @@ Rules:
       it through its own buffers, chunk by chunk;
    d. it is a copy of rows whose row ids lie in host memory: the host hands them to the
       kernel (row ids in device memory are read by the kernel, so such a gather is
-      capturable);
+      capturable); or a copy from a host input the caller keeps (no binding step): it
+      is read at the caller's address, another every call;
    e. its value has a data-dependent shape (a size with no example value), or is not a
       tensor (a number the host reads back).
 3. Steps without an event (caller-owned inputs, ``getitem``, the output) neither join
@@ -113,7 +114,7 @@ def _data_dependent(node: torch.fx.Node) -> bool:
     return False
 
 
-def _reason(step: Step, node: torch.fx.Node, node_device: Mapping[str, Device]) -> Optional[str]:
+def _reason(step: Step, node: torch.fx.Node, node_device: Mapping[str, Device], caller_inputs: frozenset[str]) -> Optional[str]:
     """Rule 2: why ``step`` cannot be captured, or None when it can."""
     if step.event == "host":
         return "a host step"
@@ -127,6 +128,9 @@ def _reason(step: Step, node: torch.fx.Node, node_device: Mapping[str, Device]) 
         index = step.copy.index
         if index is not None and index in node_device and node_device[index].is_host:
             return f"its row ids {index!r} lie in host memory"
+        source = step.copy.value
+        if source in caller_inputs and node_device[source].is_host:
+            return f"it reads the caller's host tensor {source!r} where the caller keeps it"
     val = value_of(node)
     if node.op == "call_function" and val is not None and not isinstance(val, (torch.Tensor, tuple, list)):
         return "its value is a number the host reads back"
@@ -139,6 +143,8 @@ def graph_segments(plan: MemoryPlan, steps: Steps) -> GraphSegments:
     """Split ``plan``'s steps (``steps_of(plan)``) into graph segments (module rules)."""
     nodes = {n.name: n for n in plan.device_graph.graph.nodes}
     node_device = plan.device_graph.node_device
+    # inputs the caller keeps (no binding step): read where the caller has them
+    caller_inputs = frozenset(s.name for s in steps.steps if s.op == "placeholder" and s.event is None)
     segments: list[GraphSegment] = []
     breaks: list[SegmentBreak] = []
     run: list[Step] = []
@@ -152,7 +158,7 @@ def graph_segments(plan: MemoryPlan, steps: Steps) -> GraphSegments:
     for step in steps.steps:
         if step.event is None:  # rule 3
             continue
-        reason = _reason(step, nodes[step.name], node_device)
+        reason = _reason(step, nodes[step.name], node_device, caller_inputs)
         if reason is None:
             run.append(step)
         else:

@@ -73,6 +73,7 @@ from .buffers import DeviceBuffer
 from .byte_views import typed_view
 from .call import Call, ExecutorError, NodeEntry, RunNode, node_entries
 from .cost_model import CostModel, check_launch
+from .graph_replay import CudaGraphReplay
 from .graph_segments import GraphSegments, graph_segments, segment_spans
 from .materialise import WeightSource
 from .output_pool import OUTPUT_MODES, OutputPool
@@ -179,7 +180,9 @@ def load(
             Only large, compute-bound graphs gain (``benchmarks/session_threads.py``:
             1.3x for a 1024-wide MLP with 2-4 threads on 2 cores, but 0.7x for small
             graphs, whose Python overhead contends for the GIL), so calls take turns by default.
-        launch: ``"eager"`` or ``"graph"`` (rule 8); None: the cost model's ``launch_mode``.
+        launch: ``"eager"`` or ``"graph"`` (rule 8), and the cost model times that mode;
+            None: per-op launches, timed in the cost model's own ``launch_mode`` (a model of
+            another runtime, which may replay graphs of its own).
         outputs: ``"fresh"`` or ``"pooled"`` (rule 9); None: pooled with graph launch, else fresh.
         weights: make every constant in place instead of copying the program's (rule 10).
     """
@@ -207,14 +210,15 @@ def load(
             "max_concurrent_calls must be 1 on backend 'cuda': a CUDA session's streams and "
             "clock serve one call at a time (load one session per thread instead)"
         )
-    mode = check_launch(launch if launch is not None else model.launch_mode)
+    mode = check_launch(launch) if launch is not None else "eager"
     pooled = _check_outputs(outputs, mode)
     if mode == "graph" and max_concurrent_calls > 1:
         raise ArgumentValueError(
             "max_concurrent_calls must be 1 with launch='graph': a session's graphs and output pool serve one call at a time"
         )
     plan.device_graph.program.check_source()
-    return Session(plan, name, model.with_launch_mode(mode), reg, validate, run_node, max_concurrent_calls, pooled, weights)
+    timing = model.with_launch_mode(mode) if launch is not None else model
+    return Session(plan, name, timing, reg, validate, run_node, max_concurrent_calls, pooled, weights, mode)
 
 
 def _check_outputs(outputs: Any, launch: str) -> bool:
@@ -302,6 +306,7 @@ class Session:
         max_concurrent_calls: int = 1,
         pooled: bool = False,
         weights: Optional[WeightSource] = None,
+        launch: str = "eager",
     ) -> None:
         self.plan = plan
         self.weights = weights  # rule 10
@@ -315,7 +320,7 @@ class Session:
         self.mutations: tuple[Mutation, ...] = mutations(plan.device_graph)
         self.state_writes: tuple[StateWrite, ...] = state_writes(plan, self.steps)
         self.max_concurrent_calls = 1 if self.mutations else max_concurrent_calls
-        self.launch = cost_model.launch_mode  # rule 8
+        self.launch = launch  # rule 8
         self.segments: GraphSegments = graph_segments(plan, self.steps)
         self.output_pool: Optional[OutputPool] = OutputPool(registry) if pooled else None  # rule 9
         self._calls = 0  # calls run so far (the output pool's turn, the graphs' warm-up)
@@ -335,7 +340,9 @@ class Session:
         self._running = threading.Semaphore(self.max_concurrent_calls)
         self._devices = _devices_of(plan)
         _check_devices(self._devices, backend)
-        uncaptured = self.segments.uncaptured | {w.step.name for w in self.state_writes}
+        # rule 8: on cuda the segments are captured as CUDA graphs and replayed
+        self.graph_replay: Optional[CudaGraphReplay] = CudaGraphReplay(self) if backend == "cuda" and self.launch == "graph" else None
+        uncaptured = self.segments.uncaptured | {w.step.name for w in self.state_writes} if launch == "graph" else frozenset()
         self.exec_backend = make_exec_backend(backend, registry, cost_model, self._devices, uncaptured)
         self.router = CopyRouter(registry, self.exec_backend)
         try:
@@ -555,8 +562,9 @@ class Session:
             for buffer in self.constant_buffers.values():
                 if not buffer.freed:
                     buffer.free()
-            if getattr(self, "output_pool", None) is not None:
-                self.output_pool.free()
+            pool = getattr(self, "output_pool", None)
+            if pool is not None:
+                pool.free()
             for release in held:
                 release()
 
