@@ -40,6 +40,7 @@ from typing import Any, Optional
 import torch
 
 from ..devices import Device
+from .call import ExecutorError
 from .graph_segments import GraphSegment, replay_event_name
 
 __all__ = ["WARMUP_CALLS", "CudaGraphReplay", "SegmentRun"]
@@ -65,8 +66,6 @@ class CudaGraphReplay:
     """The captured graphs of one session (module rules)."""
 
     def __init__(self, session: Any) -> None:
-        from .call import ExecutorError  # the error of the executor that uses this
-
         devices = {d for d in session.plan.device_graph.node_device.values() if not d.is_host}
         if len(devices) > 1:  # rule 6
             raise ExecutorError(
@@ -102,8 +101,6 @@ class CudaGraphReplay:
     def capture(self, call: Any, run: SegmentRun, walk: Any) -> None:
         """Rules 2, 3, 7: capture the segment's steps (``walk(start, stop)`` runs them), then
         launch the new graph once for this call."""
-        from .call import ExecutorError
-
         parity = call.number % 2
         before = set(call.env)
         masks_before = set(call.mask_names())
