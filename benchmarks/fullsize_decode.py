@@ -193,6 +193,10 @@ def main() -> int:
     ap.add_argument("--cache-slots", type=int, default=64, help="expert cache slabs per layer")
     ap.add_argument("--preset", default="", help="a measured preset (JSON); default the H200 datasheet preset")
     ap.add_argument("--out", required=True)
+    ap.add_argument(
+        "--stream-launches", default="eager",
+        help="launch modes of the streaming and cache rows (each loads the experts into pinned host memory again)",
+    )
     ap.add_argument("--only", default="", help="comma-separated row names to run (default all)")
     args = ap.parse_args()
     if args.backend == "cuda" and not cuda_available():
@@ -295,7 +299,7 @@ def main() -> int:
         except Exception as exc:
             writer.add({"strategy": name, "launch": "eager", "error": f"{type(exc).__name__}: {exc}"[:300], **common})
             continue
-        for launch in ("eager", "graph"):
+        for launch in args.stream_launches.split(","):
             def body(splan: Any = splan, launch: str = launch) -> dict:
                 with wb.load(splan, args.backend, weights=SeededWeights(0), launch=launch) as s:
                     return {

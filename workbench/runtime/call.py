@@ -345,10 +345,8 @@ class Call:
     def _fixed_input(self, name: str, value: torch.Tensor) -> torch.Tensor:
         """Rule 11: a caller's device input copied into the session's buffer for it (the
         output pool's first set, under the input's own name)."""
-        pool = self.s.output_pool
-        assert pool is not None  # graph launch pools its outputs
         device = self.exec.device_of(value)
-        fixed = owned_tensor(pool.buffer(0, f"input {name}", device, value.numel() * value.element_size()), value.dtype, tuple(value.shape))
+        fixed = self._caller_tensor(f"input {name}", device, value.dtype, tuple(value.shape), number=0)
         if fixed.data_ptr() != value.data_ptr() and value.numel():
             fixed.copy_(value)
         return fixed
@@ -428,18 +426,18 @@ class Call:
         like = value_of(node)
         if node.name in self.plan.allocations:
             return [self.s.slot(node.name, like)]
-        buffer = self._caller_buffer(node.name, device, int(like.numel()) * like.element_size())
-        return [owned_tensor(buffer, like.dtype, tuple(like.shape))]
+        return [self._caller_tensor(node.name, device, like.dtype, tuple(like.shape))]
 
-    def _caller_buffer(self, name: str, device: Device, nbytes: int) -> DeviceBuffer:
+    def _caller_tensor(self, name: str, device: Device, dtype: torch.dtype, shape: tuple, number: Optional[int] = None) -> torch.Tensor:
         """Rule 3: device memory for a caller-owned value ``name``: from the session's output
-        pool, else a fresh buffer this call frees if it fails."""
+        pool (its set for call ``number``, default this call), else a fresh buffer this
+        call frees if it fails."""
         pool = self.s.output_pool
         if pool is not None:
-            return pool.buffer(self.number, name, device, nbytes)
-        buffer = DeviceBuffer.on(device, nbytes, self.s.registry)
+            return pool.tensor(self.number if number is None else number, name, device, dtype, tuple(int(d) for d in shape))
+        buffer = DeviceBuffer.on(device, math.prod(shape) * dtype.itemsize, self.s.registry)
         self.owned.append(buffer)
-        return buffer
+        return owned_tensor(buffer, dtype, shape)
 
     def _slot_copy_bytes(self, node: torch.fx.Node, device: Device, result: Any, args: tuple, kwargs: dict) -> int:
         """Bytes that binding ``result`` will copy into slots or caller-owned buffers (rule 7)."""
@@ -480,8 +478,7 @@ class Call:
         return self._caller_owned(node.name, result, device)
 
     def _caller_owned(self, name: str, value: torch.Tensor, device: Device) -> torch.Tensor:
-        buffer = self._caller_buffer(name, device, value.numel() * value.element_size())
-        out = owned_tensor(buffer, value.dtype, tuple(value.shape))
+        out = self._caller_tensor(name, device, value.dtype, tuple(value.shape))
         if value.numel():
             out.copy_(value)
         return out
@@ -507,8 +504,7 @@ class Call:
             return self.s.slot(node.name, torch.empty(shape, dtype=dtype, device="meta"))
         if device.is_host:
             return self.exec.new_host(shape, dtype)
-        buffer = self._caller_buffer(node.name, device, math.prod(shape) * dtype.itemsize)
-        return owned_tensor(buffer, dtype, shape)
+        return self._caller_tensor(node.name, device, dtype, shape)
 
     # -- outputs -------------------------------------------------------------------------
     def _collect(self, node: torch.fx.Node) -> list:
@@ -574,7 +570,7 @@ class Call:
                 if device.is_host:
                     value = value.clone()
                 elif self.s.output_pool is not None:  # rule 3: the pool's copy of output i
-                    out = owned_tensor(self._caller_buffer(f"output {i}", device, value.numel() * value.element_size()), value.dtype, tuple(value.shape))
+                    out = self._caller_tensor(f"output {i}", device, value.dtype, tuple(value.shape))
                     if value.numel():
                         out.copy_(value)
                     value = out

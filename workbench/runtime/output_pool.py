@@ -17,16 +17,22 @@ Ownership rule (what a caller may rely on):
    a captured graph's output addresses stay fixed. A value whose size changes gets a
    new buffer (the old one is freed at once: its previous holder was two calls ago).
 3. The session frees the pool at ``close``; a pooled output must not be used after it.
+4. Each buffer's flat view is made once, when it is allocated: a call then makes no
+   runtime call to hand out a value (a CUDA graph capture must not see one).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Optional
+
+import torch
 
 from ..devices import Device
 from .allocators import AllocatorRegistry
 from .buffers import DeviceBuffer
+from .tensors import owned_tensor
 
 __all__ = ["OUTPUT_MODES", "OutputPool"]
 
@@ -44,22 +50,25 @@ class OutputPool:
     def __init__(self, registry: AllocatorRegistry) -> None:
         self._registry = registry
         self._buffers: dict[tuple[int, str, Device], DeviceBuffer] = {}
+        self._views: dict[tuple[int, str, Device], torch.Tensor] = {}  # rule 4
         self._lock = threading.Lock()
         self.allocations = 0  # buffers this pool has allocated, ever
 
-    def buffer(self, call: int, name: str, device: Device, nbytes: int) -> DeviceBuffer:
-        """The buffer of value ``name`` on ``device`` for call number ``call`` (rule 2)."""
+    def tensor(self, call: int, name: str, device: Device, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+        """A tensor of ``dtype``/``shape`` for value ``name`` on ``device`` in call number
+        ``call``, over its pooled buffer (rules 2, 4)."""
         key = (call % SETS, name, device)
+        nbytes = math.prod(shape) * dtype.itemsize
         with self._lock:
             held = self._buffers.get(key)
-            if held is not None and held.nbytes == nbytes and not held.freed:
-                return held
-            if held is not None and not held.freed:
-                held.free()
-            fresh = DeviceBuffer.on(device, nbytes, self._registry)
-            self._buffers[key] = fresh
-            self.allocations += 1
-            return fresh
+            if held is None or held.nbytes != nbytes or held.freed:
+                if held is not None and not held.freed:
+                    held.free()
+                held = DeviceBuffer.on(device, nbytes, self._registry)
+                self._buffers[key] = held
+                self._views[key] = held.view()
+                self.allocations += 1
+            return owned_tensor(held, dtype, shape, self._views[key])
 
     def owns(self, buffer: Optional[DeviceBuffer]) -> bool:
         """True when ``buffer`` is one of the pool's."""
@@ -77,3 +86,4 @@ class OutputPool:
                 if not buffer.freed:
                     buffer.free()
             self._buffers.clear()
+            self._views.clear()
