@@ -15,7 +15,10 @@ Per row: ``measured_ms`` (median host wall ms per token, each token's call synch
 with the measured preset, ``--preset``, else the H200 datasheet preset, in the row's
 launch mode), ``torch_graph_ms`` (torch's CUDA-graph replay of the same step, per token;
 the same figure on every row), ``link_GBps`` (bytes over the host link per token over
-the median measured span), ``strategy``, ``launch``, ``equal_to_eager`` (the row's
+the median measured span; ``copy_GBps`` the same bytes over the time the h2d copies were
+busy, the rate the link reached while it was used; in a replayed CUDA graph copies are
+not timed one by one, so graph rows count only the copies launched on their own),
+``strategy``, ``launch``, ``equal_to_eager`` (the row's
 greedy tokens equal torch eager's), ``logits_max_diff`` (largest difference of the first
 step's logits from torch eager's: bf16 sums in another order differ by a few ulps).
 Rows are appended to the CSV as each finishes, so a timeout keeps what was measured.
@@ -48,7 +51,7 @@ from workbench.runtime.materialise import SeededWeights, module_with_weights  # 
 from workbench.strategies import all_on_device, expert_streaming  # noqa: E402
 
 COLUMNS = [
-    "strategy", "launch", "measured_ms", "span_ms", "modeled_ms", "torch_graph_ms", "link_GBps", "h2d_MB_per_token",
+    "strategy", "launch", "measured_ms", "span_ms", "modeled_ms", "torch_graph_ms", "link_GBps", "copy_GBps", "h2d_MB_per_token",
     "equal_to_eager", "logits_max_diff", "tokens", "segments", "scale", "prompt", "decode_tokens", "preset", "error",
 ]
 
@@ -159,7 +162,7 @@ def workbench_row(
     """Greedy decode through a loaded session: per-token wall, span, link bytes."""
     dg = plan.device_graph
     names = dg.program.user_inputs
-    walls, spans, h2d, tokens, logits0 = [], [], [], [], None
+    walls, spans, h2d, busy, tokens, logits0 = [], [], [], [], [], None
     note = ""
     token, state = first, list(caches)
     for i in range(n):
@@ -182,6 +185,7 @@ def workbench_row(
         walls.append((time.perf_counter() - t) * 1e3)
         spans.append(res.time_us / 1e3)
         h2d.append(res.copy_bytes_by_kind()["h2d"])
+        busy.append(sum(e.duration_us for e in res.timeline if e.kind == "h2d"))
         logits, *state = res.outputs
         logits = to_host(logits)
         if logits0 is None:
@@ -197,6 +201,7 @@ def workbench_row(
         "span_ms": round(span, 3),
         "link_GBps": round(link / (span * 1e6), 2) if span and link else 0.0,
         "h2d_MB_per_token": round(link / 1e6, 2),
+        "copy_GBps": round(link / (statistics.median(busy[steady]) * 1e3), 2) if link and statistics.median(busy[steady]) else 0.0,
         "tokens_list": tokens,
         "logits0": logits0,
         "segments": len(session.segments.segments) if session.launch == "graph" else "",
