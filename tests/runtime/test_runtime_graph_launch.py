@@ -232,3 +232,26 @@ def test_decode_with_graph_launch_matches_eager_launch_and_the_model(moe):
     assert graph.tokens == eager.tokens
     assert graph.matches_eager == (True,) * 4
     assert all(r.launch == "graph" and r.segments for r in graph.steps)
+
+
+def test_reuse_copies_of_a_prefetching_plan_run_between_segments():
+    """A streaming plan with prefetch has reuse copies (their handler finds hits on the
+    device per call); each is a break with its variant's reason, and graph launch still
+    gives per-op launch's outputs bit for bit."""
+    from workbench.strategies import expert_streaming
+
+    model = QwenMoEDecoder(MoEConfig.tiny(), expert_prefetch=True).eval()
+    inputs = model.example_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = wb.plan(expert_streaming(prefetch=True).apply(wb.capture(model, inputs)), "best")
+    steps = steps_of(plan)
+    reuse = [s.name for s in steps.steps if s.copy is not None and str(s.copy.role) == "reuse"]
+    assert reuse
+    reasons = {b.step: b.reason for b in graph_segments(plan, steps).breaks}
+    assert all("reuse copy" in reasons[name] for name in reuse)
+    staged = _staged(plan, inputs)
+    eager = run(plan, *staged, backend="sim")
+    graph = run(plan, *staged, backend="sim", launch="graph")
+    assert all(torch.equal(to_host(a), to_host(b)) for a, b in zip(eager.outputs, graph.outputs))
+    assert graph.launch == "graph" and len(graph.segments) > 1
