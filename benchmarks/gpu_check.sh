@@ -4,23 +4,31 @@
 #   OUT=/some/dir PYTHONPATH=. bash benchmarks/gpu_check.sh      # from the repository root
 #
 # Parts (each guarded: a failure or timeout is logged and the next part still runs), with
-# their time limits; the limits add up to 510 s (8.5 minutes), plus the set-up (three Python
-# start-ups and two nvidia-smi calls for env.txt):
-#   1. pytest -m gpu on every test file with gpu tests (160 s) -> $OUT/gpu_tests.log
-#   2. benchmarks/copy_bandwidth.py up to 256 MiB (100 s)
+# their time limits; the limits add up to 450 s (7.5 minutes), plus the set-up (three Python
+# start-ups and two nvidia-smi calls for env.txt), so the whole script stays under 8 minutes:
+#   1. pytest -m gpu on every test file with gpu tests (90 s) -> $OUT/gpu_tests.log
+#   2. benchmarks/copy_bandwidth.py up to 256 MiB (50 s)
 #                                                     -> $OUT/copy_bandwidth.csv
-#   3. workbench.calibrate(backend="cuda"), benchmarks/calibrate.py (100 s)
+#   3. workbench.calibrate(backend="cuda"), benchmarks/calibrate.py (70 s)
 #                                                     -> $OUT/measured/<gpu>.json (the measured
 #                                                        preset to commit as data/measured/<gpu>.json)
 #   4. the tiny MoE decode step on backend="cuda" for every placement strategy: measured
-#      vs modeled (the H200 datasheet preset, and the preset part 3 measured) (90 s)
+#      vs modeled (the H200 datasheet preset, and the preset part 3 measured) (60 s)
 #                                                     -> $OUT/moe_cuda_vs_sim.csv,
 #                                                        $OUT/moe_timelines.csv (measured events)
 #   5. benchmarks/executor_overhead.py on cuda: the executor's cost per step against eager
-#      torch, with a cProfile of the MoE step (60 s) -> $OUT/run.log
+#      torch, with a cProfile of the MoE step (30 s) -> $OUT/run.log
+#   6. benchmarks/fullsize_decode.py: Qwen3.5-35B-A3B bf16 (the shipped config), seeded
+#      weights made on the GPU, 32 decode tokens after a 512-token (synthetic) prompt:
+#      all_on_device per op and with graph replay, torch eager and torch CUDA-graph
+#      replay on the same weights and inputs, expert_streaming and an expert cache with
+#      the experts in pinned host memory; modeled with the preset part 3 measured (else
+#      the committed data/measured/h200.json) (150 s)
+#                                                     -> $OUT/h200_fullsize_decode.csv
+#                                                        (one row appended as each finishes)
 # The output of parts 2-5 and each part's exit code and seconds go to $OUT/run.log (part 1
 # writes only its own log); $OUT/env.txt holds versions, the GPU as nvidia-smi reports it
-# and, at the end, each part's exit code and seconds. Seven files in all, each truncated
+# and, at the end, each part's exit code and seconds. Eight files in all, each truncated
 # to 15 MiB (small enough to copy back from a remote GPU machine).
 set -u
 
@@ -57,21 +65,21 @@ t0=$SECONDS
 # Only the files that hold gpu tests are collected, and without the notebook options of the
 # project's pytest configuration (nbval need not be installed on the GPU machine).
 mapfile -t GPU_TESTS < <(grep -rl "mark.gpu" tests --include='*.py' | sort)
-timeout 160 "$PY" -m pytest -o addopts="" -m gpu "${GPU_TESTS[@]}" -rA -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log"
+timeout 90 "$PY" -m pytest -o addopts="" -m gpu "${GPU_TESTS[@]}" -rA -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log"
 log_code gpu_tests "${PIPESTATUS[0]}" $((SECONDS - t0))
 cap "$OUT/gpu_tests.log"
 
 # -- 2. copy bandwidth ----------------------------------------------------------------------
 t0=$SECONDS
 echo "## copy bandwidth" >> "$LOG"
-timeout 100 "$PY" benchmarks/copy_bandwidth.py --max-size 256MiB --repeats 10 --out "$OUT/copy_bandwidth.csv" 2>&1 | tee -a "$LOG"
+timeout 50 "$PY" benchmarks/copy_bandwidth.py --max-size 256MiB --repeats 10 --out "$OUT/copy_bandwidth.csv" 2>&1 | tee -a "$LOG"
 log_code copy_bandwidth "${PIPESTATUS[0]}" $((SECONDS - t0))
 cap "$OUT/copy_bandwidth.csv"
 
 # -- 3. calibration -------------------------------------------------------------------------
 t0=$SECONDS
 echo "## calibration" >> "$LOG"
-timeout 100 "$PY" benchmarks/calibrate.py --backend cuda --out "$OUT/measured" 2>&1 | tee -a "$LOG"
+timeout 70 "$PY" benchmarks/calibrate.py --backend cuda --out "$OUT/measured" 2>&1 | tee -a "$LOG"
 log_code calibrate "${PIPESTATUS[0]}" $((SECONDS - t0))
 cap "$OUT"/measured/*.json
 
@@ -185,7 +193,7 @@ sys.exit(1 if any(r.get("error") for r in rows) else 0)
 PYEOF
 t0=$SECONDS
 echo "## MoE decode step, measured vs modeled" >> "$LOG"
-timeout 90 "$PY" "$SCRIPT" "$OUT" cuda 20 2>&1 | tee -a "$LOG"
+timeout 60 "$PY" "$SCRIPT" "$OUT" cuda 20 2>&1 | tee -a "$LOG"
 log_code moe_cuda_vs_sim "${PIPESTATUS[0]}" $((SECONDS - t0))
 cap "$OUT/moe_cuda_vs_sim.csv" "$OUT/moe_timelines.csv" "$LOG" "$ENV"
 rm -f "$SCRIPT"
@@ -193,9 +201,19 @@ rm -f "$SCRIPT"
 # -- 5. executor overhead per step ---------------------------------------------------------------
 t0=$SECONDS
 echo "## executor overhead" >> "$LOG"
-timeout 60 "$PY" benchmarks/executor_overhead.py --backend cuda --repeats 20 --profile 30 2>&1 | tee -a "$LOG"
+timeout 30 "$PY" benchmarks/executor_overhead.py --backend cuda --repeats 20 --profile 30 2>&1 | tee -a "$LOG"
 log_code executor_overhead "${PIPESTATUS[0]}" $((SECONDS - t0))
 cap "$LOG" "$ENV"
+
+# -- 6. full-size decode -------------------------------------------------------------------------
+t0=$SECONDS
+echo "## full-size decode" >> "$LOG"
+PRESET="$(ls "$OUT"/measured/*.json 2>/dev/null | head -n 1)"
+PRESET="${PRESET:-data/measured/h200.json}"
+timeout 150 "$PY" benchmarks/fullsize_decode.py --backend cuda --scale full --prompt 512 --tokens 32 \
+    --preset "$PRESET" --out "$OUT/h200_fullsize_decode.csv" 2>&1 | tee -a "$LOG"
+log_code fullsize_decode "${PIPESTATUS[0]}" $((SECONDS - t0))
+cap "$OUT/h200_fullsize_decode.csv" "$LOG" "$ENV"
 
 echo "done; results in $OUT:"
 ls -la "$OUT"

@@ -316,5 +316,6 @@ REUSE = register_copy_variant(
         render=lambda record: f"rows {record.index} selects from {record.value}, reusing those {record.prefetch} holds",
         rewrite=_rewrite_select,
         reason=_reuse_reason,
+        capturable=False,  # its hit flags are made per call, and a pageable source reads hits on the host
     )
 )

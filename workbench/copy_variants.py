@@ -31,6 +31,9 @@ the registry and never name a variant themselves:
 - ``check``: what the plan checks read of a record beyond its inputs, kind, devices and
   bytes: ``check(record, node, nodes) -> problem`` (``""`` when it holds; the problem
   starts with the field, e.g. ``".slots is 3, but …"``).
+- ``capturable``: whether its cuda handler issues its work without the host reading any
+  data, so that graph replay may capture it (``runtime.graph_segments``); a handler
+  that copies ids or counts to the host to choose what to move is not. Default True.
 
 Rules:
 1. A role names one variant; registering a second variant under a taken role is a
@@ -94,6 +97,7 @@ class CopyVariant:
     prepare: Optional[Callable[[Any], None]] = None
     reason: Optional[Callable[[Any, Any, list[str]], str]] = None
     check: Optional[Callable[[Any, torch.fx.Node, Mapping[str, torch.fx.Node]], str]] = None
+    capturable: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, str) or not self.role:

@@ -374,7 +374,9 @@ class CopyEngine:
         if not isinstance(src, torch.Tensor) or src.dim() < 1:
             raise KernelArgumentError("src must be a torch tensor with at least one dimension (the rows)")
         num_rows, row_bytes, row_stride, src_dev_ptr, src_span = self._gather_source(src)
-        on_device = _device_array(cp, indices)
+        s, sync = _stream(stream)
+        with s:  # device ids are taken on the stream that reads them: no cross-stream event
+            on_device = _device_array(cp, indices)  # (which a CUDA graph capture would refuse)
         if on_device is None:
             host_ids = gather_row_ids(indices, num_rows)
             n = int(host_ids.size)
@@ -384,7 +386,6 @@ class CopyEngine:
             n = int(on_device.size)
         if n == 0 or row_bytes == 0:
             return 0
-        s, sync = _stream(stream)
         with self._device, s:
             if on_device is None and (method == "dma" or (method == "auto" and row_bytes >= self.dma_row_bytes)):
                 self._gather_dma(dst_ptr, src.data_ptr(), src.device.type == "cpu", host_ids, row_bytes, row_stride, s)

@@ -30,11 +30,14 @@ Rules:
      h2d + d2h bytes its timeline moved.
   5. With ``reference`` (the eager model the plan was captured from), every step's
      logits are compared with the eager model fed the same tokens and caches.
+  7. With ``session``, the steps run in that session, which the caller loaded (its
+     constants may be made on the device) and keeps open; its backend is the run's.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import Any, Optional
@@ -47,7 +50,7 @@ from ..copy_ops import is_copy_node
 from ..errors import ArgumentTypeError, WorkbenchError
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRole
-from ..runtime import CostModel, Event, RunResult, Timeline, device_of, load, to_device, to_host
+from ..runtime import CostModel, Event, RunResult, Session, Timeline, device_of, load, to_device, to_host
 from ..runtime.timeline import Flow
 from .cache_graph import cache_reads
 from .experts import expert_layers
@@ -157,9 +160,14 @@ def decode(
     reference: Optional[torch.nn.Module] = None,
     atol: float = 1e-4,
     seed: int = 0,
+    launch: Optional[str] = None,
+    session: Optional[Session] = None,
 ) -> DecodeResult:
     """Run ``n_tokens`` greedy decode steps of ``plan`` in one session (module rules;
-    ``first_token``: rule 6)."""
+    ``first_token``: rule 6). ``launch``: the session's launch mode (``"eager"`` or
+    ``"graph"``, ``runtime.session`` rule 8). ``session``: a session of ``plan`` loaded
+    already (e.g. with weights made on the device, ``runtime.materialise``); it stays
+    open, and ``backend``, ``cost_model`` and ``launch`` are its own (rule 7)."""
     if not isinstance(plan, MemoryPlan):
         raise ArgumentTypeError(f"decode expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
     dg = plan.device_graph
@@ -185,11 +193,15 @@ def decode(
     flows: list[Flow] = []
     bounds = []
     clock = 0.0
-    with load(plan, backend, cost_model) as session:
+    if session is not None:
+        if not isinstance(session, Session) or session.plan is not plan:
+            raise DecodeError(f"session must be a Session loaded from this plan, got {type(session).__name__}")
+        backend = session.backend
+    with (contextlib.nullcontext(session) if session is not None else load(plan, backend, cost_model, launch=launch)) as running:
         for position in range(n_tokens):
             fed.append(token)
             host = [torch.tensor([[token]]), torch.tensor([position]), *caches]
-            res = session.run(*_staged(dg, host, backend))
+            res = running.run(*_staged(dg, host, backend))
             results.append(res)
             logits, *caches = res.outputs
             logits = to_host(logits)

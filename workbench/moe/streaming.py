@@ -388,5 +388,6 @@ ROUTED = register_copy_variant(
         prepare=_prepare,
         reason=_reason,
         check=_check,
+        capturable=False,  # the host reads the count of real rows to know how many to move
     )
 )

@@ -15,9 +15,12 @@ Rules:
    event. A handler may keep figures in ``stats(role)`` (``prefetch_stats`` and
    ``routed_stats`` read those of the reuse and counted variants).
 3. Caller-owned memory: inputs are used as supplied; a caller-owned device output is
-   written into a fresh ``DeviceBuffer`` that the returned tensor owns.
-4. Outputs never alias the session's memory: host outputs are copied out of the arena,
-   device outputs own their buffer, so they outlive the session.
+   written into a fresh ``DeviceBuffer`` that the returned tensor owns — or, in a session
+   with pooled outputs, into a buffer of its ``OutputPool`` (``output_pool`` rules say
+   how long it stays the caller's).
+4. Outputs never alias the session's arenas or constants: host outputs are copied out of
+   the arena, device outputs own their buffer (or lie in the output pool), so fresh
+   outputs outlive the session.
 5. A call that fails midway frees what it allocated for the caller (``abandon``); the
    exception keeps its type and gains a note naming the node, its op and its device.
 6. With ``validate``, every step checks it reads only memory of its own device.
@@ -35,6 +38,10 @@ Rules:
     after its deps (``steps`` rule 10). A row mask's True entries are counted when its
     step has run, on the same stream, and read once the call has finished; a step with a
     ``share`` is charged that share of its op (``sim_timing`` rule 9).
+11. Graph replay (``graph_replay``, on ``cuda`` with ``launch="graph"``): at the first
+    step of each graph segment the session's ``CudaGraphReplay`` runs the segment per op
+    (warm-up), captures it, or replays it; a caller's device input is first copied into a
+    fixed buffer, so a captured graph reads the same address every call.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ from .allocators import AllocatorRegistry
 from .buffers import DeviceBuffer
 from .cost_model import CostModel, UncountedOps
 from .out_variants import out_variant
+from .output_pool import OutputPool
 from .routing import CopyRouter
 from .run_result import PrefetchStat, RoutedStat, RowMaskStat, SlotWrites
 from .sim_timing import bind_cost, copy_cost, memory_copy_cost, scaled
@@ -126,6 +134,7 @@ class SessionState(Protocol):
     router: CopyRouter
     mutations: tuple[Mutation, ...]
     state_writes: tuple[StateWrite, ...]
+    output_pool: Optional[OutputPool]  # rule 3: None when every output gets a fresh buffer
 
     def slot(self, name: str, like: torch.Tensor) -> torch.Tensor: ...
 
@@ -141,8 +150,9 @@ class SessionState(Protocol):
 class Call:
     """The state of one ``Session.run``: values, caller-owned buffers, the clock."""
 
-    def __init__(self, session: SessionState) -> None:
+    def __init__(self, session: SessionState, number: int = 0) -> None:
         self.s = session
+        self.number = number  # the session's count of calls before this one (output pool rule 1)
         self.plan = session.plan
         self.exec = session.exec_backend
         self.constants = self.plan.device_graph.program.constants
@@ -155,6 +165,7 @@ class Call:
         self._direct = 0  # values written straight into their slots (rule 7)
         self._copied: list[int] = []  # bytes of each op's slot copy (rule 7)
         self.inputs: list = []  # the caller's flattened inputs
+        self._user: Iterator[Any] = iter(())  # the caller's inputs not yet bound
         self.uncounted = UncountedOps()  # ops whose FLOPs the cost model could not count (sim)
 
     def execute(self, flat: list) -> tuple[Any, Timeline]:
@@ -165,23 +176,48 @@ class Call:
             return self._execute(iter(flat))
 
     def _execute(self, user: Iterator[Any]) -> tuple[Any, Timeline]:
-        for entry in self.s.entries:
-            node = entry.node
-            try:
-                if node.op == "placeholder":
-                    if node.name not in self.constants:
-                        self._bind_input(entry, next(user))
-                elif entry.copy is not None:
-                    self._copy(entry, entry.copy)
-                elif node.op == "call_function":
-                    self._compute(entry)
-                elif node.op == "output":
+        self._user = user
+        entries = self.s.entries
+        graphs = getattr(self.s, "graph_replay", None)  # rule 11
+        mode = graphs.mode(self.number) if graphs is not None else "eager"
+        i = 0
+        while i < len(entries):
+            run = graphs.runs.get(i) if graphs is not None and mode != "eager" else None
+            if run is not None and graphs is not None:
+                if mode == "replay":
+                    graphs.replay(self, run)
+                else:
+                    graphs.capture(self, run, self._walk)
+                i = run.stop
+                continue
+            node = entries[i].node
+            if node.op == "output":
+                try:
                     outs = self._collect(node)
                     timeline = self.clock.finish()
                     self.uncounted.warn("run", stacklevel=4)
                     result = self._finalize(outs)
-                    self.owned.clear()  # the returned tensors own these buffers now
-                    return result, timeline
+                except Exception as exc:  # rule 5
+                    _add_note(exc, f"workbench: while collecting the outputs (node {node.name!r})")
+                    raise
+                self.owned.clear()  # the returned tensors own these buffers now
+                return result, timeline
+            self._walk(i, i + 1)
+            i += 1
+        raise ExecutorError("the graph has no output node")
+
+    def _walk(self, start: int, stop: int) -> None:
+        """Run the steps of entries ``start .. stop - 1`` one by one."""
+        for entry in self.s.entries[start:stop]:
+            node = entry.node
+            try:
+                if node.op == "placeholder":
+                    if node.name not in self.constants:
+                        self._bind_input(entry, next(self._user))
+                elif entry.copy is not None:
+                    self._copy(entry, entry.copy)
+                elif node.op == "call_function":
+                    self._compute(entry)
             except Exception as exc:  # rule 5: keep the type, say where it happened
                 _add_note(
                     exc,
@@ -190,7 +226,18 @@ class Call:
                     + _issued_at(node)
                 )
                 raise
-        raise ExecutorError("the graph has no output node")
+
+    # -- what graph replay reads and restores (rule 11) ------------------------------------------
+    def mask_names(self) -> list[str]:
+        return list(self._masks)
+
+    def mask_items(self) -> list[tuple[str, Any]]:
+        return list(self._masks.items())
+
+    def restore_masks(self, masks: dict[str, Any]) -> None:
+        """Row masks a replayed segment counts: the capture's counts, which the replay refreshes."""
+        for name, (rows, count) in masks.items():
+            self._masks[name] = (rows, functools.cache(count.__wrapped__) if hasattr(count, "__wrapped__") else count)
 
     def slot_writes(self) -> SlotWrites:
         """Rule 7's count for the finished call."""
@@ -281,6 +328,8 @@ class Call:
         step, node = entry.step, entry.node
         value = self.exec.as_tensor(raw)
         if step.event is None:  # caller-owned (rule 3)
+            if getattr(self.s, "graph_replay", None) is not None and isinstance(value, torch.Tensor) and value.is_cuda:
+                value = self._fixed_input(node.name, value)  # rule 11
             self.env[node.name] = value
             return
         slot = self.s.slot(node.name, value)
@@ -292,6 +341,15 @@ class Call:
             self.s.router.transfer(step.event, slot, value, self.exec.copy_stream(entry.lane_device))
         self.clock.after(step, lambda: bind_cost(self.model, step, nbytes), nbytes)
         self.env[node.name] = slot
+
+    def _fixed_input(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        """Rule 11: a caller's device input copied into the session's buffer for it (the
+        output pool's first set, under the input's own name)."""
+        device = self.exec.device_of(value)
+        fixed = self._caller_tensor(f"input {name}", device, value.dtype, tuple(value.shape), number=0)
+        if fixed.data_ptr() != value.data_ptr() and value.numel():
+            fixed.copy_(value)
+        return fixed
 
     def _compute(self, entry: NodeEntry) -> None:
         step, node, device = entry.step, entry.node, entry.step.device
@@ -368,9 +426,18 @@ class Call:
         like = value_of(node)
         if node.name in self.plan.allocations:
             return [self.s.slot(node.name, like)]
-        buffer = DeviceBuffer.on(device, int(like.numel()) * like.element_size(), self.s.registry)
+        return [self._caller_tensor(node.name, device, like.dtype, tuple(like.shape))]
+
+    def _caller_tensor(self, name: str, device: Device, dtype: torch.dtype, shape: tuple, number: Optional[int] = None) -> torch.Tensor:
+        """Rule 3: device memory for a caller-owned value ``name``: from the session's output
+        pool (its set for call ``number``, default this call), else a fresh buffer this
+        call frees if it fails."""
+        pool = self.s.output_pool
+        if pool is not None:
+            return pool.tensor(self.number if number is None else number, name, device, dtype, tuple(int(d) for d in shape))
+        buffer = DeviceBuffer.on(device, math.prod(shape) * dtype.itemsize, self.s.registry)
         self.owned.append(buffer)
-        return [owned_tensor(buffer, like.dtype, tuple(like.shape))]
+        return owned_tensor(buffer, dtype, shape)
 
     def _slot_copy_bytes(self, node: torch.fx.Node, device: Device, result: Any, args: tuple, kwargs: dict) -> int:
         """Bytes that binding ``result`` will copy into slots or caller-owned buffers (rule 7)."""
@@ -408,12 +475,10 @@ class Call:
             return slot
         if device.is_host or node.name in self.plan.storage_of or _aliases_an_argument(result, (args, kwargs)):
             return result
-        return self._caller_owned(result, device)
+        return self._caller_owned(node.name, result, device)
 
-    def _caller_owned(self, value: torch.Tensor, device: Device) -> torch.Tensor:
-        buffer = DeviceBuffer.on(device, value.numel() * value.element_size(), self.s.registry)
-        self.owned.append(buffer)
-        out = owned_tensor(buffer, value.dtype, tuple(value.shape))
+    def _caller_owned(self, name: str, value: torch.Tensor, device: Device) -> torch.Tensor:
+        out = self._caller_tensor(name, device, value.dtype, tuple(value.shape))
         if value.numel():
             out.copy_(value)
         return out
@@ -439,9 +504,7 @@ class Call:
             return self.s.slot(node.name, torch.empty(shape, dtype=dtype, device="meta"))
         if device.is_host:
             return self.exec.new_host(shape, dtype)
-        buffer = DeviceBuffer.on(device, math.prod(shape) * dtype.itemsize, self.s.registry)
-        self.owned.append(buffer)
-        return owned_tensor(buffer, dtype, shape)
+        return self._caller_tensor(node.name, device, dtype, shape)
 
     # -- outputs -------------------------------------------------------------------------
     def _collect(self, node: torch.fx.Node) -> list:
@@ -501,11 +564,16 @@ class Call:
     def _finalize(self, outs: list) -> Any:
         """Rule 4: copy out of the session's memory what lies in it."""
         done = []
-        for value in outs:
+        for i, value in enumerate(outs):
             if isinstance(value, torch.Tensor) and self.s.in_session_memory(value):
                 device = self.exec.device_of(value)
                 if device.is_host:
                     value = value.clone()
+                elif self.s.output_pool is not None:  # rule 3: the pool's copy of output i
+                    out = self._caller_tensor(f"output {i}", device, value.dtype, tuple(value.shape))
+                    if value.numel():
+                        out.copy_(value)
+                    value = out
                 else:
                     value = clone_to(value, device, self.s.backend, registry=self.s.registry)
                     owner = buffer_of(value)

@@ -118,6 +118,22 @@ from .op_cost import (
 
 DTYPE_CLASSES: tuple[str, ...] = ("fp64", "fp32", "bf16", "fp8")
 LAUNCH_MODES: tuple[str, ...] = ("eager", "graph")
+
+
+def check_launch(launch: Any) -> str:
+    """``launch`` if it names a launch mode (rule 6), else an error listing the valid ones."""
+    if not isinstance(launch, str) or launch not in LAUNCH_MODES:
+        raise LaunchModeError(
+            f"launch must be one of {', '.join(map(repr, LAUNCH_MODES))} ('eager': one launch per "
+            f"operation; 'graph': the call's device operations captured once and replayed), got {launch!r}"
+        )
+    return launch
+
+
+class LaunchModeError(CostModelError):
+    """A launch mode that is not one of ``LAUNCH_MODES``."""
+
+
 #: Prefix of a measured preset's name: ``CostModel.preset("measured:h200")``.
 MEASURED_PREFIX = "measured:"
 #: Environment variable naming another folder of measured presets (default: ``data/measured``).

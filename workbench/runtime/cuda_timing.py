@@ -25,6 +25,11 @@ Rules:
    CUDA event is a driver call that would otherwise be paid twice per step.
 8. The timeline carries a flow (``timeline`` rule 4) from each copy to every step that
    reads it, as the simulator records them.
+9. Graph replay (``graph_replay``): while a segment is captured the clock is ``muted``
+   (it records nothing: a capture runs nothing). ``replay`` launches a captured graph
+   between two marks on the compute stream, after the stream has waited for the
+   segment's outside deps (rule 2); the timeline gets one compute event for it, and its
+   end stands for the end of each of the segment's steps.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 import torch
 
+from ..devices import Device
 from ..errors import WorkbenchError
 from .steps import HOST_LANE, Lane, Step, event_of
 from .timeline import Event, Flow, Timeline
@@ -106,6 +112,8 @@ class CudaClock:
         self._open: Optional[tuple[Step, Any]] = None  # the step between before() and after()
         self._splits: dict[str, tuple[Any, int]] = {}  # step → (mark where its slot copy began, bytes)
         self._taken: list[torch.cuda.Event] = []  # every event taken from the pool (rule 7)
+        self.muted = False  # rule 9: a segment is being captured
+        self._replays: list[tuple[str, Lane, Any, Any]] = []  # (event name, lane, start, end) per replay
 
     def _event(self) -> torch.cuda.Event:
         """An event from the pool, given back when the call finishes (rule 7)."""
@@ -126,6 +134,8 @@ class CudaClock:
 
     def before(self, step: Step) -> None:
         """Rules 2, 3: wait for the deps, then mark the start."""
+        if self.muted:
+            return
         lane = event_of(step)[1]
         if lane == HOST_LANE:
             for dep in step.deps:
@@ -145,6 +155,8 @@ class CudaClock:
 
     def split(self, step: Step, nbytes: int) -> None:
         """Rule 6: the op of the open step is done; its slot copy starts now."""
+        if self.muted:
+            return
         if self._open is None or self._open[0] is not step:
             raise ClockError(f"split({step.name}) outside before()/after() of that step")
         lane = event_of(step)[1]
@@ -159,6 +171,8 @@ class CudaClock:
         self, step: Step, cost: Callable[[], tuple[float, int, int]], nbytes: Union[int, Callable[[], int]]
     ) -> None:
         """Mark the end of the step opened by ``before``."""
+        if self.muted:
+            return
         if self._open is None or self._open[0] is not step:
             raise ClockError(f"after({step.name}) does not close the step opened by before()")
         start = self._open[1]
@@ -172,6 +186,33 @@ class CudaClock:
         end.record(self._streams.for_lane(lane))
         self._records.append((step, start, end, nbytes, cost))
         self._ends[step.name] = (lane, end)
+
+    def capture_stream(self) -> "torch.cuda.Stream":
+        """The stream graph segments are captured on: the first device's compute stream."""
+        return self._streams.compute(self._streams.indices[0])
+
+    def wait_for(self, deps: Iterable[str]) -> None:
+        """Rule 9: the capture stream waits for the ends of ``deps`` on other lanes."""
+        stream = self.capture_stream()
+        lane = (Device("cuda", self._streams.indices[0]), "compute")
+        for dep in deps:
+            dep_lane, event = self._ends.get(dep, (HOST_LANE, None))
+            if event is not None and dep_lane != lane:
+                stream.wait_event(event)
+
+    def replay(self, segment: Any, name: str, deps: Iterable[str], launch: Callable[[], None]) -> None:
+        """Rule 9: launch a captured segment's graph between two marks."""
+        self.wait_for(deps)
+        stream = self.capture_stream()
+        lane = (Device("cuda", self._streams.indices[0]), "compute")
+        start, end = self._event(), self._event()
+        start.record(stream)
+        with torch.cuda.stream(stream):
+            launch()
+        end.record(stream)
+        self._replays.append((name, lane, start, end))
+        for step in segment.steps:
+            self._ends[step] = (lane, end)
 
     def finish(self) -> Timeline:
         """Wait for the device, then turn the events into a ``Timeline`` (rules 4, 5)."""
@@ -195,6 +236,9 @@ class CudaClock:
             if split is not None:
                 _, s1 = self._times(lane, split[0], end)
                 events.append(Event(kind, step.name, device, stream, max(t0, t1), max(t0, t1, s1), split[1], 0, step.index, "slot_copy"))
+        for name, lane, start, end in self._replays:  # rule 9
+            t0, t1 = self._times(lane, start, end)
+            events.append(Event("compute", name, lane[0], lane[1], t0, max(t0, t1)))
         self._streams.release(self._taken)  # rule 7: every mark of this call has completed
         return Timeline(events, flows)
 

@@ -22,6 +22,8 @@ Rules:
    separate allocations); on ``cuda`` as CUDA torch ops on the device's compute stream.
 2. A torch fallback copy (strided source, memory from outside the workbench) runs on the
    lane's copy stream, like the kernel path, so stream ordering is the same.
+3. While a graph segment is captured (``capturing``, ``graph_replay``), the copy stream
+   of a device is its compute stream: the capture holds one stream.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ __all__ = ["CudaExecBackend", "SimExecBackend", "make_exec_backend"]
 class _SimRunClock:
     """Modeled time for one call (the run-time face of ``SimClock``)."""
 
-    def __init__(self, model: CostModel) -> None:
-        self._clock = SimClock(model)
+    def __init__(self, model: CostModel, uncaptured: frozenset[str] = frozenset()) -> None:
+        self._clock = SimClock(model, uncaptured)
         self._slot_copies: dict[str, int] = {}  # step → bytes copied into its slot after the op
 
     def begin(self) -> None:
@@ -90,8 +92,9 @@ class SimExecBackend(_ExecBackend):
 
     name = "sim"
 
-    def __init__(self, cost_model: CostModel) -> None:
+    def __init__(self, cost_model: CostModel, uncaptured: frozenset[str] = frozenset()) -> None:
         self.cost_model = cost_model
+        self.uncaptured = uncaptured  # steps graph launch issues on their own (``graph_segments``)
 
     def arena(self, device: Device, buffer: Any) -> torch.Tensor:
         return buffer.view() if buffer is not None else torch.empty(0, dtype=torch.uint8)
@@ -118,7 +121,7 @@ class SimExecBackend(_ExecBackend):
         dst.copy_(src)
 
     def clock(self) -> _SimRunClock:
-        return _SimRunClock(self.cost_model)
+        return _SimRunClock(self.cost_model, self.uncaptured)
 
     def synchronize(self) -> None:
         pass
@@ -133,6 +136,8 @@ class CudaExecBackend(_ExecBackend):
         self.registry = registry
         self.streams = CudaStreams(indices)
         self._current: Optional[int] = None  # the device whose compute stream ``calling`` made current
+        # A graph segment is being captured: every operation goes on the compute stream (rule 3).
+        self.capturing = False
 
     def arena(self, device: Device, buffer: Any) -> torch.Tensor:
         if buffer is not None:
@@ -167,9 +172,13 @@ class CudaExecBackend(_ExecBackend):
         return self._on_stream(index, self.streams.compute(index))
 
     def copy_stream_context(self, device: Device) -> contextlib.AbstractContextManager:
+        if self.capturing:
+            return contextlib.nullcontext()
         return self._on_stream(device.index, self.streams.copy(device.index))
 
     def copy_stream(self, device: Device) -> Optional[Any]:
+        if self.capturing:
+            return self.streams.compute(device.index)
         return self.streams.copy(device.index)
 
     def patch_kwargs(self, kwargs: dict, device: Device) -> dict:
@@ -202,10 +211,12 @@ class CudaExecBackend(_ExecBackend):
 
 
 def make_exec_backend(
-    name: str, registry: AllocatorRegistry, cost_model: CostModel, devices: Iterable[Device]
+    name: str, registry: AllocatorRegistry, cost_model: CostModel, devices: Iterable[Device],
+    uncaptured: frozenset[str] = frozenset(),
 ) -> Union[SimExecBackend, CudaExecBackend]:
-    """The executor backend for ``name`` ("sim" or "cuda") serving ``devices``."""
+    """The executor backend for ``name`` ("sim" or "cuda") serving ``devices``;
+    ``uncaptured``: the steps graph launch issues on their own (``graph_segments``)."""
     if name == "sim":
-        return SimExecBackend(cost_model)
+        return SimExecBackend(cost_model, uncaptured)
     indices = sorted({d.index for d in devices if not d.is_host})
     return CudaExecBackend(registry, indices or [0])

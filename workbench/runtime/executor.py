@@ -27,7 +27,11 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional
+
+import torch
+from torch.utils._pytree import tree_map
 
 from ..planning.memory_plan import MemoryPlan
 from .allocators import AllocatorRegistry
@@ -38,6 +42,7 @@ from .inputs import InputError, check_inputs, flatten_inputs
 from .session import Session, check_plan, load, resolve_backend
 from .sim_timing import default_cost_model, estimate
 from .steps import Step, Steps, steps_of
+from .tensors import clone_to, device_of
 
 __all__ = [
     "ExecutorError",
@@ -63,10 +68,30 @@ def run(
     registry: Optional[AllocatorRegistry] = None,
     validate: bool = False,
     run_node: Optional[RunNode] = None,
+    launch: Optional[str] = None,
 ) -> RunResult:
-    """Load ``plan`` on ``backend``, run one call with ``inputs``, close; see ``load``."""
+    """Load ``plan`` on ``backend``, run one call with ``inputs``, close; see ``load``
+    (``launch``: ``"eager"`` or ``"graph"``, ``session`` rule 8). Its outputs are always
+    fresh: they outlive the session."""
     check_plan(plan)
     name = resolve_backend(backend)
     check_inputs(plan, name, flatten_inputs(plan, inputs))  # rule 1
-    with load(plan, name, cost_model, registry=registry, validate=validate, run_node=run_node) as session:
+    outputs = "pooled" if launch == "graph" else "fresh"
+    with load(plan, name, cost_model, registry=registry, validate=validate, run_node=run_node, launch=launch, outputs=outputs) as session:
+        if launch == "graph":  # pooled outputs die with the session: hand out copies
+            result = session.run(*inputs)
+            return dataclasses.replace(result, outputs=_fresh(result.outputs, name, registry))
         return session.run(*inputs)
+
+
+def _fresh(outputs: Any, backend: str, registry: Optional[AllocatorRegistry]) -> Any:
+    """Copies of pooled device outputs that own their buffers (rule 2)."""
+
+    def fresh(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            device = device_of(value, backend)
+            if not device.is_host:
+                return clone_to(value, device, backend, registry=registry)
+        return value
+
+    return tree_map(fresh, outputs)

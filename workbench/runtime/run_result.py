@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .cost_model import CostModel
+from .graph_segments import SegmentSpan
 from .timeline import Timeline
 
 __all__ = ["PrefetchStat", "RoutedStat", "RowMaskStat", "RunResult", "SlotWrites"]
@@ -108,6 +109,9 @@ class RunResult:
     ``prefetch`` says, per reuse copy, how many selected rows the prefetch already held;
     ``routed``, per routed copy, how many distinct experts' rows crossed;
     ``row_masks``, per row mask (``workbench.node_facts``), how many rows it selected.
+    With ``launch == "graph"``, ``segments`` says where each graph segment started and
+    ended on ``timeline`` (``graph_segments``); with pooled outputs, device outputs lie in
+    the session's output pool instead (``output_pool`` rule 1 says for how long).
     """
 
     outputs: Any
@@ -119,6 +123,8 @@ class RunResult:
     slot_writes: SlotWrites = SlotWrites(0, 0, 0)  # how computed values reached their slots
     routed: tuple[RoutedStat, ...] = ()  # one per routed copy of the call, in issue order
     row_masks: tuple[RowMaskStat, ...] = ()  # one per row mask of the call, in issue order
+    launch: str = "eager"  # the session's launch mode ("eager" or "graph")
+    segments: tuple[SegmentSpan, ...] = ()  # graph launch: where each graph segment ran
 
     @property
     def prefetch_hit_rate(self) -> Optional[float]:

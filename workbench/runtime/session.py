@@ -28,10 +28,30 @@ Rules:
 7. A user ``run_node`` must return what the node's target returns (a tensor of the
    traced dtype and shape, a tuple of them, a number); anything else is an
    ``ExecutorError`` naming the node.
+8. Launch modes (``launch``): ``"eager"`` launches every device operation on its own;
+   ``"graph"`` splits the call into graph segments (``graph_segments``) and launches each
+   segment as one captured graph per device, the steps between segments on their own.
+   Both run the same operations on the same memory, so their outputs are the same
+   bits on ``sim``; there the clock charges one graph launch per segment and device
+   (``sim_timing`` rule 6). On ``cuda`` the segments are captured as CUDA graphs on the
+   first calls and replayed after (``graph_replay``). ``RunResult.segments`` says where
+   each segment ran. Graph launch implies pooled outputs (rule 9): a captured graph
+   writes the same addresses every call.
+9. Outputs (``outputs``): ``"fresh"`` (the default in eager mode) gives every caller-owned
+   device output a buffer of its own; ``"pooled"`` takes them from the session's
+   ``OutputPool``, so that after the first two calls a call allocates nothing; its
+   ownership rule is ``output_pool`` rule 1 (valid until the next call has returned).
+10. Weights made in place (``weights``, a ``materialise.WeightSource``): instead of
+    copying each constant from the program (rule 3), the session allocates the same
+    resident regions and has ``weights.fill`` write each constant's values straight
+    into its resident memory on each device (a device constant never crosses the link;
+    a host-resident one is filled in host memory). A shape-only plan then runs; the
+    load timeline holds no event for a filled constant, since nothing is copied.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from typing import Any, Optional
@@ -52,7 +72,11 @@ from .backends import check_backend, shared_registry
 from .buffers import DeviceBuffer
 from .byte_views import typed_view
 from .call import Call, ExecutorError, NodeEntry, RunNode, node_entries
-from .cost_model import CostModel
+from .cost_model import CostModel, check_launch
+from .graph_replay import CudaGraphReplay
+from .graph_segments import GraphSegments, graph_segments, segment_spans
+from .materialise import WeightSource
+from .output_pool import OUTPUT_MODES, OutputPool
 from ..kernels.cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, device_count
 from .exec_backends import make_exec_backend
 from .inputs import check_inputs, flatten_inputs, input_specs
@@ -78,22 +102,27 @@ class ConstantNotResidentError(WorkbenchError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def check_plan(plan: Any) -> MemoryPlan:
-    """``plan`` if the executor can run it, else an error that says why."""
+def check_plan(plan: Any, weights: Optional[WeightSource] = None) -> MemoryPlan:
+    """``plan`` if the executor can run it, else an error that says why; with ``weights``
+    (rule 10) a shape-only plan runs too."""
     if not isinstance(plan, MemoryPlan):
         raise ArgumentTypeError(f"plan must be a MemoryPlan from workbench.plan, got {describe(plan)}")
+    if weights is not None:
+        return plan
     program = plan.device_graph.program
     if program.shape_only:
         raise ExecutorError(
             "this plan is of a shape-only program (captured with shape_only=True): it has no "
-            "weights to run; use workbench.runtime.estimate(plan) for its modeled timeline"
+            "weights to run; use workbench.runtime.estimate(plan) for its modeled timeline, or load "
+            "it with weights=SeededWeights(seed) (workbench.runtime.materialise) for seeded random weights"
         )
     meta = [program.constants[n] for n in program.constants if program.constant_tensor(n).is_meta]
     if meta:
         raise ExecutorError(
             f"the program's weights {', '.join(map(repr, meta[:3]))} are meta tensors, so there is "
             "nothing to run: capture with shape_only=True and use workbench.runtime.estimate(plan), "
-            "or capture a model with real weights"
+            "or capture a model with real weights, or load it with weights=SeededWeights(seed) "
+            "(workbench.runtime.materialise) to make seeded random weights on the device"
         )
     return plan
 
@@ -132,6 +161,9 @@ def load(
     validate: bool = False,
     run_node: Optional[RunNode] = None,
     max_concurrent_calls: int = 1,
+    launch: Optional[str] = None,
+    outputs: Optional[str] = None,
+    weights: Optional[WeightSource] = None,
 ) -> "Session":
     """Allocate ``plan``'s arenas and place its constants on ``backend``; return a ``Session``.
 
@@ -148,8 +180,15 @@ def load(
             Only large, compute-bound graphs gain (``benchmarks/session_threads.py``:
             1.3x for a 1024-wide MLP with 2-4 threads on 2 cores, but 0.7x for small
             graphs, whose Python overhead contends for the GIL), so calls take turns by default.
+        launch: ``"eager"`` or ``"graph"`` (rule 8), and the cost model times that mode;
+            None: per-op launches, timed in the cost model's own ``launch_mode`` (a model of
+            another runtime, which may replay graphs of its own).
+        outputs: ``"fresh"`` or ``"pooled"`` (rule 9); None: pooled with graph launch, else fresh.
+        weights: make every constant in place instead of copying the program's (rule 10).
     """
-    check_plan(plan)
+    if weights is not None and not isinstance(weights, WeightSource):
+        raise ArgumentTypeError(f"weights must be a WeightSource (e.g. SeededWeights(seed=0)), got {describe(weights)}")
+    check_plan(plan, weights)
     name = resolve_backend(backend)
     model = cost_model if cost_model is not None else default_cost_model()
     if not isinstance(model, CostModel):
@@ -171,8 +210,31 @@ def load(
             "max_concurrent_calls must be 1 on backend 'cuda': a CUDA session's streams and "
             "clock serve one call at a time (load one session per thread instead)"
         )
+    mode = check_launch(launch) if launch is not None else "eager"
+    pooled = _check_outputs(outputs, mode)
+    if mode == "graph" and max_concurrent_calls > 1:
+        raise ArgumentValueError(
+            "max_concurrent_calls must be 1 with launch='graph': a session's graphs and output pool serve one call at a time"
+        )
     plan.device_graph.program.check_source()
-    return Session(plan, name, model, reg, validate, run_node, max_concurrent_calls)
+    timing = model.with_launch_mode(mode) if launch is not None else model
+    return Session(plan, name, timing, reg, validate, run_node, max_concurrent_calls, pooled, weights, mode)
+
+
+def _check_outputs(outputs: Any, launch: str) -> bool:
+    """Rule 9: whether outputs are pooled; an error naming the valid values."""
+    if outputs is None:
+        return launch == "graph"
+    if not isinstance(outputs, str) or outputs not in OUTPUT_MODES:
+        raise ArgumentValueError(
+            f"outputs must be one of {', '.join(map(repr, OUTPUT_MODES))} (a fresh buffer per output, or the "
+            f"session's output pool), got {outputs!r}"
+        )
+    if outputs == "fresh" and launch == "graph":
+        raise ArgumentValueError("outputs='fresh' cannot go with launch='graph': a captured graph writes the same "
+                                 "output addresses every call; use outputs='pooled' (or leave it unset)")
+    return outputs == "pooled"
+
 
 
 class _Arenas:
@@ -242,8 +304,12 @@ class Session:
         validate: bool,
         run_node: Optional[RunNode],
         max_concurrent_calls: int = 1,
+        pooled: bool = False,
+        weights: Optional[WeightSource] = None,
+        launch: str = "eager",
     ) -> None:
         self.plan = plan
+        self.weights = weights  # rule 10
         self.backend = backend
         self.cost_model = cost_model
         self.registry = registry
@@ -254,6 +320,10 @@ class Session:
         self.mutations: tuple[Mutation, ...] = mutations(plan.device_graph)
         self.state_writes: tuple[StateWrite, ...] = state_writes(plan, self.steps)
         self.max_concurrent_calls = 1 if self.mutations else max_concurrent_calls
+        self.launch = launch  # rule 8
+        self.segments: GraphSegments = graph_segments(plan, self.steps)
+        self.output_pool: Optional[OutputPool] = OutputPool(registry) if pooled else None  # rule 9
+        self._calls = 0  # calls run so far (the output pool's turn, the graphs' warm-up)
         self.constant_buffers: dict[Device, DeviceBuffer] = {}
         self.constant_layout: dict[Device, dict[str, int]] = {}  # device → constant → offset
         self._constants: dict[tuple[str, Device], torch.Tensor] = {}
@@ -270,7 +340,10 @@ class Session:
         self._running = threading.Semaphore(self.max_concurrent_calls)
         self._devices = _devices_of(plan)
         _check_devices(self._devices, backend)
-        self.exec_backend = make_exec_backend(backend, registry, cost_model, self._devices)
+        # rule 8: on cuda the segments are captured as CUDA graphs and replayed
+        self.graph_replay: Optional[CudaGraphReplay] = CudaGraphReplay(self) if backend == "cuda" and self.launch == "graph" else None
+        uncaptured = self.segments.uncaptured | {w.step.name for w in self.state_writes} if launch == "graph" else frozenset()
+        self.exec_backend = make_exec_backend(backend, registry, cost_model, self._devices, uncaptured)
         self.router = CopyRouter(registry, self.exec_backend)
         try:
             self._primary = self._new_arenas()
@@ -320,7 +393,8 @@ class Session:
             layout, offset = {}, 0
             sources = {}
             for name in names:
-                src = program.constant_tensor(name).detach().cpu().contiguous()
+                src = program.constant_tensor(name).detach()
+                src = src.contiguous() if self.weights is not None else src.cpu().contiguous()  # rule 10: only its shape
                 sources[name] = src
                 layout[name] = offset
                 offset += aligned_size(src.numel() * src.element_size(), align)
@@ -332,14 +406,19 @@ class Session:
             for name in names:
                 src = sources[name]
                 nbytes = src.numel() * src.element_size()
+                resident = typed_view(buffer.view(layout[name], nbytes), src.dtype, tuple(src.shape))
+                self._constants[(name, device)] = resident
+                if self.weights is not None:  # rule 10
+                    with self.exec_backend.copy_stream_context(device) if not device.is_host else contextlib.nullcontext():
+                        self.weights.fill(name, resident, device, self.backend)
+                    continue
                 step = resident_write_step(index, name, device)
                 index += 1
                 clock.before(step)
                 buffer.copy_from_host(src, layout[name], stream=stream)
                 clock.after(step, _load_cost(self.cost_model, step, nbytes), nbytes)
-                self._constants[(name, device)] = typed_view(
-                    buffer.view(layout[name], nbytes), src.dtype, tuple(src.shape)
-                )
+        if self.weights is not None:
+            self.exec_backend.synchronize()  # rule 10: every constant made before the first call
         return clock.finish()
 
     @property
@@ -358,6 +437,11 @@ class Session:
                 f"{', '.join(resident) or 'no device'}"
             )
         return found
+
+    def resident_constants(self) -> dict[tuple[str, Device], torch.Tensor]:
+        """Every resident copy: (constant, device) → its tensor in the session's memory."""
+        self._check_open()
+        return dict(self._constants)
 
     def resident(self, name: str, device: Device) -> Optional[torch.Tensor]:
         """The resident copy of constant ``name`` on ``device``, or None."""
@@ -395,13 +479,15 @@ class Session:
                 return self._new_arenas()
 
     def _call(self, arenas: _Arenas, flat: list) -> RunResult:
-        call = Call(_OnArenas(self, arenas) if arenas is not self._primary else self)
+        call = Call(_OnArenas(self, arenas) if arenas is not self._primary else self, self._calls)
         try:
             with torch.no_grad():
                 outputs, timeline = call.execute(flat)
         except BaseException:
             call.abandon()
             raise
+        finally:
+            self._calls += 1
         if self.mutations and self._source is not None:
             self._versions = self._source.versions()  # rule 6: the call's own writes are no edit
         return RunResult(
@@ -414,6 +500,8 @@ class Session:
             routed=call.routed_stats(),
             slot_writes=call.slot_writes(),
             row_masks=call.row_mask_stats(),
+            launch=self.launch,
+            segments=segment_spans(self.segments, timeline) if self.launch == "graph" else (),
         )
 
     def _check_model(self) -> None:
@@ -474,6 +562,9 @@ class Session:
             for buffer in self.constant_buffers.values():
                 if not buffer.freed:
                     buffer.free()
+            pool = getattr(self, "output_pool", None)
+            if pool is not None:
+                pool.free()
             for release in held:
                 release()
 

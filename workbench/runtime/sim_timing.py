@@ -38,7 +38,10 @@ Rules:
    kernel) and its deps have ended; a released copy once its stream is free and its deps
    have ended. In eager mode the host also spends ``executor_overhead`` on every step
    before it issues (or runs) it: the executor's own work per step; a step's slot copy
-   is part of its step and pays none.
+   is part of its step and pays none. A device operation the clock is told cannot be
+   captured (``uncaptured``: ``graph_segments`` rule 2) is, in graph mode, issued on its
+   own like an eager launch (``executor_overhead`` included), and ends the open graphs as a host step does: the device
+   operations after it form new graphs (one graph launch per segment and device).
 7. A step whose result is copied into its planned slot (``Step.slot_write == "copy"``)
    has a second event right after its op, on the same lane, with activity
    ``slot_copy``: a memory copy kernel (or, on the host, a memcpy) that reads and writes
@@ -65,7 +68,8 @@ from ..devices import Device
 from ..errors import ArgumentTypeError
 from ..graph_values import node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
-from .cost_model import CostModel, CountedCost, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
+from .cost_model import CostModel, CountedCost, check_launch, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
+from .graph_segments import graph_segments
 from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
@@ -234,8 +238,9 @@ def op_step_cost(
 class SimClock:
     """Modeled time for one call: events placed by a ``StreamScheduler`` (rules 5-7)."""
 
-    def __init__(self, model: CostModel) -> None:
+    def __init__(self, model: CostModel, uncaptured: frozenset[str] = frozenset()) -> None:
         self.model = model
+        self._uncaptured = uncaptured  # device operations issued on their own in graph mode (rule 6)
         self._scheduler = StreamScheduler()
         self._events: dict[str, Event] = {}
         self._flow_kind: dict[str, str] = {}  # copy step → the kind of flow from it
@@ -248,15 +253,20 @@ class SimClock:
         """Where the host thread stands: the end of its last launch or host step (rule 6)."""
         return self._host_us
 
-    def _release_us(self, kind: str, lane: Lane, new_step: bool = True) -> float:
+    def _release_us(self, kind: str, lane: Lane, new_step: bool = True, alone: bool = False) -> float:
         """When an operation of ``kind`` on ``lane`` may start as far as the host is
-        concerned; charges its launch and, for a new step, the executor's work (rule 6)."""
-        if new_step and self.model.launch_mode == "eager":
+        concerned; charges its launch and, for a new step, the executor's work (rule 6);
+        ``alone``: an operation graph replay cannot capture."""
+        if new_step and (self.model.launch_mode == "eager" or alone):
             self._host_us += self.model.executor_overhead * 1e6
         if kind == "host":
             return self._host_us
         device = lane[0]
-        if self.model.launch_mode == "graph":
+        if self.model.launch_mode == "graph" and alone:
+            self._graphs.clear()  # the graphs before it are closed; those after it are new
+            self._host_us += self.model.launch_overhead * 1e6
+            released = self._host_us
+        elif self.model.launch_mode == "graph":
             if device not in self._graphs:
                 self._host_us += self.model.graph_launch_overhead * 1e6
                 self._graphs[device] = self._host_us
@@ -284,7 +294,7 @@ class SimClock:
             nbytes=nbytes,
             flops=flops,
             activity=activity,
-            not_before_us=self._release_us(kind, lane, new_step=activity != "slot_copy"),
+            not_before_us=self._release_us(kind, lane, new_step=activity != "slot_copy", alone=step.name in self._uncaptured),
             flows_from=flows_from,
         )
         if step.copy is not None:  # what a flow from it is (timeline rule 4)
@@ -315,7 +325,9 @@ class SimClock:
 # -- estimate: the same schedule from shapes alone ---------------------------------------------
 
 
-def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_place_writes: bool = False) -> Timeline:
+def estimate(
+    plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_place_writes: bool = False, launch: Optional[str] = None
+) -> Timeline:
     """The modeled timeline of one call of ``plan``, from shapes alone.
 
     Runs no op and allocates no memory: FLOPs and bytes come from ``op_cost`` on meta
@@ -333,14 +345,25 @@ def estimate(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_pla
     memory directly — a compiled program, such as ExecuTorch's — instead of this
     executor, which copies the results of ops without an ``out=`` variant into their
     slots (rule 7): no ``slot_copy`` events.
+
+    ``launch`` (``"eager"`` or ``"graph"``, default the model's ``launch_mode``) models a
+    session loaded with that launch mode: ``"graph"`` launches each graph segment once
+    and the steps between segments one by one (``graph_segments``, rule 6), as
+    ``load(plan, "sim", launch="graph")`` does.
     """
     if not isinstance(plan, MemoryPlan):
         raise ArgumentTypeError(f"estimate expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
     model = cost_model if cost_model is not None else default_cost_model()
     if not isinstance(model, CostModel):
         raise ArgumentTypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
-    clock = SimClock(model)
     steps = steps_of(plan)
+    uncaptured: frozenset[str] = frozenset()
+    if launch is not None:
+        mode = check_launch(launch)
+        model = model.with_launch_mode(mode)
+        if mode == "graph":
+            uncaptured = graph_segments(plan, steps).uncaptured | {w.step.name for w in state_writes(plan, steps)}
+    clock = SimClock(model, uncaptured)
     nodes = {node.name: node for node in plan.device_graph.graph.nodes}
     uncounted = UncountedOps()
     for step in steps.steps:  # one step per node, in order

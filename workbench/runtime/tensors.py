@@ -18,7 +18,7 @@ memory but is no longer counted as live nor recognised as device memory.
 
 from __future__ import annotations
 
-from typing import Any, Sequence, overload
+from typing import Any, Optional, Sequence, overload
 
 import torch
 import torch.utils._pytree as pytree
@@ -80,10 +80,11 @@ def _registry(backend: str | None, registry: AllocatorRegistry | None) -> Alloca
     return registry if registry is not None else shared_registry(backend)
 
 
-def owned_tensor(buffer: DeviceBuffer, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
+def owned_tensor(buffer: DeviceBuffer, dtype: torch.dtype, shape: Sequence[int], flat: Optional[torch.Tensor] = None) -> torch.Tensor:
     """A tensor of ``dtype``/``shape`` over ``buffer`` that owns it: ``buffer_of`` finds the
-    buffer again, and the tensor keeps it alive."""
-    out = typed_view(buffer.view(), dtype, shape)
+    buffer again, and the tensor keeps it alive. ``flat``: a flat uint8 view of the whole
+    buffer made before (making one is a runtime call that a graph capture must not see)."""
+    out = typed_view(buffer.view() if flat is None else flat, dtype, shape)
     setattr(out, _OWNER_ATTR, buffer)
     return out
 
