@@ -57,13 +57,13 @@ from ..copy_variants import copy_variant
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord, CopyRole
 from .allocators import AllocatorRegistry
-from .buffers import DeviceBuffer
+from .device_buffers import DeviceBuffer
 from .cost_model import CostModel, UncountedOps
 from .out_variants import out_variant
-from .routing import CopyRouter
+from .copy_router import CopyRouter
 from .run_result import PrefetchStat, RoutedStat, RowMaskStat, SlotWrites
 from .sim_timing import bind_cost, copy_cost, memory_copy_cost, scaled
-from ..mutations import Mutation
+from ..device_graph import Mutation
 from .state import StateError, StateWrite
 from .steps import Step, Steps
 from .tensors import buffer_of, clone_to, owned_tensor
