@@ -363,10 +363,6 @@ class _PropagatedModule(torch.nn.Module):
         ep = dg.program.exported
         self._program = dg.program
         self._out_spec = ep.call_spec.out_spec
-        self._slots = [
-            (spec.kind.name, dg.program.constants.get(spec.arg.name))
-            for spec in ep.graph_signature.input_specs
-        ]
         self._constants = {
             name: dg.program.constant_tensor(name) for name in dg.program.constants
         }

@@ -466,10 +466,6 @@ class CostModel:
             return (self.host_op_overhead + roofline) * 1e6
         return max(self.min_kernel_time, roofline) * 1e6
 
-    def ridge_flops_per_byte(self, dtype: torch.dtype = torch.bfloat16) -> float:
-        """Device FLOPs per byte of memory traffic where compute and memory time are equal."""
-        return self.peak_flops("cuda", dtype) / self.device_memory_bandwidth
-
     def link_breakeven_flops_per_byte(self, dtype: torch.dtype = torch.bfloat16) -> float:
         """FLOPs per byte streamed over h2d needed to hide the copy behind compute."""
         return self.peak_flops("cuda", dtype) / self.h2d_bandwidth

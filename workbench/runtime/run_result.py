@@ -77,10 +77,6 @@ class RowMaskStat:
     rows: int  # entries of the mask
     true_rows: int  # entries that were True
 
-    @property
-    def true_share(self) -> float:
-        return self.true_rows / self.rows if self.rows else 0.0
-
 
 @dataclass(frozen=True)
 class SlotWrites:
