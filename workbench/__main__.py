@@ -1,4 +1,4 @@
-"""``python -m workbench``: see workbench.cli."""
+"""``python -m workbench``: see workbench.app.cli."""
 
 import sys
 

@@ -57,7 +57,8 @@ class CopyRole(str, Enum):
     GATHER = "gather"
     PREFETCH = "prefetch"
     REUSE = "reuse"
-    ROUTED = "routed"
+    COUNTED = "routed"  # the name plan files store
+    ROUTED = "routed"  # COUNTED under its earlier name (the same member)
 
     def __str__(self) -> str:
         return self.value
@@ -99,7 +100,7 @@ class CopyRecord:
         """Bytes a counted copy is expected to move per call when its index is drawn
         uniformly (the expected distinct rows of its ``routing``, at most ``slots``, times
         one row's bytes); ``nbytes`` for every other copy, and for one whose draws are unknown."""
-        if self.role != CopyRole.ROUTED or self.routing is None or not self.slots:
+        if self.role != CopyRole.COUNTED or self.routing is None or not self.slots:
             return float(self.nbytes)
         return min(float(self.slots), self.routing.expected_distinct()) * (self.nbytes / self.slots)
 

@@ -41,7 +41,7 @@ from .cupy_allocator import CupyDeviceAllocator
 from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to_host
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
 from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Session, estimate, load, run, steps_of
-from .run_result import RoutedStat, RowMaskStat, SlotWrites
+from .run_result import CountedGatherStat, RoutedStat, RowMaskStat, SlotWrites
 from ..node_facts import CopyStreamOp, NodeFactError, RowShare, mark_copy_stream, mark_row_share
 from .calibrate import Calibration, CalibrationError, CalibrationPlan, calibrate
 
@@ -55,6 +55,7 @@ __all__ = [
     "ExecutorError",
     "InputError",
     "PrefetchStat",
+    "CountedGatherStat",
     "RoutedStat",
     "RunResult",
     "RowMaskStat",

@@ -13,7 +13,7 @@ Rules:
    session's backend (``copy_variants``): the call reads the source (and, for a copy of
    rows, the index) and finds the destination; the handler moves the bytes and times the
    event. A handler may keep figures in ``stats(role)`` (``prefetch_stats`` and
-   ``routed_stats`` read those of the reuse and counted variants).
+   ``counted_gather_stats`` read those of the reuse and counted variants).
 3. Caller-owned memory: inputs are used as supplied; a caller-owned device output is
    written into a fresh ``DeviceBuffer`` that the returned tensor owns.
 4. Outputs never alias the session's memory: host outputs are copied out of the arena,
@@ -61,7 +61,7 @@ from .device_buffers import DeviceBuffer
 from .cost_model import CostModel, UncountedOps
 from .out_variants import out_variant
 from .copy_router import CopyRouter
-from .run_result import PrefetchStat, RoutedStat, RowMaskStat, SlotWrites
+from .run_result import CountedGatherStat, PrefetchStat, RowMaskStat, SlotWrites
 from .sim_timing import bind_cost, copy_cost, memory_copy_cost, scaled
 from ..device_graph import Mutation
 from .state import StateError, StateWrite
@@ -204,9 +204,11 @@ class Call:
         """What each reuse copy of the finished call did (hits are read only now)."""
         return tuple(PrefetchStat(name, rows, hits(), row_bytes) for name, rows, row_bytes, hits in self.stats(CopyRole.REUSE))
 
-    def routed_stats(self) -> tuple[RoutedStat, ...]:
+    def counted_gather_stats(self) -> tuple[CountedGatherStat, ...]:
         """What each counted copy of the finished call moved (counts are read only now)."""
-        return tuple(RoutedStat(name, slots, moved(), row_bytes) for name, slots, row_bytes, moved in self.stats(CopyRole.ROUTED))
+        return tuple(
+            CountedGatherStat(name, slots, moved(), row_bytes) for name, slots, row_bytes, moved in self.stats(CopyRole.COUNTED)
+        )
 
     # -- what a copy variant's handler uses (rule 2) -----------------------------------------
     def stats(self, role: str) -> list[Any]:

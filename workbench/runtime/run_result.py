@@ -8,7 +8,7 @@ from typing import Any, Optional
 from .cost_model import CostModel
 from .timeline import Timeline
 
-__all__ = ["PrefetchStat", "RoutedStat", "RowMaskStat", "RunResult", "SlotWrites"]
+__all__ = ["CountedGatherStat", "PrefetchStat", "RoutedStat", "RowMaskStat", "RunResult", "SlotWrites"]
 
 
 @dataclass(frozen=True)
@@ -44,18 +44,19 @@ class PrefetchStat:
 
 
 @dataclass(frozen=True)
-class RoutedStat:
-    """What one routed copy (``gather_h2d_routed_copy``) of a call did.
+class CountedGatherStat:
+    """What one counted copy (a gather of the rows its index lists, of which its ``count``
+    says how many are real) of a call did.
 
     Rules: ``0 <= rows <= slots``; the copy's timeline event carries ``link_bytes`` (the
-    bytes that crossed the link): the ``rows`` distinct experts the router chose, never the
+    bytes that crossed the link): the ``rows`` real rows the index listed, never the
     padding ``slots - rows``.
     """
 
-    node: str  # the routed copy's node name
+    node: str  # the counted copy's node name
     slots: int  # rows its result holds (U: the static bound, real rows then padding)
-    rows: int  # distinct rows the router chose: the ones that crossed
-    row_bytes: int  # bytes of one row (one expert's slab of this weight)
+    rows: int  # distinct real rows the index listed: the ones that crossed
+    row_bytes: int  # bytes of one row (one slab of this weight)
 
     @property
     def link_bytes(self) -> int:
@@ -66,6 +67,10 @@ class RoutedStat:
     def bound_bytes(self) -> int:
         """Bytes the copy's record promises at most (every slot real)."""
         return self.slots * self.row_bytes
+
+
+#: ``CountedGatherStat`` under its earlier name.
+RoutedStat = CountedGatherStat
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ class RunResult:
     ``sim``, measured with CUDA events on ``cuda``); ``load_timeline`` the placement of
     the constants when the session was loaded (once per session, shared by its calls).
     ``prefetch`` says, per reuse copy, how many selected rows the prefetch already held;
-    ``routed``, per routed copy, how many distinct experts' rows crossed;
+    ``counted_gathers``, per counted copy, how many real rows crossed;
     ``row_masks``, per row mask (``workbench.node_facts``), how many rows it selected.
     """
 
@@ -113,8 +118,13 @@ class RunResult:
     cost_model: Optional[CostModel] = None  # the model that timed a sim run (None on cuda)
     prefetch: tuple[PrefetchStat, ...] = ()  # one per reuse copy of the call, in issue order
     slot_writes: SlotWrites = SlotWrites(0, 0, 0)  # how computed values reached their slots
-    routed: tuple[RoutedStat, ...] = ()  # one per routed copy of the call, in issue order
+    counted_gathers: tuple[CountedGatherStat, ...] = ()  # one per counted copy of the call, in issue order
     row_masks: tuple[RowMaskStat, ...] = ()  # one per row mask of the call, in issue order
+
+    @property
+    def routed(self) -> tuple[CountedGatherStat, ...]:
+        """``counted_gathers`` under its earlier name."""
+        return self.counted_gathers
 
     @property
     def prefetch_hit_rate(self) -> Optional[float]:

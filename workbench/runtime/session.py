@@ -411,7 +411,7 @@ class Session:
             load_timeline=self.load_timeline,
             cost_model=self.cost_model if self.backend == "sim" else None,
             prefetch=call.prefetch_stats(),
-            routed=call.routed_stats(),
+            counted_gathers=call.counted_gather_stats(),
             slot_writes=call.slot_writes(),
             row_masks=call.row_mask_stats(),
         )
