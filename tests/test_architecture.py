@@ -273,12 +273,9 @@ ABOVE_CORE = (
     "workbench.hf",
     "workbench.models",
     "workbench.views",
-    "workbench.walkthrough",
-    "workbench.anchors",
-    "workbench.examples",
+    "workbench.app",
     "workbench.sweeps",
     "workbench.compare",
-    "workbench.cli",
     "workbench.strategies",
     "workbench.builtin_copies",
 )
@@ -308,6 +305,17 @@ def test_the_arrow_finder_finds_a_planted_arrow():
     """The two checks above can fail: a planted core → moe import is reported."""
     edges = {"workbench.propagate": {"workbench.moe.streaming"}, "workbench.moe.streaming": {"workbench.propagate"}}
     assert _arrows(edges, CORE, ABOVE_CORE) == ["workbench.propagate -> workbench.moe.streaming"]
+
+
+#: The application (command line, walkthrough, anchors) and the entry point that runs it.
+APPLICATION = ("workbench.app", "workbench.__main__")
+
+
+def test_the_library_never_imports_the_application():
+    """Only the application's own modules and ``python -m workbench`` import the
+    application layer: the library is whole without it."""
+    edges = {m: outs for m, outs in _edges().items() if not _under(m, APPLICATION)}
+    assert _arrows(edges, ("workbench",), APPLICATION) == []
 
 
 def test_no_module_imports_the_package_itself():

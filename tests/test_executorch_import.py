@@ -415,7 +415,7 @@ def test_estimate_models_executorch_copies_and_delegates():
 @pytest.mark.slow
 def test_imported_calls_do_not_run():
     """An imported delegate cannot run in the workbench: running the graph says why."""
-    from workbench.executorch.ops import ImportedCallNotRunnable
+    from workbench.executorch.opaque_calls import ImportedCallNotRunnable
 
     dg = from_executorch(lowered("two_devices")).device_graph
     node = next(n for n in dg.graph.nodes if n.name == "delegate_0")

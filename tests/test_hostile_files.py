@@ -257,7 +257,7 @@ def test_an_arena_no_machine_holds_is_a_clear_error():
 
 def test_ctrl_c_in_the_cli_is_one_line(monkeypatch, capsys):
     """Ctrl-C during a command prints one line and exits 130, with no traceback."""
-    from workbench import cli
+    from workbench.app import cli
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -288,7 +288,7 @@ def test_deeply_nested_or_binary_json_is_the_readers_error(kind, tmp_path):
 
 def test_cli_config_nested_too_deeply_is_a_usage_error(tmp_path, capsys):
     """``--config`` of deeply nested JSON is the one-line usage error, exit status 2."""
-    from workbench import cli
+    from workbench.app import cli
 
     deep = tmp_path / "deep.json"
     deep.write_text(DEEP)

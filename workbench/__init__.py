@@ -16,6 +16,7 @@ only plans or runs never imports the widget and plotting libraries.
 from importlib import import_module
 from typing import Any
 
+from . import moved_modules
 from . import copy_ops  # registers the workbench:: copy ops with torch.library
 from . import builtin_copies  # registers the copy variants the workbench ships
 from .moe import streaming  # registers the copy of only the rows an index lists as real
@@ -29,6 +30,8 @@ from .planning.plan_file import load_plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
 from .runtime.calibrate import calibrate
 from .runtime.executor import RunResult, Session, estimate, load, run
+
+moved_modules.install()  # workbench.anchors, .walkthrough and .examples: their old paths
 
 #: Names served by other modules, imported when first asked for: the views (widgets and
 #: plotting), the ExecuTorch entry points (``executorch`` is optional), and the MoE

@@ -1,8 +1,8 @@
-"""``python -m workbench``: see workbench.cli."""
+"""``python -m workbench``: see workbench.app.cli."""
 
 import sys
 
-from .cli import main
+from .app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,7 +4,12 @@
 one ``CopyRecord`` per copy node (what it moves, from where to where, which copy variant
 it is and why it exists); ``to_json`` / ``from_json`` write and read it as plan files
 keep it, ``module()`` and ``exported_program()`` run and export its graph as plain
-PyTorch, and the data frames show it as tables.
+PyTorch, and the data frames show it as tables. ``mutations`` lists what the program
+writes besides its outputs: its buffers (state) and, rarely, its inputs. ``capture``
+functionalizes such writes (``capture`` rule 2), so they are in the signature: each
+``BUFFER_MUTATION`` output is the new value of a buffer, each ``USER_INPUT_MUTATION``
+output the new value of a user input; every stage that runs a program applies them after
+the call, as eager PyTorch would have written them in place.
 """
 
 from __future__ import annotations
@@ -26,13 +31,14 @@ from torch.export.graph_signature import ExportGraphSignature, OutputKind, Outpu
 from .capture import Program
 from .copy_variants import CopyVariantError, copy_variant
 from .devices import CopyKind, Device, DeviceError, host_first
+from .errors import WorkbenchError
 from .expert_ops import Routing
 from .graph_values import node_nbytes, op_name, value_of
 from .json_fields import JsonFieldError, JsonObject
 from .node_facts import facts_to_json, restore_facts
 from .place import Placement
 
-__all__ = ["CopyRecord", "CopyRole", "DeviceGraph", "node_role"]
+__all__ = ["CopyRecord", "CopyRole", "DeviceGraph", "Mutation", "MutationError", "mutations", "node_role"]
 
 
 class CopyRole(str, Enum):
@@ -51,7 +57,8 @@ class CopyRole(str, Enum):
     GATHER = "gather"
     PREFETCH = "prefetch"
     REUSE = "reuse"
-    ROUTED = "routed"
+    COUNTED = "routed"  # the name plan files store
+    ROUTED = "routed"  # COUNTED under its earlier name (the same member)
 
     def __str__(self) -> str:
         return self.value
@@ -93,7 +100,7 @@ class CopyRecord:
         """Bytes a counted copy is expected to move per call when its index is drawn
         uniformly (the expected distinct rows of its ``routing``, at most ``slots``, times
         one row's bytes); ``nbytes`` for every other copy, and for one whose draws are unknown."""
-        if self.role != CopyRole.ROUTED or self.routing is None or not self.slots:
+        if self.role != CopyRole.COUNTED or self.routing is None or not self.slots:
             return float(self.nbytes)
         return min(float(self.slots), self.routing.expected_distinct()) * (self.nbytes / self.slots)
 
@@ -357,10 +364,6 @@ class _PropagatedModule(torch.nn.Module):
         ep = dg.program.exported
         self._program = dg.program
         self._out_spec = ep.call_spec.out_spec
-        self._slots = [
-            (spec.kind.name, dg.program.constants.get(spec.arg.name))
-            for spec in ep.graph_signature.input_specs
-        ]
         self._constants = {
             name: dg.program.constant_tensor(name) for name in dg.program.constants
         }
@@ -391,3 +394,34 @@ def node_role(dg: DeviceGraph, node: torch.fx.Node) -> str:
     if node.name in dg.user_outputs:
         return "output"
     return "op"
+
+
+class MutationError(WorkbenchError, ValueError):
+    """A mutation output that names no buffer or input of its program."""
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One write the program makes to its state or its caller's input."""
+
+    target: str  # the buffer's placeholder (kind "buffer") or the user input's (kind "input")
+    value: str  # the node of the device graph holding the new value at the end of a call
+    kind: str  # "buffer" | "input"
+
+
+def mutations(dg: DeviceGraph) -> tuple[Mutation, ...]:
+    """Every buffer and user-input mutation of ``dg``'s signature, in output order."""
+    program = dg.program
+    placeholder_of: Mapping[str, str] = {fqn: name for name, fqn in program.constants.items()}
+    found = []
+    for spec in dg.output_specs:
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            buffer = placeholder_of.get(spec.target or "")
+            if buffer is None:
+                raise MutationError(f"the program mutates {spec.target!r}, which is not one of its buffers")
+            found.append(Mutation(buffer, spec.arg.name, "buffer"))
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            if spec.target not in program.user_inputs:
+                raise MutationError(f"the program mutates input {spec.target!r}, which is not one of its inputs")
+            found.append(Mutation(spec.target, spec.arg.name, "input"))
+    return tuple(found)

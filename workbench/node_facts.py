@@ -1,7 +1,7 @@
 """Facts a graph rewrite records on a node for the runtime: one typed record per node, under one key.
 
 Propagation records copies in the ``DeviceGraph``'s copy table. A rewrite that adds ops
-of its own (``workbench.moe``'s expert caches) records the two facts the runtime needs
+of its own (the caches of ``workbench.moe``) records the two facts the runtime needs
 about them in ``node.meta`` — where ``torch.fx`` keeps what a pass knows of a node
 (``val``, ``nn_module_stack``), which ``node_copy`` carries through propagation and
 scheduling — as one ``NodeFacts`` record under one key, through the functions here;

@@ -87,7 +87,7 @@ def propagate(
             device that consumes them (no h2d copy; the caller owns that memory).
         skip_d2h_for_method_outputs: device outputs are returned on their device (no d2h
             copy; the caller owns that memory).
-        stream_constants: globs over parameter/buffer names (``"layers.*.mlp.experts.*"``)
+        stream_constants: globs over parameter/buffer names (``"embed.*"``)
             of constants that stay on the host and are streamed to devices per call instead
             of being resident there: a device ``index_select(constant, 0, index)`` becomes
             one ``gather_h2d_copy`` of just the selected rows; any other device use copies
@@ -511,14 +511,14 @@ def _streamed_constants(program: Program, patterns: Sequence[str]) -> set[str]:
         patterns = [patterns]
     if not isinstance(patterns, (list, tuple, set, frozenset)):
         raise ArgumentTypeError(
-            f"stream_constants must be a list of parameter-name globs such as ['layers.*.mlp.experts.*'] "
+            f"stream_constants must be a list of parameter-name globs such as ['embed.*'] "
             f"(or () for none), got {describe(patterns)}"
         )
     patterns = list(patterns)
     for p in patterns:
         if not isinstance(p, str) or not p:
             raise PropagationError(
-                f"stream_constants holds {p!r}; give parameter-name globs such as 'layers.*.mlp.experts.*'"
+                f"stream_constants holds {p!r}; give parameter-name globs such as 'embed.*'"
             )
     chosen = {
         name for name, fqn in program.constants.items() if any(fnmatch.fnmatchcase(fqn, p) for p in patterns)

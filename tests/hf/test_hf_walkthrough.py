@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from workbench.cli import main  # noqa: E402
+from workbench.app.cli import main  # noqa: E402
 
 
 def test_walkthrough_runs_a_transformers_family(tmp_path, capsys):

@@ -34,8 +34,8 @@ def test_grouped_mm_without_real_offsets_reads_the_expected_or_the_possible_grou
     """Meta offsets: the expected groups the caller gives (at most G), else min(G, S)."""
     x, w, offs = _grouped_args("meta")
     slab, base = 32 * 16 * 2, 6 * 32 * 2 + 8 * 4 + 6 * 16 * 2
-    assert grouped_mm_cost(x, w, offs, 6 * 16 * 2, routed_groups=2.5).bytes_touched == round(base + 2.5 * slab)
-    assert grouped_mm_cost(x, w, offs, 6 * 16 * 2, routed_groups=99).bytes_touched == base + 8 * slab
+    assert grouped_mm_cost(x, w, offs, 6 * 16 * 2, expected_groups=2.5).bytes_touched == round(base + 2.5 * slab)
+    assert grouped_mm_cost(x, w, offs, 6 * 16 * 2, expected_groups=99).bytes_touched == base + 8 * slab
     assert grouped_mm_cost(x, w, offs, 6 * 16 * 2).bytes_touched == base + 6 * slab
 
 
@@ -45,7 +45,7 @@ def test_op_cost_counts_grouped_mm_without_a_warning():
     x, w, offs = _grouped_args("meta")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        cost = op_cost(aten._grouped_mm.default, (x, w.transpose(-2, -1).transpose(-2, -1), offs), routed_groups=3)
+        cost = op_cost(aten._grouped_mm.default, (x, w.transpose(-2, -1).transpose(-2, -1), offs), expected_groups=3)
     assert cost.flops == 2 * 6 * 32 * 16
     assert not cost_depends_on_data(aten._grouped_mm.default, (x, w, offs), {})
     assert cost_depends_on_data(aten._grouped_mm.default, _grouped_args(), {})

@@ -5,7 +5,7 @@
 - ``settings``: flag settings, placement rules and inputs as the cross-checks take them;
 - ``lowering``: ExecuTorch's device pipeline under workbench placement rules;
 - ``copies``: the copies each system inserts; ``arenas``: the memory each plans;
-- ``side_by_side``: ``compare_with_executorch``, one model in both systems, every
+- ``with_executorch``: ``compare_with_executorch``, one model in both systems, every
   difference with its reason; ``two_columns``: its view.
 
 The ``executorch`` package is optional: this package imports without it, and its
@@ -56,7 +56,7 @@ from .settings import (
     CrossCheckInputError,
     CrossCheckTypeError,
 )
-from .side_by_side import SideBySide, compare_with_executorch
+from .with_executorch import SideBySide, compare_with_executorch
 from .two_columns import side_by_side_view
 
 __all__ = [

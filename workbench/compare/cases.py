@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from ..errors import WorkbenchError
-from ..examples import example
+from ..models.examples import example
 from .models import (
     ParamOnDevice,
     ResidualStack,

@@ -20,7 +20,7 @@ import ipywidgets as widgets
 from ..planning.memory_plan import MemoryPlan
 from ..views import GraphView, TimelineView
 from .settings import CrossCheckTypeError
-from .side_by_side import SideBySide
+from .with_executorch import SideBySide
 
 __all__ = ["side_by_side_view"]
 

@@ -50,7 +50,7 @@ from ..place import Delegate, Placement
 from ..propagate import CopyRecord, DeviceGraph
 from .errors import UnsupportedProgram
 from .operators import argument_count, functional_overload, torch_overload
-from .ops import DTYPES, EXECUTORCH_CALL, EXECUTORCH_CALL_ONE, output_spec
+from .opaque_calls import DTYPES, EXECUTORCH_CALL, EXECUTORCH_CALL_ONE, output_spec
 from .program import ExecuTorchProgram, ProgramCall, ProgramTensor, TensorList
 
 __all__ = ["to_device_graph"]

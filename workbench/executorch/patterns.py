@@ -2,7 +2,7 @@
 
 ``find_patterns(program)`` lists every occurrence, each with the calls and tensors it
 concerns, its device, the copies it adds per call and its bytes, and one sentence in
-plain words. ``workbench.compare.side_by_side`` puts them next to the workbench's plan.
+plain words. ``workbench.compare.with_executorch`` puts them next to the workbench's plan.
 
 Rules (each ``et_copy`` call falls under at most one copy pattern, tried in this order):
 1. ``through_host`` — an h2d copy that reads a d2h copy's result coming from another

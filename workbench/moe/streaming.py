@@ -24,7 +24,7 @@ Rules:
 4. The routed copy's record holds ``count``, ``slots`` (U) and the ``routing`` (T tokens, k
    of E experts each, read from the router's ``topk``), from which ``estimate`` charges
    the expected distinct experts. A run moves ``count`` rows (its event's bytes) and
-   zeroes the padding on the device; ``routed_stats`` says how many. On ``cuda`` one
+   zeroes the padding on the device; ``counted_gather_stats`` says how many. On ``cuda`` one
    kernel reads ``count`` on the device, so the host never waits for it; a pageable
    source falls back to torch (the host reads ``count``).
 5. ``estimate`` charges a grouped expert matmul the slabs of the expected distinct experts
@@ -59,7 +59,7 @@ __all__ = ["GATHER_ROUTED", "ROUTED", "expected_routed_groups"]
 #: The op of a routed copy: the counted gather of the experts a router chose.
 GATHER_ROUTED = GATHER_COUNTED
 
-_ROLE = str(CopyRole.ROUTED)
+_ROLE = str(CopyRole.COUNTED)
 
 
 @dataclass(frozen=True)
@@ -242,7 +242,7 @@ def _routed_copy(context: Any, use: _StreamedUse, ids: torch.fx.Node, count: tor
     found = memo.get(key)
     if found is None:
         facts = CopyFacts(
-            CopyKind.H2D, CPU, target, source, CopyRole.ROUTED,
+            CopyKind.H2D, CPU, target, source, CopyRole.COUNTED,
             index=ids, count=count, routing=use.routing, slots=int(value_of(ids).shape[0]),
         )  # fmt: skip
         found = context.emit_copy(GATHER_ROUTED, (source, ids, count, str(CPU), str(target)), context.fresh_name(f"{old.name}_gather"), facts)

@@ -27,7 +27,7 @@ import torch.utils._pytree as pytree
 from ..devices import Device
 from ..errors import WorkbenchError
 from ..graph_values import output_values
-from ..mutations import mutations
+from ..device_graph import mutations
 from .memory_plan import MemoryPlan
 
 __all__ = ["ArenaError", "Slots", "host_arenas", "run_in_arenas"]

@@ -1,7 +1,8 @@
 """The runtime: device memory, copies, the cost model and timelines.
 
-- ``allocators``: ``DeviceAllocator`` (host, simulated cuda, CuPy cuda) and the registry.
-- ``buffers``: ``DeviceBuffer``, one allocation freed exactly once; live-byte counters.
+- ``allocators``: ``DeviceAllocator`` (host, simulated cuda, CuPy cuda) and the registry;
+  ``backend_registry``: the backend names and the allocator registry of each.
+- ``device_buffers``: ``DeviceBuffer``, one allocation freed exactly once; live-byte counters.
 - ``tensors``: which device a tensor is on; ``to_device``/``clone_to``/``to_host``.
 - ``cost_model``: link, device, launch and host figures; copy and roofline times; ``op_cost``.
 - ``calibrate`` (with ``probes``): measure a machine and fit a ``CostModel`` to it.
@@ -11,8 +12,8 @@
 - ``cuda``: whether CUDA can run here, and the CuPy allocator.
 - ``executor``: ``run`` a plan, ``load`` it into a ``Session`` for many calls, ``estimate``
   its modeled timeline from shapes alone; ``RunResult``. Built from ``steps`` (what each
-  node does, where, waiting for what), ``session``, ``exec_backends``, ``sim_timing``
-  and ``cuda_timing``.
+  node does, where, waiting for what), ``session``, ``call``, ``copy_router``
+  (which path a copy's bytes take), ``exec_backends``, ``sim_timing`` and ``cuda_timing``.
 """
 
 from .allocators import (
@@ -31,8 +32,8 @@ from .allocators import (
     live_bytes,
     live_bytes_by_device,
 )
-from .backends import BACKENDS, UnknownBackendError, check_backend, registry_for_backend, shared_registry
-from .buffers import DeviceBuffer
+from .backend_registry import BACKENDS, UnknownBackendError, check_backend, registry_for_backend, shared_registry
+from .device_buffers import DeviceBuffer
 from .byte_views import typed_view
 from .cost_model import CostModel, CostModelWarning, OpCost, dtype_class, op_cost
 from ..kernels.cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, default_backend
@@ -40,7 +41,7 @@ from .cupy_allocator import CupyDeviceAllocator
 from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to_host
 from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
 from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Session, estimate, load, run, steps_of
-from .run_result import RoutedStat, RowMaskStat, SlotWrites
+from .run_result import CountedGatherStat, RoutedStat, RowMaskStat, SlotWrites
 from ..node_facts import CopyStreamOp, NodeFactError, RowShare, mark_copy_stream, mark_row_share
 from .calibrate import Calibration, CalibrationError, CalibrationPlan, calibrate
 
@@ -54,6 +55,7 @@ __all__ = [
     "ExecutorError",
     "InputError",
     "PrefetchStat",
+    "CountedGatherStat",
     "RoutedStat",
     "RunResult",
     "RowMaskStat",

@@ -60,7 +60,6 @@ kernels, FLOPs —, ``seconds`` one time per repeat).
 from __future__ import annotations
 
 import json
-import math
 import re
 import statistics
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -486,13 +485,3 @@ def copy_table(calibration: Calibration) -> pd.DataFrame:
         if s.probe in COPY_PATHS:
             rows.setdefault(s.size, {"size": format_bytes(s.size, digits=0)})[s.probe] = round(s.size / s.median / 1e9, 2)
     return pd.DataFrame([rows[n] for n in sorted(rows)], columns=["size", *COPY_PATHS])
-
-
-def relative_error(fitted: CostModel, truth: CostModel) -> dict[str, float]:
-    """|fitted - truth| / truth per numeric figure (0 where both are 0)."""
-    out = {}
-    for f in fields(CostModel):
-        a, b = getattr(fitted, f.name), getattr(truth, f.name)
-        if isinstance(b, (int, float)) and not isinstance(b, bool):
-            out[f.name] = 0.0 if a == b else abs(a - b) / abs(b) if b else math.inf
-    return out

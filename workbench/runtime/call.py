@@ -13,7 +13,7 @@ Rules:
    session's backend (``copy_variants``): the call reads the source (and, for a copy of
    rows, the index) and finds the destination; the handler moves the bytes and times the
    event. A handler may keep figures in ``stats(role)`` (``prefetch_stats`` and
-   ``routed_stats`` read those of the reuse and counted variants).
+   ``counted_gather_stats`` read those of the reuse and counted variants).
 3. Caller-owned memory: inputs are used as supplied; a caller-owned device output is
    written into a fresh ``DeviceBuffer`` that the returned tensor owns — or, in a session
    with pooled outputs, into a buffer of its ``OutputPool`` (``output_pool`` rules say
@@ -64,14 +64,14 @@ from ..copy_variants import copy_variant
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord, CopyRole
 from .allocators import AllocatorRegistry
-from .buffers import DeviceBuffer
+from .device_buffers import DeviceBuffer
 from .cost_model import CostModel, UncountedOps
 from .out_variants import out_variant
 from .output_pool import OutputPool
-from .routing import CopyRouter
-from .run_result import PrefetchStat, RoutedStat, RowMaskStat, SlotWrites
+from .copy_router import CopyRouter
+from .run_result import CountedGatherStat, PrefetchStat, RowMaskStat, SlotWrites
 from .sim_timing import bind_cost, copy_cost, memory_copy_cost, scaled
-from ..mutations import Mutation
+from ..device_graph import Mutation
 from .state import StateError, StateWrite
 from .steps import Step, Steps
 from .tensors import buffer_of, clone_to, owned_tensor
@@ -251,9 +251,11 @@ class Call:
         """What each reuse copy of the finished call did (hits are read only now)."""
         return tuple(PrefetchStat(name, rows, hits(), row_bytes) for name, rows, row_bytes, hits in self.stats(CopyRole.REUSE))
 
-    def routed_stats(self) -> tuple[RoutedStat, ...]:
+    def counted_gather_stats(self) -> tuple[CountedGatherStat, ...]:
         """What each counted copy of the finished call moved (counts are read only now)."""
-        return tuple(RoutedStat(name, slots, moved(), row_bytes) for name, slots, row_bytes, moved in self.stats(CopyRole.ROUTED))
+        return tuple(
+            CountedGatherStat(name, slots, moved(), row_bytes) for name, slots, row_bytes, moved in self.stats(CopyRole.COUNTED)
+        )
 
     # -- what a copy variant's handler uses (rule 2) -----------------------------------------
     def stats(self, role: str) -> list[Any]:

@@ -10,12 +10,12 @@ Rules:
    the host thread runs it itself, so its overhead adds.
 3. FLOPs are counted by ``torch.utils.flop_counter.FlopCounterMode``, never by hand;
    bytes touched are the bytes of the tensors an op reads plus those it writes. Except:
-   a. Grouped expert matmuls (``aten._grouped_mm``, ``transformers::grouped_mm_fallback``),
+   a. Grouped matmuls (``aten._grouped_mm``, ``transformers::grouped_mm_fallback``),
       which FlopCounterMode does not know: x (S, in) against one (in, out) slab per group
-      is 2·S·in·out FLOPs (every routed row meets one slab); bytes are x, the offsets, the
+      is 2·S·in·out FLOPs (every row meets its group's slab); bytes are x, the offsets, the
       output, and the slabs of the groups that have rows — counted from the offsets
-      when they are real, else the expected count the caller gives (``routed_groups``:
-      estimates pass the router's expected distinct experts, ``workbench.expert_ops``),
+      when they are real, else the expected count the caller gives (``expected_groups``:
+      estimates pass the groups an index is expected to pick, ``register_group_estimate``),
       else every group that could have rows (min(G, S)).
    b. Row pickers (``index_select``, ``embedding``, ``index``…) read only the rows they
       pick, not their whole source.
@@ -282,7 +282,7 @@ class CostModel:
     host_flops: float = 3e12  # FLOP/s, any dtype
     host_memory_bandwidth: float = 300e9  # bytes/s
     host_op_overhead: float = 2e-6  # s per host op
-    # Expert prefetch: the share of a reuse copy's rows a prefetch is expected to hold, for
+    # Prefetch: the share of a reuse copy's rows a prefetch is expected to hold, for
     # shape-only estimates (a run counts the real hits). 0.0 = every row crosses (rule 5).
     prefetch_hit_rate: float = 0.0
     name: str = "h200+pcie_gen5+x86_server"
@@ -481,10 +481,6 @@ class CostModel:
         if dev.is_host:
             return (self.host_op_overhead + roofline) * 1e6
         return max(self.min_kernel_time, roofline) * 1e6
-
-    def ridge_flops_per_byte(self, dtype: torch.dtype = torch.bfloat16) -> float:
-        """Device FLOPs per byte of memory traffic where compute and memory time are equal."""
-        return self.peak_flops("cuda", dtype) / self.device_memory_bandwidth
 
     def link_breakeven_flops_per_byte(self, dtype: torch.dtype = torch.bfloat16) -> float:
         """FLOPs per byte streamed over h2d needed to hide the copy behind compute."""

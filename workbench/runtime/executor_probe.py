@@ -54,13 +54,13 @@ class ExecutorProbeError(WorkbenchError, RuntimeError):
 class DecoderOpMix(torch.nn.Module):
     """``n`` small decoder blocks (rule 1): RMS norm, router softmax + top-k, gated MLP."""
 
-    def __init__(self, n: int, width: int = 64, experts: int = 8, top_k: int = 2) -> None:
+    def __init__(self, n: int, width: int = 64, choices: int = 8, top_k: int = 2) -> None:
         super().__init__()
         generator = torch.Generator().manual_seed(0)
         weight = lambda *shape: torch.nn.Parameter(torch.randn(*shape, generator=generator) * 0.05)  # noqa: E731
         self.n, self.top_k = n, top_k
         self.norm = torch.nn.ParameterList([weight(width) for _ in range(n)])
-        self.router = torch.nn.ParameterList([weight(experts, width) for _ in range(n)])
+        self.router = torch.nn.ParameterList([weight(choices, width) for _ in range(n)])
         self.gate = torch.nn.ParameterList([weight(2 * width, width) for _ in range(n)])
         self.up = torch.nn.ParameterList([weight(2 * width, width) for _ in range(n)])
         self.down = torch.nn.ParameterList([weight(width, 2 * width) for _ in range(n)])

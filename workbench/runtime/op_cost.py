@@ -146,22 +146,22 @@ def op_cost(
     kwargs: dict | None = None,
     *,
     outputs: Any = None,
-    routed_groups: Optional[float] = None,
+    expected_groups: Optional[float] = None,
 ) -> OpCost:
     """FLOPs and bytes touched by ``fn(*args, **kwargs)`` (an aten op or any torch callable).
 
     Inputs may be real, meta or fake tensors; the op runs on meta copies of them under
     ``FlopCounterMode``, so no real data is read and no memory is allocated. Bytes touched
     = bytes of every input tensor argument (one passed twice counts twice) + bytes of
-    every output tensor; view ops touch none; row pickers and grouped expert matmuls as
-    rule 3 says (``routed_groups``: the groups a grouped matmul is expected to read, when
+    every output tensor; view ops touch none; row pickers and grouped matmuls as
+    rule 3 says (``expected_groups``: the groups a grouped matmul is expected to read, when
     its offsets are not real).
     If the op has no meta kernel (data-dependent output shapes), it runs on the real
     inputs when they are real, else FLOPs come from FlopCounterMode's formula applied to
     ``outputs`` (e.g. ``node.meta["val"]``), or 0. An op whose FLOPs are not counted
     warns (``CostModelWarning``, rule 3c).
     """
-    counted = count_op_cost(fn, args, kwargs, outputs=outputs, routed_groups=routed_groups)
+    counted = count_op_cost(fn, args, kwargs, outputs=outputs, expected_groups=expected_groups)
     if counted.uncounted:
         warnings.warn(f"op_cost({op_label(fn)}): {counted.uncounted}", CostModelWarning, stacklevel=2)
     return counted.cost
@@ -173,7 +173,7 @@ def count_op_cost(
     kwargs: dict | None = None,
     *,
     outputs: Any = None,
-    routed_groups: Optional[float] = None,
+    expected_groups: Optional[float] = None,
 ) -> CountedCost:
     """``op_cost`` without the warning: the cost and why its FLOPs were not counted ("" if they were)."""
     kwargs = dict(kwargs or {})
@@ -186,18 +186,18 @@ def count_op_cost(
         flops, out = _counted(fn, meta_args, meta_kwargs)
         written = sum(_nbytes(t) for t in _tensors(out))
         if grouped:
-            return _grouped_or_uncounted(fn, args, kwargs, written, routed_groups)
+            return _grouped_or_uncounted(fn, args, kwargs, written, expected_groups)
         return CountedCost(OpCost(flops, _row_gather_read(fn, args, read, written) + written), _unknown_flops(fn, flops))
     except Exception as meta_error:  # no meta kernel, data-dependent shape, unbacked size
         reason = f"{type(meta_error).__name__}: {' '.join(str(meta_error).split())[:160]}"
     inputs = _tensors((args, kwargs))
     if grouped and outputs is not None:
-        return _grouped_or_uncounted(fn, args, kwargs, sum(_nbytes(t) for t in _tensors(outputs)), routed_groups)
+        return _grouped_or_uncounted(fn, args, kwargs, sum(_nbytes(t) for t in _tensors(outputs)), expected_groups)
     if inputs and all(t.device.type not in ("meta",) and not _is_fake(t) for t in inputs):
         flops, out = _counted(fn, tuple(args), kwargs)
         cost = OpCost(flops, read + sum(_nbytes(t) for t in _tensors(out)))
         if grouped:
-            return _grouped_or_uncounted(fn, args, kwargs, cost.bytes_touched - read, routed_groups)
+            return _grouped_or_uncounted(fn, args, kwargs, cost.bytes_touched - read, expected_groups)
         return CountedCost(cost, _unknown_flops(fn, flops))
     written = sum(_nbytes(t) for t in _tensors(outputs)) if outputs is not None else 0
     try:
@@ -261,17 +261,17 @@ def present_groups_count(offs: torch.Tensor) -> int:
     return int((ends > starts).sum())
 
 
-def grouped_mm_cost(x: torch.Tensor, weight: torch.Tensor, offs: Optional[torch.Tensor], written: int, routed_groups: Optional[float] = None) -> OpCost:
+def grouped_mm_cost(x: torch.Tensor, weight: torch.Tensor, offs: Optional[torch.Tensor], written: int, expected_groups: Optional[float] = None) -> OpCost:
     """Rule 3a: FLOPs and bytes of a grouped matmul of ``x`` (S, in) by ``weight`` (G, in,
     out) grouped by ``offs`` (G,) whose output has ``written`` bytes. Slabs read: the
-    groups with rows in real ``offs``, else ``routed_groups`` (at most G), else min(G, S)."""
+    groups with rows in real ``offs``, else ``expected_groups`` (at most G), else min(G, S)."""
     rows, inner = (concrete_size(d) for d in x.shape)
     groups, _, width = (concrete_size(d) for d in weight.shape)
     flops = 2 * rows * inner * width
     if offs is not None and offs.device.type != "meta" and not _is_fake(offs):
         read_groups: float = present_groups_count(offs)
-    elif routed_groups is not None:
-        read_groups = min(float(groups), float(routed_groups))
+    elif expected_groups is not None:
+        read_groups = min(float(groups), float(expected_groups))
     else:
         read_groups = float(min(groups, rows))
     slab = _nbytes(weight) / groups if groups else 0.0
@@ -279,12 +279,12 @@ def grouped_mm_cost(x: torch.Tensor, weight: torch.Tensor, offs: Optional[torch.
     return OpCost(flops, int(round(_nbytes(x) + offs_bytes + written + read_groups * slab)))
 
 
-def _grouped_or_uncounted(fn: Any, args: tuple, kwargs: dict, written: int, routed_groups: Optional[float]) -> CountedCost:
+def _grouped_or_uncounted(fn: Any, args: tuple, kwargs: dict, written: int, expected_groups: Optional[float]) -> CountedCost:
     """Rule 3a for the form transformers uses (x 2-D, one 3-D slab stack, offsets); any
     other grouped form is costed by its bytes and named (rule 3c)."""
     x, w, offs = _grouped_args(tuple(args), kwargs)
     if isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and x.dim() == 2 and w.dim() == 3 and isinstance(offs, torch.Tensor):
-        return CountedCost(grouped_mm_cost(x, w, offs, written, routed_groups), "")
+        return CountedCost(grouped_mm_cost(x, w, offs, written, expected_groups), "")
     read = sum(_nbytes(t) for t in _tensors((args, kwargs)))
     return CountedCost(OpCost(0, read + written), "a grouped matmul of a form other than 2-D rows by 3-D slabs with offsets; FLOPs counted as 0")
 
@@ -304,7 +304,7 @@ def _row_gather_ops() -> frozenset:
 
 def _row_gather_read(fn: Any, args: tuple, read: int, written: int) -> int:
     """Ops that pick rows out of a big source read only the rows they pick: counting the
-    whole source (an embedding table, a stack of 256 experts) as read would charge a
+    whole source (an embedding table, a stack of 256 weight slabs) as read would charge a
     decode step gigabytes it never touches."""
     if fn not in _row_gather_ops() or not args or not isinstance(args[0], torch.Tensor):
         return read

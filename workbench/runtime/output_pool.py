@@ -31,7 +31,7 @@ import torch
 
 from ..devices import Device
 from .allocators import AllocatorRegistry
-from .buffers import DeviceBuffer
+from .device_buffers import DeviceBuffer
 from .tensors import owned_tensor
 
 __all__ = ["OUTPUT_MODES", "OutputPool"]

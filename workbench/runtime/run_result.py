@@ -9,7 +9,7 @@ from .cost_model import CostModel
 from .graph_segments import SegmentSpan
 from .timeline import Timeline
 
-__all__ = ["PrefetchStat", "RoutedStat", "RowMaskStat", "RunResult", "SlotWrites"]
+__all__ = ["CountedGatherStat", "PrefetchStat", "RoutedStat", "RowMaskStat", "RunResult", "SlotWrites"]
 
 
 @dataclass(frozen=True)
@@ -45,18 +45,19 @@ class PrefetchStat:
 
 
 @dataclass(frozen=True)
-class RoutedStat:
-    """What one routed copy (``gather_h2d_routed_copy``) of a call did.
+class CountedGatherStat:
+    """What one counted copy (a gather of the rows its index lists, of which its ``count``
+    says how many are real) of a call did.
 
     Rules: ``0 <= rows <= slots``; the copy's timeline event carries ``link_bytes`` (the
-    bytes that crossed the link): the ``rows`` distinct experts the router chose, never the
+    bytes that crossed the link): the ``rows`` real rows the index listed, never the
     padding ``slots - rows``.
     """
 
-    node: str  # the routed copy's node name
+    node: str  # the counted copy's node name
     slots: int  # rows its result holds (U: the static bound, real rows then padding)
-    rows: int  # distinct rows the router chose: the ones that crossed
-    row_bytes: int  # bytes of one row (one expert's slab of this weight)
+    rows: int  # distinct real rows the index listed: the ones that crossed
+    row_bytes: int  # bytes of one row (one slab of this weight)
 
     @property
     def link_bytes(self) -> int:
@@ -69,6 +70,10 @@ class RoutedStat:
         return self.slots * self.row_bytes
 
 
+#: ``CountedGatherStat`` under its earlier name.
+RoutedStat = CountedGatherStat
+
+
 @dataclass(frozen=True)
 class RowMaskStat:
     """What one row mask of a call held (``node_facts.RowShare``: the steps charged by it
@@ -77,10 +82,6 @@ class RowMaskStat:
     node: str  # the mask's node name
     rows: int  # entries of the mask
     true_rows: int  # entries that were True
-
-    @property
-    def true_share(self) -> float:
-        return self.true_rows / self.rows if self.rows else 0.0
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class RunResult:
     ``sim``, measured with CUDA events on ``cuda``); ``load_timeline`` the placement of
     the constants when the session was loaded (once per session, shared by its calls).
     ``prefetch`` says, per reuse copy, how many selected rows the prefetch already held;
-    ``routed``, per routed copy, how many distinct experts' rows crossed;
+    ``counted_gathers``, per counted copy, how many real rows crossed;
     ``row_masks``, per row mask (``workbench.node_facts``), how many rows it selected.
     With ``launch == "graph"``, ``segments`` says where each graph segment started and
     ended on ``timeline`` (``graph_segments``); with pooled outputs, device outputs lie in
@@ -121,10 +122,15 @@ class RunResult:
     cost_model: Optional[CostModel] = None  # the model that timed a sim run (None on cuda)
     prefetch: tuple[PrefetchStat, ...] = ()  # one per reuse copy of the call, in issue order
     slot_writes: SlotWrites = SlotWrites(0, 0, 0)  # how computed values reached their slots
-    routed: tuple[RoutedStat, ...] = ()  # one per routed copy of the call, in issue order
+    counted_gathers: tuple[CountedGatherStat, ...] = ()  # one per counted copy of the call, in issue order
     row_masks: tuple[RowMaskStat, ...] = ()  # one per row mask of the call, in issue order
     launch: str = "eager"  # the session's launch mode ("eager" or "graph")
     segments: tuple[SegmentSpan, ...] = ()  # graph launch: where each graph segment ran
+
+    @property
+    def routed(self) -> tuple[CountedGatherStat, ...]:
+        """``counted_gathers`` under its earlier name."""
+        return self.counted_gathers
 
     @property
     def prefetch_hit_rate(self) -> Optional[float]:

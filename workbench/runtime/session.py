@@ -68,8 +68,8 @@ from ..planning.arena_execution import Slots
 from ..planning.buffers import aligned_size
 from ..planning.memory_plan import MemoryPlan
 from .allocators import AllocatorRegistry, find_allocation
-from .backends import check_backend, shared_registry
-from .buffers import DeviceBuffer
+from .backend_registry import check_backend, shared_registry
+from .device_buffers import DeviceBuffer
 from .byte_views import typed_view
 from .call import Call, ExecutorError, NodeEntry, RunNode, node_entries
 from .cost_model import CostModel, check_launch
@@ -80,11 +80,11 @@ from .output_pool import OUTPUT_MODES, OutputPool
 from ..kernels.cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, device_count
 from .exec_backends import make_exec_backend
 from .inputs import check_inputs, flatten_inputs, input_specs
-from .routing import CopyRouter
+from .copy_router import CopyRouter
 from .run_result import RunResult
 from .cost_model import UncountedOps, cost_depends_on_data
 from .sim_timing import CostFn, bind_cost, copy_cost, default_cost_model, op_step_cost
-from ..mutations import Mutation, mutations
+from ..device_graph import Mutation, mutations
 from .state import StateWrite, state_writes
 from .steps import Step, Steps, resident_write_step, steps_of
 from .timeline import Timeline
@@ -497,7 +497,7 @@ class Session:
             load_timeline=self.load_timeline,
             cost_model=self.cost_model if self.backend == "sim" else None,
             prefetch=call.prefetch_stats(),
-            routed=call.routed_stats(),
+            counted_gathers=call.counted_gather_stats(),
             slot_writes=call.slot_writes(),
             row_masks=call.row_mask_stats(),
             launch=self.launch,

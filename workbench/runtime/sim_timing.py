@@ -145,18 +145,18 @@ def _meta_factory(kwargs: dict) -> dict:
     return kwargs
 
 
-def cached_op_cost(target: Any, args: tuple, kwargs: dict, routed_groups: Optional[float] = None) -> CountedCost:
+def cached_op_cost(target: Any, args: tuple, kwargs: dict, expected_groups: Optional[float] = None) -> CountedCost:
     """``count_op_cost`` of ``target(*args, **kwargs)``, cached per shapes unless it reads
     data (rules 3, 4)."""
     kwargs = _meta_factory(dict(kwargs))
     if cost_depends_on_data(target, tuple(args), kwargs):
-        return count_op_cost(target, tuple(args), kwargs, routed_groups=routed_groups)
-    key = (target, _spec(tuple(args)), _spec(kwargs), routed_groups)
+        return count_op_cost(target, tuple(args), kwargs, expected_groups=expected_groups)
+    key = (target, _spec(tuple(args)), _spec(kwargs), expected_groups)
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    cost = count_op_cost(target, tuple(args), kwargs, routed_groups=routed_groups)
+    cost = count_op_cost(target, tuple(args), kwargs, expected_groups=expected_groups)
     with _LOCK:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
@@ -221,12 +221,12 @@ def op_step_cost(
     kwargs: dict,
     out: Any,
     *,
-    routed_groups: Optional[float] = None,
+    expected_groups: Optional[float] = None,
     uncounted: Optional[UncountedOps] = None,
 ) -> tuple[float, int, int]:
     """(µs, bytes touched, flops) of a compute or host step (rule 2); an op whose FLOPs
     cannot be counted is added to ``uncounted`` (rule 3)."""
-    counted = cached_op_cost(target, args, kwargs, routed_groups)
+    counted = cached_op_cost(target, args, kwargs, expected_groups)
     if uncounted is not None:
         uncounted.add(target, counted.uncounted)
     cost = counted.cost
@@ -397,5 +397,5 @@ def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: U
     share = 1.0 if step.share is None else step.share.expected_share(model.prefetch_hit_rate)  # rule 9
     groups = expected_groups(node)
     return lambda: scaled(
-        op_step_cost(model, step, node.target, args, kwargs, value_of(node), routed_groups=groups, uncounted=uncounted), share
+        op_step_cost(model, step, node.target, args, kwargs, value_of(node), expected_groups=groups, uncounted=uncounted), share
     )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..devices import CPU, Device, host_first
 from ..errors import WorkbenchError
-from ..mutations import mutations
+from ..device_graph import mutations
 from ..planning.memory_plan import MemoryPlan
 from .steps import Lane, Step, Steps, event_of, resident_write_step
 

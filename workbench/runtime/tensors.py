@@ -27,8 +27,8 @@ from torch._subclasses.fake_tensor import is_fake
 from ..devices import CPU, Device, DeviceLike
 from ..errors import ArgumentTypeError, WorkbenchError
 from .allocators import AllocatorRegistry, find_allocation
-from .backends import check_backend, shared_registry
-from .buffers import DeviceBuffer
+from .backend_registry import check_backend, shared_registry
+from .device_buffers import DeviceBuffer
 from .byte_views import typed_view
 
 _OWNER_ATTR = "_workbench_buffer"

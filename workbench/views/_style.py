@@ -33,8 +33,6 @@ BUFFER_COLOURS: dict[str, str] = {
 #: timeline arrows: a copy to what reads it, a prefetch to the layer it serves
 FLOW_COLOURS: dict[str, str] = {"copy": "#555555", "prefetch": "#7B3FA0"}
 
-HIGHLIGHT = "#000000"
-EDGE_COLOUR = "#9A9A9A"
 CONSTANT_COLOUR = "#C9C9C9"
 
 

@@ -36,19 +36,19 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from tqdm import tqdm
 
-from . import hf
+from .. import hf
 from . import walkthrough as wt
-from .atomic_files import atomic_path
-from .capture import capture
-from .errors import WorkbenchError
-from .examples import EXAMPLES, example
-from .hf.side_by_side import side_by_side
-from .models import MoEConfig, param_count
-from .place import PlacementError, parse_rules, place
-from .propagate import propagate
-from .runtime import cuda_available, cuda_unavailable_reason
-from .sweeps import SIMPLICITY, TIE_RTOL
-from .views import BufferView, GraphView, TimelineView, to_chrome_trace
+from ..atomic_files import atomic_path
+from ..capture import capture
+from ..errors import WorkbenchError
+from ..models.examples import EXAMPLES, example
+from ..hf.side_by_side import side_by_side
+from ..models import MoEConfig, param_count
+from ..place import PlacementError, parse_rules, place
+from ..propagate import propagate
+from ..runtime import cuda_available, cuda_unavailable_reason
+from ..sweeps import SIMPLICITY, TIE_RTOL
+from ..views import BufferView, GraphView, TimelineView, to_chrome_trace
 
 __all__ = ["UsageError", "main"]
 

@@ -22,9 +22,9 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from .arguments import check_int, describe
-from .capture import Program
-from .errors import ArgumentTypeError, WorkbenchError
+from ..arguments import check_int, describe
+from ..capture import Program
+from ..errors import ArgumentTypeError, WorkbenchError
 
 __all__ = ["EXAMPLES", "UnknownExampleError", "example"]
 

@@ -44,13 +44,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .capture import capture
-from .errors import WorkbenchError
-from .models import MoEConfig, QwenMoEDecoder
-from .planning.memory_plan import MemoryPlan, plan
-from .runtime.cost_model import CostModel
-from .runtime.sim_timing import estimate
-from .strategies import all_on_device
+from ..capture import capture
+from ..errors import WorkbenchError
+from ..models import MoEConfig, QwenMoEDecoder
+from ..planning.memory_plan import MemoryPlan, plan
+from ..runtime.cost_model import CostModel
+from ..runtime.sim_timing import estimate
+from ..strategies import all_on_device
 
 __all__ = [
     "ANCHORS", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES", "UNMODELED_ANCHORS", "Anchor", "AnchorError",

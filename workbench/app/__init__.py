@@ -1,0 +1,10 @@
+"""The application built on the library: the command line and the MoE walkthrough.
+
+- ``cli``: ``python -m workbench`` (its commands, their checks and outputs).
+- ``walkthrough``: the MoE walkthrough's analyses (placement strategies compared on a
+  Qwen-3.5-MoE-shaped decoder, and the best one per memory budget and link).
+- ``anchors``: published decode times next to what the cost model says for the same runs.
+
+The library never imports this package; ``workbench.anchors`` and
+``workbench.walkthrough`` stay importable under those names (``moved_modules``).
+"""
