@@ -319,7 +319,7 @@ def node_devices(dg: DeviceGraph, node: torch.fx.Node, records: Optional[Mapping
 
 def metadata_check(node: torch.fx.Node) -> bool:
     """Rule 1: an op that reads only metadata and has no users (an assert)."""
-    return reads_metadata_only(node) and not node.users
+    return not node.users and reads_metadata_only(node)
 
 
 def _keep(dg: DeviceGraph, node: torch.fx.Node, wanted: Optional[set[str]], records: Mapping[str, CopyRecord]) -> bool:
