@@ -839,7 +839,7 @@ def _place_side(
     routes = dict(placed.routes)
     for a, b in edges:
         if a in side or b in side:
-            routes[(a, b)] = _route(drawn[a], centres[a], drawn[b], centres[b], order, side)
+            routes[(a, b)] = _route(drawn[a], centres[a], drawn[b], centres[b], order)
     extent = (round(right + 10.0, 1), placed.extent[1])
     return _Placed(centres, rank, routes, placed.clusters, extent, placed.engine, placed.note)
 
@@ -853,7 +853,7 @@ def _anchor_x(c: _Content, x: float, toward: float) -> float:
 
 
 def _route(
-    a: _Content, pa: tuple[float, float], b: _Content, pb: tuple[float, float], order: Mapping[str, int], side: Mapping[str, str]
+    a: _Content, pa: tuple[float, float], b: _Content, pb: tuple[float, float], order: Mapping[str, int]
 ) -> tuple[tuple[float, float], ...]:
     """A route in dot's form (one cubic Bézier segment, then the arrow tip at the head's
     border): straight between neighbours of one chain, an arc over the row from left to
