@@ -20,6 +20,7 @@ view.
     python benchmarks/views_render.py                 # 5 repeats
     python benchmarks/views_render.py --repeat 3 --screenshots /tmp/shots
     python benchmarks/views_render.py --no-browser
+    python benchmarks/views_render.py --graph-only    # the 35B GraphView build alone: first and median
 """
 
 from __future__ import annotations
@@ -224,12 +225,35 @@ def browser_figures(cases: list[tuple[str, dict, str, str]], repeat: int, shots:
             browser.close()
 
 
+def graph_only(repeat: int) -> None:
+    """The full-size GraphView collapsed by layers: its first build, then the median of
+    ``repeat`` more, and of its layout alone."""
+    from workbench.views import graph_layout
+
+    t0 = time.perf_counter()
+    plan, _timeline = full_size()
+    print(f"set-up {time.perf_counter() - t0:.1f} s: full size {len(plan.device_graph.graph.nodes)} graph nodes")
+    t0 = time.perf_counter()
+    view = GraphView(plan, collapse="layers")
+    first = time.perf_counter() - t0
+    build = median_s(lambda: GraphView(plan, collapse="layers"), repeat)
+    layout = median_s(lambda: graph_layout(plan.device_graph, collapse="layers"), repeat)
+    print(f"{'full 35B · GraphView collapse=layers, first':44s} {first:7.3f} s")
+    print(f"{'full 35B · GraphView collapse=layers, median':44s} {build:7.3f} s   "
+          f"{'ok' if build < BUILD_TARGET_S else 'SLOW'} (target < {BUILD_TARGET_S:.0f} s)")
+    print(f"{'  of which the layout (median)':44s} {layout:7.3f} s   ({len(view.layout.nodes)} drawn nodes)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--screenshots", type=Path, default=None)
+    parser.add_argument("--graph-only", action="store_true", help="time the full-size GraphView build alone")
     args = parser.parse_args()
+    if args.graph_only:
+        graph_only(args.repeat)
+        return
 
     t0 = time.perf_counter()
     full_plan, full_timeline = full_size()

@@ -314,11 +314,29 @@ _NODES_IN_STAGE = """
 """
 
 
+# every gather of the first graph view beside the layer its label names: its centre's y
+# and that layer box's top and bottom, in screen pixels
+_GATHER_ROWS = """
+() => {
+  const view = document.querySelector(".wbv-graph");
+  const out = [];
+  for (const el of view.querySelectorAll('.wbv-nodes .wbv-node[data-id$="_gather"]')) {
+    const layer = el.querySelector("text").textContent.split("→ ")[1];
+    const box = view.querySelector(`.wbv-nodes .wbv-node[data-id="${layer}"]`).getBoundingClientRect();
+    const r = el.getBoundingClientRect();
+    out.push({ id: el.dataset.id, layer, centre: (r.top + r.bottom) / 2, top: box.top, bottom: box.bottom });
+  }
+  return out;
+}
+"""
+
+
 @pytest.mark.slow
 def test_full_size_views_render_collapsed_in_jupyterlab(jupyter_lab, tmp_path):
     """The 35B config, shape-only: 40 collapsed layers with their expert gathers drawn
     outside. The graph opens on the first layer's copies (on screen at first paint, named
-    with the layer they serve), "fit" puts every node inside the stage, and the overview
+    with the layer they serve), "fit" puts every node inside the stage, each gather
+    level with the layer it names, and the overview
     outlines what is shown; a click on a gather highlights its 32 MiB buffer and its copy
     event, and the timeline draws the arrows from that copy to what reads it."""
     shot = _shot_paths(tmp_path, "full")
@@ -342,6 +360,9 @@ def test_full_size_views_render_collapsed_in_jupyterlab(jupyter_lab, tmp_path):
         page.locator(".wbv-graph .wbv-tools .wbv-button", has_text="fit").click()
         fitted = page.evaluate(_NODES_IN_STAGE)
         assert not fitted["outside"] and len(fitted["inside"]) > 200, fitted["outside"][:10]
+        # each layer's two gathers are drawn on that layer's row, level with its box
+        rows = page.evaluate(_GATHER_ROWS)
+        assert len(rows) == 80 and all(r["centre"] >= r["top"] and r["centre"] <= r["bottom"] for r in rows), rows
         page.locator(".wbv-graph").first.screenshot(path=str(shot.with_name(f"{shot.stem}-graph-fit.png")))
         # back on the copies through the overview: a click on its first layer
         box = page.locator(".wbv-graph .wbv-overview svg").bounding_box()

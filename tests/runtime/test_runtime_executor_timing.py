@@ -144,3 +144,27 @@ def test_run_result_summaries():
     assert res.cost_model is MODEL
     with pytest.raises(TypeError, match="CostModel"):
         run(plan, x, y, backend="sim", cost_model="h200")
+
+
+def test_a_plan_estimated_again_under_another_machine_gets_that_machines_timeline(monkeypatch):
+    """A plan keeps its ops' counted costs across estimates (rule 10) but not the machine:
+    estimated under a slow device, then a fast one, it gets the fast one's timeline event
+    for event, exactly as a plan never estimated before does, and the second estimate
+    counts no op again."""
+    from workbench.runtime import sim_timing
+
+    x, y = torch.randn(N), torch.randn(N)
+    dg = wb.propagate(wb.place(wb.capture(TwoInputs(), (x, y)), {"cuda:0": ["aten.mul", "aten.add"]}))
+    fast = CostModel.preset("h200", link="nvlink_c2c")
+    reused, fresh = wb.plan(dg), wb.plan(dg)
+    slow = estimate(reused, MODEL)
+    counted = []
+    real = sim_timing.cached_op_cost
+    monkeypatch.setattr(sim_timing, "cached_op_cost", lambda *a, **k: counted.append(a[0]) or real(*a, **k))
+    again = estimate(reused, fast)
+    assert not counted
+    first = estimate(fresh, fast)
+    assert counted  # a plan estimated for the first time counts its ops
+    assert again.span_us != slow.span_us
+    key = lambda tl: [(e.kind, e.node, e.device, e.stream, e.start_us, e.end_us, e.nbytes, e.flops) for e in tl]  # noqa: E731
+    assert key(again) == key(first)

@@ -349,6 +349,57 @@ def test_gather_copies_touch_host_and_device():
     assert gathers and all(node_devices(dg, n) == {"cpu", "cuda:0"} for n in gathers)
 
 
+def _served_group(layout, node):
+    """The drawn group of the first op reading ``node``, through copies reading it."""
+    for user in node.users:
+        drawn = layout.node(layout.node_of[user.name])
+        found = drawn.id if drawn.kind == "layer" else _served_group(layout, user) if drawn.kind == "copy" else None
+        if found is not None:
+            return found
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefetch", [False, True], ids=["streaming", "prefetch"])
+def test_collapsed_layers_draw_each_copy_on_the_row_of_the_layer_it_serves(prefetch):
+    """Collapsed by layers, every copy drawn on its own sits on the row of the layer whose
+    ops read it (through a reuse copy for a prefetch, which reads the layer above's
+    routing hint): its centre inside that layer box's height, the same rank, and its first
+    line names the layer; a host weight read only by one layer's copies sits on that row
+    too; no two drawn nodes overlap; every edge has a route."""
+    from workbench.models import MoEConfig, QwenMoEDecoder
+    from workbench.strategies import expert_streaming
+
+    model = QwenMoEDecoder(MoEConfig.tiny(), expert_prefetch=prefetch)
+    dg = expert_streaming(prefetch=prefetch).apply(wb.capture(model, model.example_inputs()))
+    layout = graph_layout(dg, collapse="layers")
+    graph = {n.name: n for n in dg.graph.nodes}
+    copies = [n for n in layout.nodes if n.kind == "copy"]
+    assert len(copies) == (14 if prefetch else 8)  # a plain gather and, after layer 0, a prefetch + a reuse copy per weight
+    row_of = {}
+    for c in copies:
+        served = _served_group(layout, graph[c.id])
+        assert served is not None and served.startswith("layers."), c.id
+        layer = layout.node(served)
+        assert abs(c.y - layer.y) <= (layer.h - c.h) / 2 and c.layer == layer.layer, (c.id, c.y, served, layer.y)
+        assert c.lines[0].endswith(f"→ {served}"), c.lines
+        row_of[c.id] = served
+    weights = [n for n in layout.nodes if n.kind == "constant" and graph[n.id].users
+               and all(u.name in row_of for u in graph[n.id].users)]
+    assert len(weights) == 8
+    for w in weights:
+        (served,) = {row_of[u.name] for u in graph[w.id].users}
+        assert w.y == layout.node(served).y, (w.id, served)
+    nodes = list(layout.nodes)
+    for i, a in enumerate(nodes):
+        for b in nodes[i + 1:]:
+            apart = abs(a.x - b.x) >= (a.w + b.w) / 2 or abs(a.y - b.y) >= (a.h + b.h) / 2
+            assert apart, (a.id, b.id)
+    assert all(len(e.points) >= 4 for e in layout.edges), [(e.src, e.dst) for e in layout.edges if len(e.points) < 4]
+    width, height = layout.extent
+    assert all(0 <= x <= width and 0 <= y <= height for n in nodes for x, y in ((n.x - n.w / 2, n.y), (n.x + n.w / 2, n.y)))
+
+
 @pytest.mark.slow
 def test_transformers_model_groups_its_top_level_modules_apart_and_hides_asserts():
     """Collapsed by layers, a transformers decoder's embedding, rotary tables, final norm

@@ -52,11 +52,15 @@ Rules:
    time, bytes and FLOPs: in a run the share its mask really selects (``scaled``), in
    ``estimate`` the expected share, the mask being True with probability
    ``CostModel.prefetch_hit_rate`` (the expected hit rate, as for reuse copies).
+10. ``estimate`` keeps, per plan object, what each op step's cost is made of apart from
+   the machine (``op_facts``: FLOPs, bytes, dtype — shapes alone decide them), so the
+   same plan estimated under another link, device or hit rate counts no op again.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -213,6 +217,15 @@ def scaled(cost: tuple[float, int, int], share: float) -> tuple[float, int, int]
     return duration * share, int(round(nbytes * share)), int(round(flops * share))
 
 
+#: What an op step costs on any machine: its counted FLOPs and bytes, and rule 2's dtype.
+OpFacts = tuple[CountedCost, torch.dtype]
+
+
+def op_facts(target: Any, args: tuple, kwargs: dict, out: Any, expected_groups: Optional[float] = None) -> OpFacts:
+    """The machine-independent part of an op step's cost (rules 2, 3)."""
+    return cached_op_cost(target, args, kwargs, expected_groups), step_dtype((args, kwargs), out)
+
+
 def op_step_cost(
     model: CostModel,
     step: Step,
@@ -223,14 +236,16 @@ def op_step_cost(
     *,
     expected_groups: Optional[float] = None,
     uncounted: Optional[UncountedOps] = None,
+    facts: Optional[OpFacts] = None,
 ) -> tuple[float, int, int]:
     """(µs, bytes touched, flops) of a compute or host step (rule 2); an op whose FLOPs
-    cannot be counted is added to ``uncounted`` (rule 3)."""
-    counted = cached_op_cost(target, args, kwargs, expected_groups)
+    cannot be counted is added to ``uncounted`` (rule 3). ``facts``: the step's
+    ``op_facts``, when they are known already (then ``args``, ``kwargs`` and ``out``
+    are not read)."""
+    counted, dtype = facts if facts is not None else op_facts(target, args, kwargs, out, expected_groups)
     if uncounted is not None:
         uncounted.add(target, counted.uncounted)
     cost = counted.cost
-    dtype = step_dtype((args, kwargs), out)
     device = event_of(step)[1][0] if step.device is None else step.device
     return model.compute_time_us(cost.flops, cost.bytes_touched, device, dtype), cost.bytes_touched, cost.flops
 
@@ -366,9 +381,10 @@ def estimate(
     clock = SimClock(model, uncaptured)
     nodes = {node.name: node for node in plan.device_graph.graph.nodes}
     uncounted = UncountedOps()
+    facts = _plan_facts(plan)
     for step in steps.steps:  # one step per node, in order
         if step.event is not None:
-            clock.add(step, _static_cost(model, step, nodes[step.name], uncounted))
+            clock.add(step, _static_cost(model, step, nodes[step.name], uncounted, facts))
             if step.slot_write == "copy" and not in_place_writes:
                 clock.add_slot_copy(step, step.slot_copy_bytes)
     for write in state_writes(plan, steps):  # a program's state, written back after the call
@@ -384,7 +400,17 @@ def _write_back_cost(model: CostModel, step: Step, device: Device, nbytes: int) 
     return lambda: copy_cost(model, step, nbytes)
 
 
-def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: UncountedOps) -> CostFn:
+# Rule 10: per plan, each op step's ``op_facts``, found by its first estimate: a plan
+# estimated under several links or hit rates counts its ops once.
+_FACTS: "weakref.WeakKeyDictionary[MemoryPlan, dict[str, OpFacts]]" = weakref.WeakKeyDictionary()
+
+
+def _plan_facts(plan: MemoryPlan) -> dict[str, OpFacts]:
+    with _LOCK:
+        return _FACTS.setdefault(plan, {})
+
+
+def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: UncountedOps, facts: dict[str, OpFacts]) -> CostFn:
     if node.op == "placeholder":
         return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
     if step.copy is not None:  # its copy variant says what it costs (rule 1)
@@ -392,10 +418,14 @@ def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: U
     if step.stream_bytes is not None:  # rule 8
         moved = step.stream_bytes
         return lambda: memory_copy_cost(model, step, moved)
-    args = torch.fx.node.map_arg(node.args, value_of)
-    kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
     share = 1.0 if step.share is None else step.share.expected_share(model.prefetch_hit_rate)  # rule 9
-    groups = expected_groups(node)
-    return lambda: scaled(
-        op_step_cost(model, step, node.target, args, kwargs, value_of(node), expected_groups=groups, uncounted=uncounted), share
-    )
+
+    def cost() -> tuple[float, int, int]:
+        found = facts.get(step.name)
+        if found is None:  # rule 10
+            args = torch.fx.node.map_arg(node.args, value_of)
+            kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
+            found = facts[step.name] = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node))
+        return scaled(op_step_cost(model, step, node.target, (), {}, None, uncounted=uncounted, facts=found), share)
+
+    return cost

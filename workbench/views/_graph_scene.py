@@ -106,9 +106,9 @@ def search_terms(dg: DeviceGraph, names: Any) -> dict[str, str]:
         elif (device := dg.node_device.get(node.name)) is not None:
             words.append(str(device))
         stack = node.meta.get("nn_module_stack") or {}
-        paths = [v[0] for v in stack.values() if isinstance(v, tuple) and v and v[0]]
-        if paths:
-            words.append(str(paths[-1]))
+        innermost = next((v[0] for v in reversed(stack.values()) if isinstance(v, tuple) and v and v[0]), None)
+        if innermost:
+            words.append(str(innermost))
         out[node.name] = " ".join(words).lower()
     return out
 

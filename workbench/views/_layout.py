@@ -38,6 +38,13 @@ Rules:
    installed, failed, or above ``DOT_MAX_NODES`` drawn nodes) the layout falls back to
    rows by longest path from the sources, ordered by the mean x of their predecessors,
    and says so (``engine == "rows"``, ``LayoutWarning`` when dot is missing or fails).
+   Collapsed by layers, two kinds of things are placed after dot, not by it: a copy
+   drawn on its own that serves a collapsed layer (and a weight only such copies of one
+   layer read) sits on that layer's row, at the layer's y, in a column right of the rest
+   of the drawing, each weight before the copies that read it; and the edges from the
+   layers into the output (each layer's cache updates, long edges that cost dot most of
+   its time) run along one bus line down the drawing's left side. A node's rank counts
+   the rows dot made; a side node has its layer's.
 6. Edges are deduplicated and never join a node to itself; each carries the graph nodes
    at its two ends whose graph edges it stands for, so a selection highlights only the
    drawn edges that carry the selected node's own inputs and users.
@@ -312,7 +319,7 @@ def node_devices(dg: DeviceGraph, node: torch.fx.Node, records: Optional[Mapping
 
 def metadata_check(node: torch.fx.Node) -> bool:
     """Rule 1: an op that reads only metadata and has no users (an assert)."""
-    return reads_metadata_only(node) and not node.users
+    return not node.users and reads_metadata_only(node)
 
 
 def _keep(dg: DeviceGraph, node: torch.fx.Node, wanted: Optional[set[str]], records: Mapping[str, CopyRecord]) -> bool:
@@ -522,16 +529,17 @@ class _Content:
     badges: tuple[CopyBadge, ...]
     w: float
     h: float
+    serves: Optional[str] = None  # a copy: the layer it serves (its row, rule 5)
 
 
 def _content(
     lid: str, label: str, kind: str, key: str, device: Optional[str], devices: tuple[str, ...], members: tuple[str, ...],
     nbytes: int, copy_kind: Optional[str] = None, copies: int = 0, counts: tuple[tuple[str, int], ...] = (),
-    lines: Sequence[str] = (), badges: tuple[CopyBadge, ...] = (),
+    lines: Sequence[str] = (), badges: tuple[CopyBadge, ...] = (), serves: Optional[str] = None,
 ) -> _Content:
     drawn = tuple(lines) or (label,)
     w, h = _size(drawn, badges, kind)
-    return _Content(lid, label, kind, key, device, devices, members, nbytes, copy_kind, copies, counts, drawn, badges, w, h)
+    return _Content(lid, label, kind, key, device, devices, members, nbytes, copy_kind, copies, counts, drawn, badges, w, h, serves)
 
 
 def _node_content(
@@ -572,6 +580,7 @@ def _node_content(
         return _content(
             lid, label, "copy", f"copy:{kind}", common, devices, names, record.nbytes, kind, 1,
             lines=(f"{label} → {layer}" if layer else label, node.name if role == "plain" else f"{role} · {node.name}"),
+            serves=layer,
         )
     if node.op == "output":
         return _content(lid, "output", "output", "constant", None, (), names, 0)
@@ -666,14 +675,22 @@ def _place(
     members: Mapping[str, list[torch.fx.Node]],
     constants: set[str],
 ) -> _Placed:
+    """Rule 5: the graph without its side nodes and bus edges by dot (or rows), then the
+    bus edges, then the side nodes on their layers' rows."""
+    side = side_rows(drawn, edges)
+    spine = {lid: c for lid, c in drawn.items() if lid not in side}
+    spine_edges = [(a, b) for a, b in edges if a in spine and b in spine]
+    bus = _bus_edges(spine, spine_edges)
+    spine_edges = [e for e in spine_edges if e not in bus]
+    placed: Optional[_Placed] = None
     note = ""
-    if len(drawn) <= DOT_MAX_NODES:
+    if len(spine) <= DOT_MAX_NODES:
         try:
             got = dot_positions(
-                {lid: (c.w, c.h) for lid, c in drawn.items()},
-                edges,
+                {lid: (c.w, c.h) for lid, c in spine.items()},
+                spine_edges,
                 {name: (label, ms) for name, (_kind, label, ms, _device) in clusters.items()},
-                _beside(drawn, edges, clusters),
+                _beside(spine, spine_edges, clusters),
             )
         except GraphvizUnavailable as exc:
             note = f"laid out in rows: {exc}"
@@ -681,11 +698,193 @@ def _place(
         else:
             ys = sorted({y for _x, y in got.centres.values()})
             rank_of_y = {y: i for i, y in enumerate(ys)}
-            rank = {lid: rank_of_y[got.centres[lid][1]] for lid in drawn}
-            return _Placed(got.centres, rank, got.edges, got.clusters, (got.width, got.height), "dot", "")
+            rank = {lid: rank_of_y[got.centres[lid][1]] for lid in spine}
+            placed = _Placed(got.centres, rank, got.edges, got.clusters, (got.width, got.height), "dot", "")
     else:
-        note = f"laid out in rows: {len(drawn)} drawn nodes is more than dot lays out quickly ({DOT_MAX_NODES}); collapse the graph"
-    return _rows_layout(drawn, edges, clusters, members, constants, note)
+        note = f"laid out in rows: {len(spine)} drawn nodes is more than dot lays out quickly ({DOT_MAX_NODES}); collapse the graph"
+    if placed is None:
+        placed = _rows_layout(spine, spine_edges, clusters, members, constants, note)
+    if bus:
+        placed = _route_bus(placed, drawn, bus)
+    return _place_side(placed, drawn, edges, side) if side else placed
+
+
+# --- the output bus: what the layers return (rule 5) ---------------------------------
+
+_BUS_PT = 24.0  # from the leftmost node to the bus line
+_CORNER_PT = 8.0  # radius of a bus route's corners
+
+
+def _bus_edges(drawn: Mapping[str, _Content], edges: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Edges from collapsed layers into the output (each layer's cache updates), but the
+    last layer's: they are routed along one line down the drawing's left side instead of
+    by dot, each past every rank below its layer."""
+    into = [(a, b) for a, b in edges if drawn[b].kind == "output" and drawn[a].kind == "layer"]
+    return set(into[:-1])
+
+
+def _shifted(placed: _Placed, dx: float) -> _Placed:
+    """``placed`` moved ``dx`` points to the right."""
+    return _Placed(
+        {k: (round(x + dx, 2), y) for k, (x, y) in placed.centres.items()},
+        placed.rank,
+        {k: tuple((round(x + dx, 2), y) for x, y in pts) for k, pts in placed.routes.items()},
+        {k: (x0 + dx, y0, x1 + dx, y1) for k, (x0, y0, x1, y1) in placed.clusters.items()},
+        (round(placed.extent[0] + dx, 1), placed.extent[1]),
+        placed.engine,
+        placed.note,
+    )
+
+
+def _route_bus(placed: _Placed, drawn: Mapping[str, _Content], bus: Iterable[tuple[str, str]]) -> _Placed:
+    """Each bus edge: from its layer's bottom left, along the gap below the layer's row to
+    the bus line left of every node, down it, and across to the output's left side."""
+    lefts = [x - drawn[k].w / 2 for k, (x, _y) in placed.centres.items()]
+    lefts += [x0 for x0, _y0, _x1, _y1 in placed.clusters.values()]
+    shift = max(0.0, _BUS_PT + _CORNER_PT + 4.0 - min(lefts, default=0.0))
+    if shift:
+        placed = _shifted(placed, shift)
+        lefts = [v + shift for v in lefts]
+    lane = min(lefts) - _BUS_PT
+    r = _CORNER_PT
+    routes = dict(placed.routes)
+    for a, b in bus:
+        (xa, ya), (xb, yb) = placed.centres[a], placed.centres[b]
+        ca, cb = drawn[a], drawn[b]
+        ax, top = xa - ca.w / 2 + 14.0, ya + ca.h / 2
+        gap = top + 10.0
+        tip = (xb - cb.w / 2, yb)
+        end = (tip[0] - _TIP_PT, yb)
+        points = [
+            (ax, top), (ax, gap), (ax, gap), (lane + r, gap),  # down out of the layer, then left
+            (lane, gap), (lane, gap), (lane, gap + r),  # the corner onto the bus
+            (lane, gap + r), (lane, yb - r), (lane, yb - r),  # down the bus
+            (lane, yb), (lane, yb), (lane + r, yb),  # the corner off it
+            (lane + r, yb), end, end, tip,  # across to the output
+        ]
+        routes[(a, b)] = _rounded(points)
+    return _Placed(placed.centres, placed.rank, routes, placed.clusters, placed.extent, placed.engine, placed.note)
+
+
+# --- side nodes: copies on their layer's row (rule 5) -------------------------------
+
+_SIDE_GAP_PT = 48.0  # between the rest of the drawing and the side nodes
+_SIDE_SEP_PT = 16.0  # between two side nodes of one chain
+_CHAIN_SEP_PT = 36.0  # between two chains of one row
+_TIP_PT = 7.0  # an arrow head's length: where a route's spline stops short of its head
+_LIFT_PT = (12.0, 28.0)  # how far an arc between two nodes of one row bows out, nearest to farthest
+
+
+def side_rows(drawn: Mapping[str, _Content], edges: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """The side nodes and the drawn layer whose row each sits on: every copy drawn on its
+    own that serves a collapsed layer drawn as one node, and every weight read only by
+    the side copies of one layer."""
+    layers = {lid for lid, c in drawn.items() if c.kind == "layer"}
+    row = {lid: c.serves for lid, c in drawn.items() if c.kind == "copy" and c.serves in layers}
+    users: dict[str, set[str]] = defaultdict(set)
+    for a, b in edges:
+        users[a].add(b)
+    for lid, c in drawn.items():
+        rows = {row.get(u) for u in users[lid]}
+        if c.kind == "constant" and len(rows) == 1 and None not in rows:
+            row[lid] = rows.pop()  # type: ignore[assignment]  # None was ruled out
+    return {lid: layer for lid, layer in row.items() if layer is not None}
+
+
+def _chains(ids: Sequence[str], edges: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """One row's side nodes in drawing order: each weight followed by the copies that read
+    it (a prefetch before the reuse copy it feeds), chains in graph order."""
+    on_row = set(ids)
+    preds: dict[str, list[str]] = defaultdict(list)
+    for a, b in edges:
+        if a in on_row and b in on_row:
+            preds[b].append(a)
+    root: dict[str, str] = {}
+    for lid in ids:  # drawn in graph order (weights first): a node's inputs are rooted before it
+        roots = [root[p] for p in preds[lid] if p in root]
+        root[lid] = min(roots, key=ids.index) if roots else lid
+    chains: dict[str, list[str]] = {}
+    for lid in ids:
+        chains.setdefault(root[lid], []).append(lid)
+    return list(chains.values())
+
+
+def _place_side(
+    placed: _Placed, drawn: Mapping[str, _Content], edges: Sequence[tuple[str, str]], side: Mapping[str, str]
+) -> _Placed:
+    """Each side node on its layer's row (the layer's y), in chains to the right of
+    everything else, and routes for every edge that touches one."""
+    centres = dict(placed.centres)
+    x0 = placed.extent[0] + _SIDE_GAP_PT
+    right = placed.extent[0]
+    by_layer: dict[str, list[str]] = defaultdict(list)
+    for lid in drawn:
+        if lid in side:
+            by_layer[side[lid]].append(lid)
+    order: dict[str, int] = {}  # place in its row, from the left
+    for layer, ids in by_layer.items():
+        y = centres[layer][1]
+        cursor = x0
+        first = len(order)
+        for chain in _chains(ids, edges):
+            for lid in chain:
+                w = drawn[lid].w
+                centres[lid] = (round(cursor + w / 2, 1), y)
+                order[lid] = len(order) - first
+                cursor += w + _SIDE_SEP_PT
+            right = max(right, cursor - _SIDE_SEP_PT)
+            cursor += _CHAIN_SEP_PT - _SIDE_SEP_PT
+    rank = dict(placed.rank)
+    rank.update({lid: placed.rank[layer] for lid, layer in side.items()})
+    routes = dict(placed.routes)
+    for a, b in edges:
+        if a in side or b in side:
+            routes[(a, b)] = _route(drawn[a], centres[a], drawn[b], centres[b], order)
+    extent = (round(right + 10.0, 1), placed.extent[1])
+    return _Placed(centres, rank, routes, placed.clusters, extent, placed.engine, placed.note)
+
+
+def _anchor_x(c: _Content, x: float, toward: float) -> float:
+    """Where an edge leaves or enters a node's top or bottom: a wide group near its end
+    facing the other node, anything else at its centre."""
+    if c.kind not in GROUP_KINDS:
+        return x
+    return x + (1 if toward > x else -1) * (c.w / 2 - 14.0)
+
+
+def _route(
+    a: _Content, pa: tuple[float, float], b: _Content, pb: tuple[float, float], order: Mapping[str, int]
+) -> tuple[tuple[float, float], ...]:
+    """A route in dot's form (one cubic Bézier segment, then the arrow tip at the head's
+    border): straight between neighbours of one chain, an arc over the row from left to
+    right and under it from right to left, an S from one row down (or up) to another."""
+    (xa, ya), (xb, yb) = pa, pb
+    if abs(ya - yb) < 0.5:
+        sign = 1.0 if xb > xa else -1.0
+        gap = abs(xb - xa) - (a.w + b.w) / 2
+        if gap <= _SIDE_SEP_PT + 0.5 and a.kind not in GROUP_KINDS and b.kind not in GROUP_KINDS:  # neighbours: straight
+            start, tip = (xa + sign * a.w / 2, ya), (xb - sign * b.w / 2, yb)
+            end = (tip[0] - sign * _TIP_PT, yb)
+            third = (end[0] - start[0]) / 3
+            return _rounded((start, (start[0] + third, ya), (start[0] + 2 * third, ya), end, tip))
+        out = -1.0 if sign > 0 else 1.0  # over the row going right, under it going left
+        far = max(order.get(a.id, 0), order.get(b.id, 0))
+        lift = min(_LIFT_PT[0] + 4.0 * far, _LIFT_PT[1])
+        sx, ex = _anchor_x(a, xa, xb), _anchor_x(b, xb, xa)
+        start, tip = (sx, ya + out * a.h / 2), (ex, yb + out * b.h / 2)
+        end = (ex, tip[1] + out * _TIP_PT)
+        bow = min(start[1], tip[1]) - lift if out < 0 else max(start[1], tip[1]) + lift
+        return _rounded((start, (sx, bow), (ex, bow), end, tip))
+    down = 1.0 if yb > ya else -1.0
+    sx, ex = _anchor_x(a, xa, xb), _anchor_x(b, xb, xa)
+    start, tip = (sx, ya + down * a.h / 2), (ex, yb - down * b.h / 2)
+    end = (ex, tip[1] - down * _TIP_PT)
+    half = (end[1] - start[1]) / 2
+    return _rounded((start, (sx, start[1] + half), (ex, end[1] - half), end, tip))
+
+
+def _rounded(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    return tuple((round(x, 2), round(y, 2)) for x, y in points)
 
 
 def _beside(
