@@ -29,6 +29,7 @@ from .planning.plan_file import load_plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
 from .runtime.calibrate import calibrate
 from .runtime.executor import RunResult, Session, estimate, load, run
+from .weight_formats import WeightFormatError, quantize, weight_formats
 
 #: Names served by other modules, imported when first asked for: the views (widgets and
 #: plotting), the ExecuTorch entry points (``executorch`` is optional), and the MoE
@@ -90,6 +91,7 @@ __all__ = [
     "Session",
     "TensorAllocation",
     "TimelineView",
+    "WeightFormatError",
     "WorkbenchError",
     "WorkbenchWarning",
     "calibrate",
@@ -104,8 +106,10 @@ __all__ = [
     "place",
     "plan",
     "propagate",
+    "quantize",
     "run",
     "to_chrome_trace",
     "to_dot",
     "views",
+    "weight_formats",
 ]

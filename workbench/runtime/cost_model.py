@@ -106,6 +106,7 @@ from .op_cost import (
     CostModelWarning,
     CountedCost,
     OpCost,
+    Stored,
     UncountedOps,
     concrete_size,
     cost_depends_on_data,

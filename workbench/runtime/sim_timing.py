@@ -49,6 +49,10 @@ Rules:
    time, bytes and FLOPs: in a run the share its mask really selects (``scaled``), in
    ``estimate`` the expected share, the mask being True with probability
    ``CostModel.prefetch_hit_rate`` (the expected hit rate, as for reuse copies).
+10. A step whose arguments or result are stored in a weight format (``stored_of``: the
+    ``node_facts.StoredFormat`` of its nodes) is costed at the stored bytes, with the
+    dequantization work of the weights it computes with (``CostModel`` rule 3d); a copy's
+    bytes are its record's, which propagation sized at the format's.
 """
 
 from __future__ import annotations
@@ -65,7 +69,8 @@ from ..devices import Device
 from ..errors import ArgumentTypeError
 from ..graph_values import node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
-from .cost_model import CostModel, CountedCost, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
+from ..node_facts import stored_format
+from .cost_model import CostModel, CountedCost, Stored, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
 from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
@@ -73,6 +78,7 @@ from .timeline import Event, StreamScheduler, Timeline
 __all__ = [
     "SimClock",
     "cached_op_cost",
+    "stored_of",
     "default_cost_model",
     "estimate",
     "expected_link_bytes",
@@ -141,18 +147,37 @@ def _meta_factory(kwargs: dict) -> dict:
     return kwargs
 
 
-def cached_op_cost(target: Any, args: tuple, kwargs: dict, routed_groups: Optional[float] = None) -> CountedCost:
+def stored_of(node: torch.fx.Node) -> Optional[Stored]:
+    """Rule 10: which of ``node``'s tensor arguments, and whether its result, are stored
+    in a weight format; None when none is."""
+    found: list[Optional[tuple[float, float]]] = []
+
+    def visit(arg: torch.fx.Node) -> torch.fx.Node:
+        if isinstance(value_of(arg), torch.Tensor):
+            fact = stored_format(arg)
+            found.append((fact.bits_per_weight, fact.dequant_ops) if fact is not None else None)
+        return arg
+
+    torch.fx.node.map_arg((node.args, node.kwargs), visit)
+    own = stored_format(node)
+    stored = Stored(tuple(found), own.bits_per_weight if own is not None else None)
+    return stored if stored else None
+
+
+def cached_op_cost(
+    target: Any, args: tuple, kwargs: dict, routed_groups: Optional[float] = None, stored: Optional[Stored] = None
+) -> CountedCost:
     """``count_op_cost`` of ``target(*args, **kwargs)``, cached per shapes unless it reads
     data (rules 3, 4)."""
     kwargs = _meta_factory(dict(kwargs))
     if cost_depends_on_data(target, tuple(args), kwargs):
-        return count_op_cost(target, tuple(args), kwargs, routed_groups=routed_groups)
-    key = (target, _spec(tuple(args)), _spec(kwargs), routed_groups)
+        return count_op_cost(target, tuple(args), kwargs, routed_groups=routed_groups, stored=stored)
+    key = (target, _spec(tuple(args)), _spec(kwargs), routed_groups, stored)
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    cost = count_op_cost(target, tuple(args), kwargs, routed_groups=routed_groups)
+    cost = count_op_cost(target, tuple(args), kwargs, routed_groups=routed_groups, stored=stored)
     with _LOCK:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
@@ -219,10 +244,12 @@ def op_step_cost(
     *,
     routed_groups: Optional[float] = None,
     uncounted: Optional[UncountedOps] = None,
+    stored: Optional[Stored] = None,
 ) -> tuple[float, int, int]:
     """(µs, bytes touched, flops) of a compute or host step (rule 2); an op whose FLOPs
-    cannot be counted is added to ``uncounted`` (rule 3)."""
-    counted = cached_op_cost(target, args, kwargs, routed_groups)
+    cannot be counted is added to ``uncounted`` (rule 3); ``stored``: its tensors kept in
+    a weight format (rule 10)."""
+    counted = cached_op_cost(target, args, kwargs, routed_groups, stored)
     if uncounted is not None:
         uncounted.add(target, counted.uncounted)
     cost = counted.cost
@@ -373,6 +400,9 @@ def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: U
     kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
     share = 1.0 if step.share is None else step.share.expected_share(model.prefetch_hit_rate)  # rule 9
     groups = expected_groups(node)
+    stored = stored_of(node)
     return lambda: scaled(
-        op_step_cost(model, step, node.target, args, kwargs, value_of(node), routed_groups=groups, uncounted=uncounted), share
+        op_step_cost(model, step, node.target, args, kwargs, value_of(node), routed_groups=groups, uncounted=uncounted,
+                     stored=stored),
+        share,
     )
