@@ -49,6 +49,7 @@ from .capture import Program
 from .copy_ops import SELECT_ROWS
 from .copy_variants import is_copy_target
 from .errors import WorkbenchError
+from .file_reading import read_csv_table
 from .graph_values import aliased_input, is_view_op, op_name, packet_name, value_of
 from .node_facts import StoredFormat, mark_stored_format, stored_format
 from .place import PlacementError, most_specific, parse_patterns, pattern_rank, report_no_claim
@@ -149,15 +150,7 @@ def _number(value: Any) -> Optional[float]:
 def weight_formats_table(path: Optional[Path] = None) -> pd.DataFrame:
     """The table of weight formats as a data frame, checked (rule 4)."""
     path = Path(path) if path is not None else formats_path()
-    if not path.is_file():  # also refuses a directory or a named pipe (never opened)
-        raise WeightFormatError(f"{path} is not a regular file; expected the weight format table (a CSV file)")
-    try:
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
-        raise WeightFormatError(f"{path} is not a readable CSV table: {exc}") from None
-    if tuple(table.columns) != FORMAT_COLUMNS:
-        raise WeightFormatError(f"{path}: columns {list(table.columns)} differ from the format table's; "
-                                f"valid columns, in order: {', '.join(FORMAT_COLUMNS)}")
+    table = read_csv_table(path, "weight format table", WeightFormatError, FORMAT_COLUMNS)
     problems: list[str] = []
     seen: set[str] = set()
     for row in table.itertuples(index=False):
