@@ -59,6 +59,7 @@ __all__ = [
     "FORMAT_COLUMNS",
     "WeightFormat",
     "WeightFormatError",
+    "check_quantize_rules",
     "dequantized",
     "mark_stored_values",
     "quantize",
@@ -230,6 +231,20 @@ def _quantizable(program: Program, name: str) -> bool:
     return isinstance(val, torch.Tensor) and val.dtype.is_floating_point and name not in set(program.buffer_mutations.values())
 
 
+def check_quantize_rules(rules: Any) -> list[tuple[WeightFormat, str, str, str]]:
+    """``quantize``'s rules parsed (rule 1): ``(format, kind, glob, pattern)`` tuples; a
+    malformed mapping, an unknown format or a bad pattern is a ``WeightFormatError``."""
+    if not isinstance(rules, Mapping) or not rules:
+        raise WeightFormatError(
+            f"rules must be a non-empty mapping {{format: [patterns]}} such as "
+            f"{{'q4_k': ['module:layers.*.mlp.experts']}}, got {describe(rules)}"
+        )
+    try:
+        return parse_patterns(rules, weight_format)
+    except PlacementError as exc:
+        raise WeightFormatError(f"bad quantize rules: {exc}") from None
+
+
 def quantize(program: Program, rules: Mapping[str, Any], *, strict: bool = False) -> Program:
     """``program`` with its constants stored in the formats ``rules`` choose (module rules).
 
@@ -242,15 +257,7 @@ def quantize(program: Program, rules: Mapping[str, Any], *, strict: bool = False
     if not isinstance(program, Program):
         raise WeightFormatError(f"program must be a Program from workbench.capture, got {describe(program)}")
     check_flag(strict, "strict")
-    if not isinstance(rules, Mapping) or not rules:
-        raise WeightFormatError(
-            f"rules must be a non-empty mapping {{format: [patterns]}} such as "
-            f"{{'q4_k': ['module:layers.*.mlp.experts']}}, got {describe(rules)}"
-        )
-    try:
-        parsed = parse_patterns(rules, weight_format)
-    except PlacementError as exc:
-        raise WeightFormatError(f"bad quantize rules: {exc}") from None
+    parsed = check_quantize_rules(rules)
     users = {n.name: n.users for n in program.graph.nodes if n.op == "placeholder"}
     chosen: dict[str, WeightFormat] = {}
     used: set[str] = set()
