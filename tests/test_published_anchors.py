@@ -82,3 +82,25 @@ def test_wrong_columns_and_non_files_are_refused(tmp_path):
     with pytest.raises(AnchorError, match="not a regular file"):
         published_decode_runs(fifo)
     assert published_dir().name == "published"
+
+
+def test_memory_bound_model_per_row_and_median_per_regime():
+    """A modeled all-on-GPU row is the GPU part's datasheet bandwidth over the active
+    weights' bytes (4090, gpt-oss-20b MXFP4: 1008 GB/s / (3.6e9 × 4.25 / 8)); rows the
+    model cannot express say why; the per-regime median is over the modeled rows only."""
+    from workbench.anchors import gpu_part, modeled_vs_published, ratios_by_regime
+
+    table = modeled_vs_published().set_index("id")
+    row = table.loc["lcpp16834_gptoss20b_4090"]
+    assert row["modeled tok/s"] == pytest.approx(1008e9 / (3.6e9 * 4.25 / 8))
+    assert row["ratio"] == pytest.approx(row["modeled tok/s"] / 186.10)
+    unmodeled = table[table["modeled tok/s"].isna()]
+    assert len(unmodeled) and (unmodeled["not modeled because"].str.len() > 0).all()
+    by_regime = ratios_by_regime(table.reset_index()).set_index("regime")
+    assert tuple(by_regime.index) == PUBLISHED_REGIMES
+    gpu_rows = table[(table["regime"] == "all_on_gpu") & table["ratio"].notna()]
+    assert by_regime.loc["all_on_gpu", "median ratio"] == pytest.approx(gpu_rows["ratio"].median())
+    assert by_regime.loc["all_on_gpu", "modeled"] == len(gpu_rows)
+    assert [gpu_part(g) for g in ("NVIDIA GeForce RTX 4090D", "NVIDIA L40S 48GB", "NVIDIA H200", "NVIDIA L4")] == [
+        None, None, None, "l4"
+    ]
