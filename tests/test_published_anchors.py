@@ -104,3 +104,18 @@ def test_memory_bound_model_per_row_and_median_per_regime():
     assert [gpu_part(g) for g in ("NVIDIA GeForce RTX 4090D", "NVIDIA L40S 48GB", "NVIDIA H200", "NVIDIA L4")] == [
         None, None, None, "l4"
     ]
+
+
+def test_bandwidth_fraction_fit_and_its_leave_one_out_error():
+    """Rows published at exactly 0.4 of the memory-bound speed fit 0.4 with no
+    leave-one-out error; one off row shows up in its own error; fewer than 3 rows are refused."""
+    from workbench.anchors import fit_bandwidth_fraction
+
+    table = pd.DataFrame({"id": list("abcd"), "regime": "all_on_gpu", "modeled tok/s": [100.0, 200.0, 50.0, 80.0],
+                          "published tok/s": [40.0, 80.0, 20.0, 80.0], "ratio": 0.0, "not modeled because": ""})
+    exact = fit_bandwidth_fraction(table, ["a", "b", "c"])
+    assert exact.value == pytest.approx(0.4) and max(exact.loo_errors) == pytest.approx(0.0)
+    with_outlier = fit_bandwidth_fraction(table, ["a", "b", "c", "d"])
+    assert with_outlier.loo_errors[3] == pytest.approx(0.6)  # predicted 0.4 × 80 = 32 against 80
+    with pytest.raises(AnchorError, match="at least 3 modeled rows"):
+        fit_bandwidth_fraction(table, ["a", "b"])

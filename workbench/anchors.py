@@ -61,7 +61,7 @@ from .strategies import all_on_device
 
 __all__ = [
     "ANCHORS", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES", "UNMODELED_ANCHORS", "Anchor", "AnchorError",
-    "GPU_PARTS", "anchors_table", "full_size_plan", "gpu_part", "memory_bound_tok_s", "modeled_vs_published", "published_decode_runs",
+    "GPU_PARTS", "FittedTerm", "anchors_table", "fit_bandwidth_fraction", "full_size_plan", "gpu_part", "memory_bound_tok_s", "modeled_vs_published", "published_decode_runs",
     "published_dir", "ratios_by_regime",
 ]  # fmt: skip
 
@@ -276,3 +276,35 @@ def ratios_by_regime(table: pd.DataFrame) -> pd.DataFrame:
                     "min ratio": float(ratios.min()) if len(ratios) else np.nan,
                     "max ratio": float(ratios.max()) if len(ratios) else np.nan})  # fmt: skip
     return pd.DataFrame(out)
+
+
+@dataclass(frozen=True)
+class FittedTerm:
+    """A term fitted to published runs, with its leave-one-out check."""
+
+    name: str  # what the term is, in words
+    value: float  # fitted on every given row
+    rows: tuple[str, ...]  # the runs it was fitted to
+    loo_errors: tuple[float, ...]  # per row: |prediction with the term fitted on the others / published - 1|
+
+    @property
+    def median_loo_error(self) -> float:
+        return float(np.median(self.loo_errors))
+
+
+def fit_bandwidth_fraction(table: pd.DataFrame, ids: Sequence[str]) -> FittedTerm:
+    """The achieved fraction of datasheet memory bandwidth that makes ``memory_bound_tok_s``
+    meet the published runs ``ids`` of a ``modeled_vs_published`` table: the median of
+    published / modeled over them. Leave-one-out: each row predicted with the fraction
+    fitted on the others. At least 3 modeled rows, so that no fit rests on a single row."""
+    chosen = table.set_index("id").loc[list(ids)]
+    if chosen["modeled tok/s"].isna().any() or len(chosen) < 3:
+        raise AnchorError(f"fit_bandwidth_fraction needs at least 3 modeled rows (each leave-one-out fit on >= 2), "
+                          f"got {len(chosen)} of which {int(chosen['modeled tok/s'].isna().sum())} unmodeled")
+    share = (chosen["published tok/s"] / chosen["modeled tok/s"]).to_numpy(dtype=float)
+    errors = []
+    for i in range(len(share)):
+        fitted = float(np.median(np.delete(share, i)))
+        errors.append(float(abs(fitted / share[i] - 1)))
+    return FittedTerm("achieved fraction of datasheet memory bandwidth", float(np.median(share)),
+                      tuple(chosen.index), tuple(errors))
