@@ -24,7 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from workbench import capture, quantize, weight_formats  # noqa: E402
+from workbench import capture, quantize  # noqa: E402
+from workbench.weight_formats import weight_formats  # noqa: E402
 from workbench.models import MoEConfig, QwenMoEDecoder  # noqa: E402
 from workbench.planning.memory_plan import plan  # noqa: E402
 from workbench.runtime import CostModel, estimate  # noqa: E402

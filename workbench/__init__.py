@@ -29,7 +29,7 @@ from .planning.plan_file import load_plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
 from .runtime.calibrate import calibrate
 from .runtime.executor import RunResult, Session, estimate, load, run
-from .weight_formats import WeightFormatError, quantize, weight_formats
+from .weight_formats import WeightFormatError, quantize
 
 #: Names served by other modules, imported when first asked for: the views (widgets and
 #: plotting), the ExecuTorch entry points (``executorch`` is optional), and the MoE
@@ -111,5 +111,4 @@ __all__ = [
     "to_chrome_trace",
     "to_dot",
     "views",
-    "weight_formats",
 ]
