@@ -28,6 +28,8 @@ import zlib
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import pandas as pd
+
 __all__ = ["open_zip", "parse_json", "read_csv_table", "read_regular_file", "read_zip_member"]
 
 #: A shipped or user-given data table is a few megabytes at most.
@@ -124,10 +126,8 @@ def read_zip_member(archive: zipfile.ZipFile, name: str, cap: int, what: str, er
         raise error(f"{what} is corrupt: member {name!r} cannot be read ({type(exc).__name__}: {exc})") from None
 
 
-def read_csv_table(path: Union[str, os.PathLike], what: str, error: type[Exception], columns: tuple[str, ...]) -> Any:
+def read_csv_table(path: Union[str, os.PathLike], what: str, error: type[Exception], columns: tuple[str, ...]) -> pd.DataFrame:
     """The CSV table at ``path`` as a ``pandas.DataFrame`` of strings (rules 1, 2, 5, 6)."""
-    import pandas as pd  # only table readers pay for pandas here
-
     data = read_regular_file(path, what, error, max_bytes=_MAX_TABLE_BYTES)
     try:
         table = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
