@@ -82,3 +82,40 @@ def test_wrong_columns_and_non_files_are_refused(tmp_path):
     with pytest.raises(AnchorError, match="not a regular file"):
         published_decode_runs(fifo)
     assert published_dir().name == "published"
+
+
+def test_memory_bound_model_per_row_and_median_per_regime():
+    """A modeled all-on-GPU row is the GPU part's datasheet bandwidth over the active
+    weights' bytes (4090, gpt-oss-20b MXFP4: 1008 GB/s / (3.6e9 × 4.25 / 8)); rows the
+    model cannot express say why; the per-regime median is over the modeled rows only."""
+    from workbench.anchors import gpu_part, modeled_vs_published, ratios_by_regime
+
+    table = modeled_vs_published().set_index("id")
+    row = table.loc["lcpp16834_gptoss20b_4090"]
+    assert row["modeled tok/s"] == pytest.approx(1008e9 / (3.6e9 * 4.25 / 8))
+    assert row["ratio"] == pytest.approx(row["modeled tok/s"] / 186.10)
+    unmodeled = table[table["modeled tok/s"].isna()]
+    assert len(unmodeled) and (unmodeled["not modeled because"].str.len() > 0).all()
+    by_regime = ratios_by_regime(table.reset_index()).set_index("regime")
+    assert tuple(by_regime.index) == PUBLISHED_REGIMES
+    gpu_rows = table[(table["regime"] == "all_on_gpu") & table["ratio"].notna()]
+    assert by_regime.loc["all_on_gpu", "median ratio"] == pytest.approx(gpu_rows["ratio"].median())
+    assert by_regime.loc["all_on_gpu", "modeled"] == len(gpu_rows)
+    assert [gpu_part(g) for g in ("NVIDIA GeForce RTX 4090D", "NVIDIA L40S 48GB", "NVIDIA H200", "NVIDIA L4")] == [
+        None, None, None, "l4"
+    ]
+
+
+def test_bandwidth_fraction_fit_and_its_leave_one_out_error():
+    """Rows published at exactly 0.4 of the memory-bound speed fit 0.4 with no
+    leave-one-out error; one off row shows up in its own error; fewer than 3 rows are refused."""
+    from workbench.anchors import fit_bandwidth_fraction
+
+    table = pd.DataFrame({"id": list("abcd"), "regime": "all_on_gpu", "modeled tok/s": [100.0, 200.0, 50.0, 80.0],
+                          "published tok/s": [40.0, 80.0, 20.0, 80.0], "ratio": 0.0, "not modeled because": ""})
+    exact = fit_bandwidth_fraction(table, ["a", "b", "c"])
+    assert exact.value == pytest.approx(0.4) and max(exact.loo_errors) == pytest.approx(0.0)
+    with_outlier = fit_bandwidth_fraction(table, ["a", "b", "c", "d"])
+    assert with_outlier.loo_errors[3] == pytest.approx(0.6)  # predicted 0.4 × 80 = 32 against 80
+    with pytest.raises(AnchorError, match="at least 3 modeled rows"):
+        fit_bandwidth_fraction(table, ["a", "b"])

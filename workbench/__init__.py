@@ -30,6 +30,7 @@ from .planning.plan_file import load_plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
 from .runtime.calibrate import calibrate
 from .runtime.executor import RunResult, Session, estimate, load, run
+from .weight_formats import WeightFormatError, quantize
 
 moved_modules.install()  # workbench.anchors, .walkthrough and .examples: their old paths
 
@@ -93,6 +94,7 @@ __all__ = [
     "Session",
     "TensorAllocation",
     "TimelineView",
+    "WeightFormatError",
     "WorkbenchError",
     "WorkbenchWarning",
     "calibrate",
@@ -107,6 +109,7 @@ __all__ = [
     "place",
     "plan",
     "propagate",
+    "quantize",
     "run",
     "to_chrome_trace",
     "to_dot",

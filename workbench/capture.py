@@ -55,6 +55,7 @@ from .errors import WorkbenchError
 from .graph_values import aliased_input, is_inplace_op, value_of
 from .json_fields import JsonObject
 from .model_source import ModelChangedError, ModelSource
+from .node_facts import StoredFormat
 
 __all__ = ["CaptureError", "InputSignatureError", "ModelChangedError", "Program", "capture", "export_failure", "writes_state"]
 
@@ -82,6 +83,10 @@ class Program:
     constant_kinds: Mapping[str, str] = field(init=False)  # placeholder → "parameter"|"buffer"|"constant"
     buffer_mutations: Mapping[str, str] = field(init=False)  # mutation output → the buffer placeholder it updates
     source: Optional[ModelSource] = field(default=None, compare=False, repr=False)  # the model captured (rule 1)
+    # ``workbench.quantize``: constant placeholder → the weight format it is stored in, and
+    # for the formats the executor runs, the quantized-then-dequantized values it computes with.
+    stored_formats: Mapping[str, StoredFormat] = field(default_factory=dict, compare=False, repr=False)
+    dequantized: Mapping[str, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         sig = self.exported.graph_signature
@@ -141,7 +146,13 @@ class Program:
         return self.exported.graph
 
     def constant_tensor(self, placeholder: str) -> torch.Tensor:
-        """The tensor behind a constant placeholder (meta for shape-only programs)."""
+        """The tensor behind a constant placeholder (meta for shape-only programs); for a
+        constant ``quantize`` stored in a format the executor runs, its dequantized values."""
+        found = self.dequantized.get(placeholder)
+        return found if found is not None else self.constant_tensor_as_captured(placeholder)
+
+    def constant_tensor_as_captured(self, placeholder: str) -> torch.Tensor:
+        """The captured tensor behind a constant placeholder, whatever its stored format."""
         target = self.constants[placeholder]
         if target in self.exported.state_dict:
             return self.exported.state_dict[target]

@@ -12,6 +12,8 @@ Rules:
    text that is not UTF-8, and nesting deep enough to exhaust the parser's recursion.
 5. Every failure is raised as the caller's error class (a ``WorkbenchError``), naming the
    path and what is accepted.
+6. A CSV table is read as text cells (empty cells as ""), never as code, and its
+   columns must be exactly the ones expected, in order.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ import zlib
 from pathlib import Path
 from typing import Any, Optional, Union
 
-__all__ = ["open_zip", "parse_json", "read_regular_file", "read_zip_member"]
+import pandas as pd
+
+__all__ = ["open_zip", "parse_json", "read_csv_table", "read_regular_file", "read_zip_member"]
+
+#: A shipped or user-given data table is a few megabytes at most.
+_MAX_TABLE_BYTES = 16 << 20
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -117,3 +124,16 @@ def read_zip_member(archive: zipfile.ZipFile, name: str, cap: int, what: str, er
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError, RuntimeError, struct.error) as exc:
         # a damaged member: bad CRC, truncated, a broken deflate stream, an unknown method or encryption
         raise error(f"{what} is corrupt: member {name!r} cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def read_csv_table(path: Union[str, os.PathLike], what: str, error: type[Exception], columns: tuple[str, ...]) -> pd.DataFrame:
+    """The CSV table at ``path`` as a ``pandas.DataFrame`` of strings (rules 1, 2, 5, 6)."""
+    data = read_regular_file(path, what, error, max_bytes=_MAX_TABLE_BYTES)
+    try:
+        table = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise error(f"{path} is not a readable CSV table ({what}): {exc}") from None
+    if tuple(table.columns) != columns:
+        raise error(f"{path}: columns {list(table.columns)} differ from the {what}'s; valid columns, in order: "
+                    f"{', '.join(columns)}")
+    return table

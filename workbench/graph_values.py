@@ -1,7 +1,9 @@
 """Facts about the values of an exported graph: tensors, sizes, views.
 
 These helpers read ``node.meta["val"]`` (the fake tensor torch.export records for every
-value) and never touch real data, so they work the same on shape-only programs.
+value) and never touch real data, so they work the same on shape-only programs. A value
+stored in a weight format (``node_facts.StoredFormat``, recorded by ``quantize``) is as
+many bytes as that format stores, not its dtype's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Iterator
 import torch
 import torch.fx
 from .errors import WorkbenchError
+from .node_facts import stored_format
 
 #: Sizes at or above this are treated as unbounded (torch.export's int_oo is huge).
 _UNBOUNDED = 2**62
@@ -85,10 +88,14 @@ def tensor_nbytes(val: torch.Tensor, what: str = "tensor", unbounded: str = "rai
 
 
 def node_nbytes(node: torch.fx.Node, unbounded: str = "raise") -> int:
-    """Bytes of the tensor(s) ``node`` produces (0 for non-tensor values)."""
+    """Bytes of the tensor(s) ``node`` produces (0 for non-tensor values); a value stored
+    in a weight format takes that format's bytes."""
     val = value_of(node)
     what = f"value {node.name!r}"
     if isinstance(val, torch.Tensor):
+        stored = stored_format(node)
+        if stored is not None:
+            return stored.nbytes(tensor_nbytes(val, what, unbounded) // val.element_size())
         return tensor_nbytes(val, what, unbounded)
     if isinstance(val, (tuple, list)):
         return sum(tensor_nbytes(v, what, unbounded) for v in val if isinstance(v, torch.Tensor))

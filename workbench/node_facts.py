@@ -30,10 +30,17 @@ Rules:
      that is none) is a ``JsonFieldError`` naming the field.
   5. ``mark_tag(node, name, value)``: an integer fact a package names itself (a tag);
      ``tag_of`` reads it back, ``tagged`` lists the nodes that carry it.
+  6. ``StoredFormat(name, bits_per_weight, dequant_ops)``: the value is stored in weight
+     format ``name`` (``workbench.weight_formats``), ``bits_per_weight`` bits per element
+     (block scales included) instead of its dtype's, and an op computing with it does
+     ``dequant_ops`` operations per element to turn it back into numbers. ``quantize``
+     records it on constants; propagation on every value that holds the same elements
+     stored the same way (views, copies and row picks of such a value).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
@@ -47,14 +54,17 @@ __all__ = [
     "NodeFactError",
     "NodeFacts",
     "RowShare",
+    "StoredFormat",
     "copy_stream_op",
     "facts_of",
     "facts_to_json",
     "mark_copy_stream",
     "mark_row_share",
+    "mark_stored_format",
     "mark_tag",
     "restore_facts",
     "row_share",
+    "stored_format",
     "tag_of",
     "tagged",
 ]
@@ -94,12 +104,26 @@ class RowShare:
 
 
 @dataclass(frozen=True)
+class StoredFormat:
+    """Rule 6."""
+
+    name: str  # the weight format's name
+    bits_per_weight: float  # storage bits per element, block scales included
+    dequant_ops: float  # operations per element to dequantize it
+
+    def nbytes(self, numel: int) -> int:
+        """Bytes ``numel`` elements take in this format (whole bytes, rounded up)."""
+        return math.ceil(numel * self.bits_per_weight / 8)
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     """Everything the rewrites recorded on one node (rule 3)."""
 
     copy_stream: Optional[CopyStreamOp] = None  # rule 1
     row_share: Optional[RowShare] = None  # rule 2
     tags: tuple[tuple[str, int], ...] = ()  # rule 5, sorted by name
+    stored: Optional[StoredFormat] = None  # rule 6
 
     def tag(self, name: str) -> Optional[int]:
         """The value of tag ``name``, if set."""
@@ -144,6 +168,18 @@ def mark_tag(node: torch.fx.Node, name: str, value: int) -> None:
     _update(node, tags=tuple(sorted(tags.items())))
 
 
+def mark_stored_format(node: torch.fx.Node, stored: StoredFormat) -> None:
+    """Record rule 6 on ``node``."""
+    if not isinstance(stored, StoredFormat) or not stored.bits_per_weight > 0 or stored.dequant_ops < 0:
+        raise NodeFactError(f"a stored format has a name, bits per weight > 0 and dequant ops >= 0, got {stored!r}")
+    _update(node, stored=stored)
+
+
+def stored_format(node: torch.fx.Node) -> Optional[StoredFormat]:
+    """Rule 6's fact on ``node``, if recorded."""
+    return facts_of(node).stored
+
+
 def copy_stream_op(node: torch.fx.Node) -> Optional[CopyStreamOp]:
     """Rule 1's fact on ``node``, if recorded."""
     return facts_of(node).copy_stream
@@ -176,6 +212,7 @@ def facts_to_json(graph: torch.fx.Graph) -> dict[str, Any]:
     streams: dict[str, int] = {}
     shares: dict[str, dict[str, Any]] = {}
     tags: dict[str, dict[str, int]] = {}
+    stored: dict[str, dict[str, Any]] = {}
     for node in graph.nodes:
         facts = facts_of(node)
         if facts.copy_stream is not None:
@@ -184,15 +221,20 @@ def facts_to_json(graph: torch.fx.Graph) -> dict[str, Any]:
             shares[node.name] = {"mask": facts.row_share.mask, "where": facts.row_share.where}
         for name, value in facts.tags:
             tags.setdefault(name, {})[node.name] = value
+        if facts.stored is not None:
+            stored[node.name] = {"format": facts.stored.name, "bits_per_weight": facts.stored.bits_per_weight,
+                                 "dequant_ops": facts.stored.dequant_ops}
     out: dict[str, Any] = {"copy_stream": streams, "row_share": shares}
     if tags:
         out["tags"] = tags
+    if stored:
+        out["stored"] = stored
     return out
 
 
 def restore_facts(graph: torch.fx.Graph, data: Any, path: str = "node_facts") -> None:
-    """Rule 4: record on ``graph``'s nodes the facts ``facts_to_json`` wrote (``tags`` may
-    be absent). Everything is checked before any node is changed, so a bad table leaves
+    """Rule 4: record on ``graph``'s nodes the facts ``facts_to_json`` wrote (``tags`` and
+    ``stored`` may be absent). Everything is checked before any node is changed, so a bad table leaves
     the graph as it was."""
     obj = JsonObject(data, path)
     nodes = {n.name: n for n in graph.nodes}
@@ -216,5 +258,16 @@ def restore_facts(graph: torch.fx.Graph, data: Any, path: str = "node_facts") ->
             for name, value in tags_obj.count_map(tag).items():
                 fields = records.setdefault(node_at(name, f"{path}.tags.{tag}"), {})
                 fields["tags"] = tuple(sorted((*fields.get("tags", ()), (tag, value))))
+    if "stored" in obj.data:
+        stored_obj = obj.mapping("stored")
+        for name in stored_obj.keys():
+            entry = stored_obj.mapping(name)
+            bits, ops = entry.raw("bits_per_weight"), entry.raw("dequant_ops")
+            numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (bits, ops))
+            if not numbers or not bits > 0 or ops < 0:
+                raise JsonFieldError(f"{entry.path} holds bits_per_weight {bits!r} and dequant_ops {ops!r}; "
+                                     "valid: finite numbers, bits > 0, ops >= 0")
+            fact = StoredFormat(entry.text("format"), float(bits), float(ops))
+            records.setdefault(node_at(name, f"{path}.stored"), {})["stored"] = fact
     for node, fields in records.items():
         node.meta[FACTS_KEY] = NodeFacts(**fields)

@@ -44,7 +44,7 @@ import fnmatch
 import functools
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence, TypeVar, Union
 
 import pandas as pd
 import torch
@@ -60,13 +60,17 @@ from .errors import WorkbenchError, WorkbenchWarning
 from .json_fields import JsonObject
 
 __all__ = [
+    "Decision",
     "Delegate",
     "Placement",
     "PlacementError",
     "PlacementWarning",
     "fuse_delegates",
     "module_paths",
+    "most_specific",
+    "parse_patterns",
     "parse_rules",
+    "pattern_rank",
     "pattern_matches",
     "place",
     "report_no_claim",
@@ -225,12 +229,26 @@ def report_no_claim(message: str, strict: bool, stacklevel: int = 2) -> None:
 def parse_rules(rules: Mapping) -> list[tuple[Device, str, str, str]]:
     """Validate a rule mapping into ``(device, kind, glob, original pattern)`` tuples;
     ``kind`` is ``"op"``, ``"module"`` or ``"node"``. Malformed rules are a ``PlacementError``."""
-    parsed = []
-    for key, patterns in rules.items():
+
+    def device_of(key: Any) -> Device:
         try:
-            device = Device.parse(key)
+            return Device.parse(key)
         except DeviceError as exc:
             raise PlacementError(f"bad device in placement rules: {exc}") from None
+
+    return parse_patterns(rules, device_of)
+
+
+K = TypeVar("K")
+
+
+def parse_patterns(rules: Mapping, parse_key: Callable[[Any], K]) -> list[tuple[K, str, str, str]]:
+    """Rules ``{key: [pattern, ...]}`` as ``(parse_key(key), kind, glob, original pattern)``
+    tuples, whatever the keys mean (devices for ``place``, weight formats for
+    ``quantize``); a malformed pattern is a ``PlacementError`` naming it."""
+    parsed = []
+    for key, patterns in rules.items():
+        parsed_key = parse_key(key)
         if isinstance(patterns, str):
             patterns = [patterns]
         if not isinstance(patterns, Iterable) or isinstance(patterns, (bytes, Mapping)):
@@ -246,14 +264,14 @@ def parse_rules(rules: Mapping) -> list[tuple[Device, str, str, str]]:
                 )
             kind, _, text = pattern.partition(":")
             if kind in ("module", "node") and text:
-                parsed.append((device, kind, text.strip(), pattern))
+                parsed.append((parsed_key, kind, text.strip(), pattern))
             elif ":" in pattern:
                 raise PlacementError(
                     f"pattern {pattern!r} has an unknown prefix {kind!r}; valid prefixes are "
                     "'module:' and 'node:' (plain patterns match op names)"
                 )
             else:
-                parsed.append((device, "op", pattern.strip().removeprefix("torch.ops."), pattern))
+                parsed.append((parsed_key, "op", pattern.strip().removeprefix("torch.ops."), pattern))
     return parsed
 
 
@@ -295,27 +313,15 @@ def _apply_patterns(graph: torch.fx.Graph, parsed) -> tuple[dict[str, Device], l
     used: set[str] = set()  # patterns that decided at least one op's device
     matched: set[str] = set()  # patterns that matched at least one op
     for node in _placeable_nodes(graph, node_device):
-        matches = []  # (specificity, device, pattern) of every pattern matching this op
-        for device, kind, glob, original in parsed:
-            rank = _specificity(node, kind, glob)
-            if rank is not None:
-                matches.append((rank, device, original))
-        if not matches:
+        decision = most_specific(parsed, functools.partial(_specificity, node))
+        if decision is None:
             continue
-        top = max(rank for rank, _d, _o in matches)
-        winners = [(d, o) for rank, d, o in matches if rank == top]
-        device, original = winners[0]
-        other = next(((d, o) for d, o in winners if d != device), None)
-        if other is not None:
-            raise PlacementError(
-                f"op {node.name!r} ({op_name(node)}) is claimed by pattern {original!r} for {device} "
-                f"and by pattern {other[1]!r} for {other[0]}, which are equally specific; make one "
-                "more specific (node: > module: > op name; deeper modules and more literal "
-                "characters win) or make the patterns disjoint"
-            )
+        device = decision.key
+        if decision.conflict is not None:
+            raise PlacementError(decision.conflict_message(f"op {node.name!r} ({op_name(node)})"))
         node_device[node.name] = device
-        used.update(o for _rank, d, o in matches if d == device)  # they all put it where it went
-        matched.update(o for _rank, _d, o in matches)
+        used.update(o for d, o in decision.matched if d == device)  # they all put it where it went
+        matched.update(o for _d, o in decision.matched)
     unmatched = []
     for _device, _kind, _glob, original in parsed:
         if original not in used and original not in unmatched:
@@ -341,13 +347,65 @@ def _no_claim_message(unmatched: Sequence[str], overridden: frozenset[str], num_
 def _specificity(node: torch.fx.Node, kind: str, glob: str) -> tuple[int, int, int] | None:
     """How specifically a pattern matches ``node`` (larger wins, see *Precedence*), or
     None when it does not match."""
+    if kind == "op":  # the common case, without building the other keys
+        return (1, 0, _literal_chars(glob)) if _op_matches(op_name(node), packet_name(node), glob) else None
+    return pattern_rank(kind, glob, name=node.name, paths=module_paths(node) if kind == "module" else ())
+
+
+def pattern_rank(
+    kind: str, glob: str, *, name: str, paths: Iterable[str] = (), ops: Iterable[tuple[str, str]] = ()
+) -> tuple[int, int, int] | None:
+    """*Precedence* of a parsed pattern against a thing named ``name``, traced in the
+    module ``paths``, read by ops named ``ops`` (``(full name, name without overload)``
+    pairs): larger wins; None when it does not match. ``place`` ranks an op by its own
+    name, module stack and op name; ``quantize`` ranks a constant by its placeholder
+    name, the modules of its qualified name and the ops that read it."""
     literal = _literal_chars(glob)
     if kind == "node":
-        return (3, 0, literal) if fnmatch.fnmatchcase(node.name, glob) else None
+        return (3, 0, literal) if fnmatch.fnmatchcase(name, glob) else None
     if kind == "module":
-        depths = [path.count(".") + 1 for path in module_paths(node) if fnmatch.fnmatchcase(path, glob)]
+        depths = [path.count(".") + 1 for path in paths if fnmatch.fnmatchcase(path, glob)]
         return (2, max(depths), literal) if depths else None
-    return (1, 0, literal) if _op_matches(op_name(node), packet_name(node), glob) else None
+    return (1, 0, literal) if any(_op_matches(full, packet, glob) for full, packet in ops) else None
+
+
+class Decision(NamedTuple):
+    """Rule 3's outcome for one thing the rules rank: the deciding key and pattern, an
+    equally specific match for another key (a conflict) or None, and every pattern that matched."""
+
+    key: Any
+    pattern: str
+    conflict: Optional[tuple[Any, str]]
+    matched: tuple[tuple[Any, str], ...]  # (key, pattern) of every match
+
+    def conflict_message(self, subject: str, name: Callable[[Any], str] = str) -> str:
+        """Rule 3's error for a conflict over ``subject`` (keys written by ``name``)."""
+        assert self.conflict is not None
+        other, pattern = self.conflict
+        return (
+            f"{subject} is claimed by pattern {self.pattern!r} for {name(self.key)} and by pattern {pattern!r} "
+            f"for {name(other)}, which are equally specific; make one more specific (node: > module: > op "
+            "name; deeper modules and more literal characters win) or make the patterns disjoint"
+        )
+
+
+def most_specific(
+    parsed: Sequence[tuple[Any, str, str, str]], rank: Callable[[str, str], Optional[tuple[int, int, int]]]
+) -> Optional[Decision]:
+    """Rule 3 over parsed ``(key, kind, glob, pattern)`` rules, ranked by ``rank(kind, glob)``
+    (None: no match): the decision, or None when no pattern matches."""
+    matches = []
+    for key, kind, glob, original in parsed:
+        found = rank(kind, glob)
+        if found is not None:
+            matches.append((found, key, original))
+    if not matches:
+        return None
+    top = max(r for r, _k, _o in matches)
+    winners = [(k, o) for r, k, o in matches if r == top]
+    key, original = winners[0]
+    other = next(((k, o) for k, o in winners if k != key), None)
+    return Decision(key, original, other, tuple((k, o) for _r, k, o in matches))
 
 
 @functools.lru_cache(maxsize=4096)

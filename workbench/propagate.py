@@ -33,6 +33,9 @@ Rules:
     only the rows an index lists as real: ``moe.streaming``). Any other device use of a
     streamed constant copies it whole. On the host, or for a resident weight, all of
     these are ordinary ops.
+11. A constant ``quantize`` stored in a weight format keeps it on the device graph, and so
+    do the views, copies and row picks of it (``weight_formats`` rule 2): their bytes are
+    the format's.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from .errors import ArgumentTypeError, WorkbenchError
 from .expert_ops import Routing
 from .graph_values import gc_paused, is_view_op, node_nbytes, op_name, output_values, reads_metadata_only, value_of
 from .place import Placement
+from .weight_formats import mark_stored_values
 
 __all__ = ["CopyFacts", "CopyRecord", "CopyRole", "DeviceGraph", "PropagationError", "node_role", "propagate"]
 
@@ -378,6 +382,7 @@ class _Propagator:
 
     def _result(self, input_devices: dict[str, Device]) -> DeviceGraph:
         graph = self.graph
+        mark_stored_values(graph, self.program.stored_formats)  # before copies are sized (rule 11)
         residency = {}
         for const in self.constants:
             held = {

@@ -18,6 +18,12 @@ Rules:
 3. Anchors whose run the built-in model cannot express (other weight formats, a GPU
    without a preset) are listed in ``UNMODELED_ANCHORS`` with the reason, not modeled.
 
+``modeled_vs_published`` sets a modeled decode speed beside each published run that a
+model can express (``memory_bound_tok_s``: the all-on-GPU rows whose GPU is a shipped part
+and whose model size and bits per weight are stated — every active weight read once per
+token at the GPU's datasheet bandwidth, nothing fitted), and ``ratios_by_regime`` gives
+the median modeled/published ratio per regime over the modeled rows.
+
 ``published_decode_runs`` reads the wider table of published batch-1 decode runs
 (``data/published/decode_anchors.csv``: every regime — all on the GPU, experts computed on
 the host, experts copied in, partial offload — each row with its source and the phrase
@@ -38,7 +44,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+import re
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -54,7 +61,8 @@ from ..strategies import all_on_device
 
 __all__ = [
     "ANCHORS", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES", "UNMODELED_ANCHORS", "Anchor", "AnchorError",
-    "anchors_table", "full_size_plan", "published_decode_runs", "published_dir",
+    "GPU_PARTS", "FittedTerm", "anchors_table", "fit_bandwidth_fraction", "full_size_plan", "gpu_part", "memory_bound_tok_s", "modeled_vs_published", "published_decode_runs",
+    "published_dir", "ratios_by_regime",
 ]  # fmt: skip
 
 _EXECUTORCH_PR = 'pytorch/executorch pull request "Add CUDA graph capture/replay for qwen 3.5 moe decode method"'
@@ -205,3 +213,98 @@ def published_decode_runs(path: Optional[Path] = None) -> pd.DataFrame:
     if problems:
         raise AnchorError(f"{path}: " + "; ".join(problems))
     return table.assign(decode_tok_s=speed.astype(float))
+
+
+# --- modeled vs published, per row and per regime ---
+
+#: The GPU part of a published run, by a whole-word phrase of its ``gpu`` column.
+GPU_PARTS: tuple[tuple[str, str], ...] = (
+    (r"\bRTX 4090\b(?!D)", "rtx_4090"), (r"\bRTX 3090\b", "rtx_3090"), (r"\bA100 80GB\b", "a100_80gb"),
+    (r"\bH20\b", "h20"), (r"\bL4\b", "l4"), (r"\bT4\b", "t4"), (r"\bH100\b", "h100_sxm"),
+)  # fmt: skip
+
+
+def gpu_part(gpu: object) -> Optional[str]:
+    """The shipped GPU part a run's ``gpu`` text names, or None."""
+    text = gpu if isinstance(gpu, str) else ""
+    return next((part for phrase, part in GPU_PARTS if re.search(phrase, text)), None)
+
+
+def memory_bound_tok_s(row: pd.Series) -> tuple[Optional[float], str]:
+    """The decode speed of a run whose every active weight is read once per token at its
+    GPU's datasheet memory bandwidth: ``bandwidth / (active params × bits / 8)``, and ""
+    — or None and why the run is not modeled (not all on one GPU, a GPU without a part,
+    an unstated size or bits per weight)."""
+    if row["regime"] != "all_on_gpu":
+        return None, f"regime {row['regime']}: not modeled yet (only all_on_gpu rows are)"
+    part = gpu_part(row["gpu"])
+    if part is None:
+        return None, f"no GPU part for {row['gpu']!r}"
+    active, bits = pd.to_numeric(row["active_params_b"], errors="coerce"), pd.to_numeric(row["bits_per_weight"], errors="coerce")
+    if not (np.isfinite(active) and np.isfinite(bits)):
+        return None, "active parameters or bits per weight not stated"
+    bandwidth = CostModel.compose(gpu=part).device_memory_bandwidth
+    return bandwidth / (float(active) * 1e9 * float(bits) / 8), ""
+
+
+def modeled_vs_published(
+    runs: Optional[pd.DataFrame] = None,
+    model: Callable[[pd.Series], tuple[Optional[float], str]] = memory_bound_tok_s,
+) -> pd.DataFrame:
+    """One row per published run: id, regime, published tok/s, modeled tok/s (NaN when
+    ``model`` cannot express it), ratio (modeled / published) and why a row is not modeled."""
+    runs = runs if runs is not None else published_decode_runs()
+    rows = []
+    for _, run in runs.iterrows():
+        modeled, why = model(run)
+        rows.append({"id": run["id"], "regime": run["regime"], "published tok/s": float(run["decode_tok_s"]),
+                     "modeled tok/s": np.nan if modeled is None else float(modeled),
+                     "ratio": np.nan if modeled is None else float(modeled) / float(run["decode_tok_s"]),
+                     "not modeled because": why})  # fmt: skip
+    return pd.DataFrame(rows, columns=["id", "regime", "published tok/s", "modeled tok/s", "ratio", "not modeled because"])
+
+
+def ratios_by_regime(table: pd.DataFrame) -> pd.DataFrame:
+    """Per regime of a ``modeled_vs_published`` table: rows, modeled rows, and the median,
+    smallest and largest ratio over the modeled ones (NaN when none is modeled)."""
+    out = []
+    for regime in PUBLISHED_REGIMES:
+        part = table[table["regime"] == regime]
+        ratios = part["ratio"].dropna()
+        out.append({"regime": regime, "rows": len(part), "modeled": len(ratios),
+                    "median ratio": float(ratios.median()) if len(ratios) else np.nan,
+                    "min ratio": float(ratios.min()) if len(ratios) else np.nan,
+                    "max ratio": float(ratios.max()) if len(ratios) else np.nan})  # fmt: skip
+    return pd.DataFrame(out)
+
+
+@dataclass(frozen=True)
+class FittedTerm:
+    """A term fitted to published runs, with its leave-one-out check."""
+
+    name: str  # what the term is, in words
+    value: float  # fitted on every given row
+    rows: tuple[str, ...]  # the runs it was fitted to
+    loo_errors: tuple[float, ...]  # per row: |prediction with the term fitted on the others / published - 1|
+
+    @property
+    def median_loo_error(self) -> float:
+        return float(np.median(self.loo_errors))
+
+
+def fit_bandwidth_fraction(table: pd.DataFrame, ids: Sequence[str]) -> FittedTerm:
+    """The achieved fraction of datasheet memory bandwidth that makes ``memory_bound_tok_s``
+    meet the published runs ``ids`` of a ``modeled_vs_published`` table: the median of
+    published / modeled over them. Leave-one-out: each row predicted with the fraction
+    fitted on the others. At least 3 modeled rows, so that no fit rests on a single row."""
+    chosen = table.set_index("id").loc[list(ids)]
+    if chosen["modeled tok/s"].isna().any() or len(chosen) < 3:
+        raise AnchorError(f"fit_bandwidth_fraction needs at least 3 modeled rows (each leave-one-out fit on >= 2), "
+                          f"got {len(chosen)} of which {int(chosen['modeled tok/s'].isna().sum())} unmodeled")
+    share = (chosen["published tok/s"] / chosen["modeled tok/s"]).to_numpy(dtype=float)
+    errors = []
+    for i in range(len(share)):
+        fitted = float(np.median(np.delete(share, i)))
+        errors.append(float(abs(fitted / share[i] - 1)))
+    return FittedTerm("achieved fraction of datasheet memory bandwidth", float(np.median(share)),
+                      tuple(chosen.index), tuple(errors))

@@ -79,6 +79,10 @@ What each figure means physically, and where the presets' values come from:
 - ``host_flops``, ``host_memory_bandwidth``, ``host_op_overhead``: the CPU that runs host
   ops: sustained FLOP/s, DRAM bytes/s, and the per-op cost of the framework (estimates).
 
+``CostModel.compose(gpu=, host=, link=, runtime=)`` builds a model from named parts, each
+with the source of every figure (``runtime.parts``, ``data/parts/parts.csv``); a measured
+preset is a part too (``gpu="measured:h200"``).
+
 Figures in the presets are published datasheet peaks, published measurements or stated
 estimates, as each comment says; ``workbench.calibrate(backend="cuda")`` measures every
 one of them on the machine at hand and writes a measured preset under
@@ -99,6 +103,7 @@ import torch
 
 from ..devices import CopyKind, Device, DeviceError, DeviceLike
 from ..file_reading import read_regular_file
+from .parts import PART_FIELDS, part_figures, part_names
 # What an op costs is counted in ``op_cost``; its names stay importable from here.
 from .op_cost import (
     CostModelError,
@@ -106,6 +111,7 @@ from .op_cost import (
     CostModelWarning,
     CountedCost,
     OpCost,
+    Stored,
     UncountedOps,
     concrete_size,
     cost_depends_on_data,
@@ -144,67 +150,11 @@ MEASURED_DIR_ENV = "WORKBENCH_MEASURED_DIR"
 _MAX_FILE_BYTES = 16 << 20
 
 
-# Link presets: the host↔device link, and the device↔device path of that system.
-_LINKS: dict[str, dict[str, float]] = {
-    # PCIe Gen4 x16: 32 GB/s raw, ~25 GB/s achieved per direction with pinned memory.
-    "pcie_gen4": dict(
-        h2d_bandwidth=25e9, d2h_bandwidth=25e9, d2d_bandwidth=25e9,
-        h2d_latency=10e-6, d2h_latency=10e-6, d2d_latency=10e-6, pageable_factor=0.5,
-    ),
-    # PCIe Gen5 x16: 64 GB/s raw, ~50 GB/s achieved per direction.
-    "pcie_gen5": dict(
-        h2d_bandwidth=50e9, d2h_bandwidth=50e9, d2d_bandwidth=50e9,
-        h2d_latency=8e-6, d2h_latency=8e-6, d2d_latency=8e-6, pageable_factor=0.5,
-    ),
-    # NVLink-C2C (Grace Hopper): 900 GB/s total, 450 GB/s per direction; d2d over NVLink 4.
-    "nvlink_c2c": dict(
-        h2d_bandwidth=450e9, d2h_bandwidth=450e9, d2d_bandwidth=450e9,
-        h2d_latency=4e-6, d2h_latency=4e-6, d2d_latency=4e-6, pageable_factor=0.5,
-    ),
-}  # fmt: skip
+# Datasheet presets are the shipped parts (``runtime.parts``, ``data/parts/parts.csv``):
+# a device preset is a gpu part, a link preset a link part, a host preset a host part; every
+# preset launches as the "compiled" runtime part. Each figure's source is in that table.
+_PRESET_RUNTIME = "compiled"
 
-# How kernels reach a GPU (module docstring: what each figure means and where it comes
-# from). Host-side launch costs depend on the CPU, driver and runtime more than on the
-# GPU, so every device preset shares them.
-_LAUNCH: dict[str, float] = dict(
-    launch_overhead=3.8e-6, graph_launch_overhead=2.5e-6, kernel_gap=0.4e-6, min_kernel_time=1.0e-6
-)
-
-# A100 math units (A100 datasheet, dense): fp64 tensor 19.5 TFLOP/s, fp32 19.5, bf16/fp16
-# tensor 312; no fp8 units, so fp8 runs at the bf16 rate.
-_A100_MATH: dict[str, float] = dict(
-    device_flops_fp64=19.5e12, device_flops_fp32=19.5e12, device_flops_bf16=312e12, device_flops_fp8=312e12
-)
-
-# Device presets: datasheet peaks (dense, no sparsity).
-_DEVICES: dict[str, dict[str, float]] = {
-    # NVIDIA A100 40 GB SXM4 (A100 datasheet): HBM2 1,555 GB/s.
-    "a100_40gb": dict(**_A100_MATH, device_memory_bandwidth=1.555e12, **_LAUNCH),
-    # NVIDIA A100 80 GB SXM4 (same datasheet): the same math units; HBM2e 2,039 GB/s.
-    "a100_80gb": dict(**_A100_MATH, device_memory_bandwidth=2.039e12, **_LAUNCH),
-    # NVIDIA H200 SXM datasheet peaks (dense): fp64 tensor 67 TFLOP/s, fp32 67,
-    # bf16/fp16 989 (989.5), fp8 1979; HBM3e 4.8 TB/s.
-    "h200": dict(
-        device_flops_fp64=67e12, device_flops_fp32=67e12, device_flops_bf16=989e12,
-        device_flops_fp8=1979e12, device_memory_bandwidth=4.8e12, **_LAUNCH,
-    ),
-    # Achieved on one H200: an 8192^3 bf16 matmul through torch at ~790 TFLOP/s and a
-    # device copy at ~4.3 TB/s (bytes read + written); fp32/fp64/fp8 scaled by the same 0.8.
-    "h200_measured": dict(
-        device_flops_fp64=53.6e12, device_flops_fp32=53.6e12, device_flops_bf16=790e12,
-        device_flops_fp8=1583e12, device_memory_bandwidth=4.3e12, **_LAUNCH,
-    ),
-}  # fmt: skip
-
-# Host presets (the CPU that runs host ops).
-_HOSTS: dict[str, dict[str, float]] = {
-    # A two-socket x86 server: ~3 TFLOP/s fp32 with AVX-512 on all cores, ~300 GB/s achieved DRAM.
-    "x86_server": dict(host_flops=3e12, host_memory_bandwidth=300e9, host_op_overhead=2e-6),
-    # Grace (72 Arm cores, LPDDR5X): ~3.5 TFLOP/s fp32, ~450 GB/s achieved.
-    "grace": dict(host_flops=3.5e12, host_memory_bandwidth=450e9, host_op_overhead=2e-6),
-    # A laptop: ~0.5 TFLOP/s fp32, ~60 GB/s.
-    "laptop": dict(host_flops=0.5e12, host_memory_bandwidth=60e9, host_op_overhead=2e-6),
-}
 
 # Figures that may be 0 (a fixed cost can vanish); every other number must be > 0.
 _MAY_BE_ZERO = frozenset(
@@ -213,11 +163,12 @@ _MAY_BE_ZERO = frozenset(
 )  # fmt: skip
 
 
-def _choice(kind: str, name: str, table: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return table[name]
-    except (KeyError, TypeError):
-        raise CostModelError(f"unknown {kind} preset {name!r}; valid: {', '.join(sorted(table))}") from None
+def _choice(kind: str, name: str) -> dict[str, Any]:
+    """The figures of preset ``name`` of ``kind`` ("device", "link" or "host")."""
+    part = "gpu" if kind == "device" else kind
+    if not isinstance(name, str) or name not in part_names(part):
+        raise CostModelError(f"unknown {kind} preset {name!r}; valid: {', '.join(part_names(part))}")
+    return part_figures(part, name)
 
 
 def measured_dir() -> Path:
@@ -343,24 +294,51 @@ class CostModel:
             if link is not None:
                 model = model.with_link(link)
             if host is not None:
-                model = replace(model, **_choice("host", host, _HOSTS))
+                model = replace(model, **_choice("host", host))
             return model
         link = "pcie_gen5" if link is None else link
         host = "x86_server" if host is None else host
         values = {
-            **_choice("device", device, _DEVICES),
-            **_choice("link", link, _LINKS),
-            **_choice("host", host, _HOSTS),
+            **_choice("device", device),
+            **_choice("link", link),
+            **_choice("host", host),
+            **part_figures("runtime", _PRESET_RUNTIME),
         }
         return cls(**values, name=f"{device}+{link}+{host}")
+
+    @classmethod
+    def compose(
+        cls,
+        gpu: str = "h200",
+        host: str = "x86_server",
+        link: str = "pcie_gen5",
+        runtime: str = "compiled",
+    ) -> "CostModel":
+        """A model of a machine put together from named parts (``runtime.parts``): each
+        part sets its own figures, e.g. ``CostModel.compose(gpu="rtx_4090",
+        host="epyc_9355", link="pcie_gen4", runtime="compiled_graph")``.
+
+        Any part may be ``"measured:<name>"``: that part's figures from the measured preset
+        ``<name>`` (``gpu="measured:h200"`` takes the measured H200's math and memory
+        figures, and so on). The name is ``gpu+link+host+runtime``."""
+        values: dict[str, Any] = {}
+        for kind, name in (("gpu", gpu), ("host", host), ("link", link), ("runtime", runtime)):
+            if not isinstance(name, str):
+                raise CostModelTypeError(f"{kind} must be a part name (a string), got {name!r}")
+            if name.startswith(MEASURED_PREFIX):
+                measured = cls.preset(name).to_dict()
+                values.update({field: measured[field] for field in PART_FIELDS[kind]})
+            else:
+                values.update(part_figures(kind, name))
+        return cls(**values, name=f"{gpu}+{link}+{host}+{runtime}")
 
     @staticmethod
     def presets() -> dict[str, tuple[str, ...]]:
         """The preset names: ``{"device": (...), "link": (...), "host": (...), "measured": (...)}``."""
         return {
-            "device": tuple(sorted(_DEVICES)),
-            "link": tuple(sorted(_LINKS)),
-            "host": tuple(sorted(_HOSTS)),
+            "device": part_names("gpu"),
+            "link": part_names("link"),
+            "host": part_names("host"),
             "measured": tuple(MEASURED_PREFIX + n for n in measured_preset_names()),
         }
 
@@ -425,7 +403,7 @@ class CostModel:
             name[1:2] = [link]
         else:
             name.append(link)
-        return replace(self, **_choice("link", link, _LINKS), name="+".join(name))
+        return replace(self, **_choice("link", link), name="+".join(name))
 
     def with_prefetch_hit_rate(self, rate: float) -> "CostModel":
         """This model expecting a prefetch to hold ``rate`` of a reuse copy's rows (rule 5)."""

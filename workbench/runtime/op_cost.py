@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
@@ -28,6 +28,7 @@ __all__ = [
     "CostModelWarning",
     "CountedCost",
     "OpCost",
+    "Stored",
     "UncountedOps",
     "concrete_size",
     "cost_depends_on_data",
@@ -59,8 +60,55 @@ class OpCost(NamedTuple):
     bytes_touched: int
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return math.prod(concrete_size(d) for d in t.shape) * t.element_size()
+class Stored(NamedTuple):
+    """Which of an op's tensors are stored in a weight format rather than as their dtype
+    (``cost_model`` rule 3d), from the ``node_facts.StoredFormat`` of its argument nodes."""
+
+    inputs: tuple[Optional[tuple[float, float]], ...]  # per tensor argument, flattened: (bits, dequant ops) per element, or None
+    output_bits: Optional[float] = None  # bits per element of the result when it is stored too (a copy, a view, a row pick)
+
+    def __bool__(self) -> bool:
+        return self.output_bits is not None or any(spec is not None for spec in self.inputs)
+
+
+_Bits = Mapping[int, tuple[float, float]]  # id of a tensor argument → (bits, dequant ops) per element
+
+
+def _numel(t: torch.Tensor) -> int:
+    return math.prod(concrete_size(d) for d in t.shape)
+
+
+def _nbytes(t: torch.Tensor, bits: Optional[_Bits] = None) -> int:
+    spec = bits.get(id(t)) if bits else None
+    if spec is not None:
+        return math.ceil(_numel(t) * spec[0] / 8)
+    return _numel(t) * t.element_size()
+
+
+def _written(out: Any, stored: Optional[Stored]) -> int:
+    tensors = _tensors(out)
+    if stored is not None and stored.output_bits is not None:
+        return sum(math.ceil(_numel(t) * stored.output_bits / 8) for t in tensors)
+    return sum(_nbytes(t) for t in tensors)
+
+
+def _bits_of(args: tuple, kwargs: dict, stored: Optional[Stored]) -> dict[int, tuple[float, float]]:
+    if not stored:
+        return {}
+    return {id(t): spec for t, spec in zip(_tensors((args, kwargs)), stored.inputs) if spec is not None}
+
+
+def _dequant_flops(fn: Any, args: tuple, bits: _Bits, stored: Optional[Stored], grouped_share: float = 1.0) -> int:
+    """Rule 3d: operations to dequantize the stored weights an op computes with (none
+    when its result is stored the same way: a copy, a view or a row pick moves codes)."""
+    if not bits or (stored is not None and stored.output_bits is not None):
+        return 0
+    total = 0.0
+    for t in _tensors(args):
+        spec = bits.get(id(t))
+        if spec is not None:
+            total += _numel(t) * spec[1]
+    return int(round(total * grouped_share))
 
 
 def concrete_size(d: Any) -> int:
@@ -147,6 +195,7 @@ def op_cost(
     *,
     outputs: Any = None,
     expected_groups: Optional[float] = None,
+    stored: Optional[Stored] = None,
 ) -> OpCost:
     """FLOPs and bytes touched by ``fn(*args, **kwargs)`` (an aten op or any torch callable).
 
@@ -161,7 +210,7 @@ def op_cost(
     ``outputs`` (e.g. ``node.meta["val"]``), or 0. An op whose FLOPs are not counted
     warns (``CostModelWarning``, rule 3c).
     """
-    counted = count_op_cost(fn, args, kwargs, outputs=outputs, expected_groups=expected_groups)
+    counted = count_op_cost(fn, args, kwargs, outputs=outputs, expected_groups=expected_groups, stored=stored)
     if counted.uncounted:
         warnings.warn(f"op_cost({op_label(fn)}): {counted.uncounted}", CostModelWarning, stacklevel=2)
     return counted.cost
@@ -174,38 +223,41 @@ def count_op_cost(
     *,
     outputs: Any = None,
     expected_groups: Optional[float] = None,
+    stored: Optional[Stored] = None,
 ) -> CountedCost:
     """``op_cost`` without the warning: the cost and why its FLOPs were not counted ("" if they were)."""
     kwargs = dict(kwargs or {})
     if _is_view_op(fn):
         return CountedCost(OpCost(0, 0), "")
-    read = sum(_nbytes(t) for t in _tensors((args, kwargs)))
+    bits = _bits_of(tuple(args), kwargs, stored)
+    read = sum(_nbytes(t, bits) for t in _tensors((args, kwargs)))
     grouped = _is_grouped_mm(fn)
     try:
         meta_args, meta_kwargs = tree_map(_to_meta, (tuple(args), kwargs))
         flops, out = _counted(fn, meta_args, meta_kwargs)
-        written = sum(_nbytes(t) for t in _tensors(out))
+        written = _written(out, stored)
         if grouped:
-            return _grouped_or_uncounted(fn, args, kwargs, written, expected_groups)
-        return CountedCost(OpCost(flops, _row_gather_read(fn, args, read, written) + written), _unknown_flops(fn, flops))
+            return _grouped_or_uncounted(fn, args, kwargs, written, expected_groups, bits, stored)
+        flops += _dequant_flops(fn, tuple(args), bits, stored)
+        return CountedCost(OpCost(flops, _row_gather_read(fn, args, read, written, bits) + written), _unknown_flops(fn, flops))
     except Exception as meta_error:  # no meta kernel, data-dependent shape, unbacked size
         reason = f"{type(meta_error).__name__}: {' '.join(str(meta_error).split())[:160]}"
     inputs = _tensors((args, kwargs))
     if grouped and outputs is not None:
-        return _grouped_or_uncounted(fn, args, kwargs, sum(_nbytes(t) for t in _tensors(outputs)), expected_groups)
+        return _grouped_or_uncounted(fn, args, kwargs, _written(outputs, stored), expected_groups, bits, stored)
     if inputs and all(t.device.type not in ("meta",) and not _is_fake(t) for t in inputs):
         flops, out = _counted(fn, tuple(args), kwargs)
-        cost = OpCost(flops, read + sum(_nbytes(t) for t in _tensors(out)))
+        cost = OpCost(flops + _dequant_flops(fn, tuple(args), bits, stored), read + _written(out, stored))
         if grouped:
-            return _grouped_or_uncounted(fn, args, kwargs, cost.bytes_touched - read, expected_groups)
+            return _grouped_or_uncounted(fn, args, kwargs, cost.bytes_touched - read, expected_groups, bits, stored)
         return CountedCost(cost, _unknown_flops(fn, flops))
-    written = sum(_nbytes(t) for t in _tensors(outputs)) if outputs is not None else 0
+    written = _written(outputs, stored) if outputs is not None else 0
     try:
         flops = _formula_flops(fn, tuple(args), kwargs, outputs)
     except Exception:
         flops = 0
     why = f"cannot run on meta tensors ({reason}); FLOPs {'from the formula for the given outputs' if flops else 'counted as 0'}"
-    return CountedCost(OpCost(flops, read + written), why)
+    return CountedCost(OpCost(flops + _dequant_flops(fn, tuple(args), bits, stored), read + written), why)
 
 
 #: aten ops that multiply matrices but have no FlopCounterMode formula (rule 3c).
@@ -261,10 +313,19 @@ def present_groups_count(offs: torch.Tensor) -> int:
     return int((ends > starts).sum())
 
 
-def grouped_mm_cost(x: torch.Tensor, weight: torch.Tensor, offs: Optional[torch.Tensor], written: int, expected_groups: Optional[float] = None) -> OpCost:
+def grouped_mm_cost(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    offs: Optional[torch.Tensor],
+    written: int,
+    expected_groups: Optional[float] = None,
+    weight_stored: Optional[tuple[float, float]] = None,
+) -> OpCost:
     """Rule 3a: FLOPs and bytes of a grouped matmul of ``x`` (S, in) by ``weight`` (G, in,
     out) grouped by ``offs`` (G,) whose output has ``written`` bytes. Slabs read: the
-    groups with rows in real ``offs``, else ``expected_groups`` (at most G), else min(G, S)."""
+    groups with rows in real ``offs``, else ``expected_groups`` (at most G), else min(G, S).
+    ``weight_stored`` (bits, dequant ops per element): the weight is stored in a weight
+    format, read at its bits and dequantized (rule 3d)."""
     rows, inner = (concrete_size(d) for d in x.shape)
     groups, _, width = (concrete_size(d) for d in weight.shape)
     flops = 2 * rows * inner * width
@@ -274,19 +335,24 @@ def grouped_mm_cost(x: torch.Tensor, weight: torch.Tensor, offs: Optional[torch.
         read_groups = min(float(groups), float(expected_groups))
     else:
         read_groups = float(min(groups, rows))
-    slab = _nbytes(weight) / groups if groups else 0.0
+    bits = {id(weight): weight_stored} if weight_stored is not None else None
+    slab = _nbytes(weight, bits) / groups if groups else 0.0
     offs_bytes = _nbytes(offs) if offs is not None else 0
+    if weight_stored is not None and groups:
+        flops += int(round(read_groups * _numel(weight) / groups * weight_stored[1]))
     return OpCost(flops, int(round(_nbytes(x) + offs_bytes + written + read_groups * slab)))
 
 
-def _grouped_or_uncounted(fn: Any, args: tuple, kwargs: dict, written: int, expected_groups: Optional[float]) -> CountedCost:
+def _grouped_or_uncounted(
+    fn: Any, args: tuple, kwargs: dict, written: int, expected_groups: Optional[float], bits: _Bits, stored: Optional[Stored]
+) -> CountedCost:
     """Rule 3a for the form transformers uses (x 2-D, one 3-D slab stack, offsets); any
     other grouped form is costed by its bytes and named (rule 3c)."""
     x, w, offs = _grouped_args(tuple(args), kwargs)
     if isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and x.dim() == 2 and w.dim() == 3 and isinstance(offs, torch.Tensor):
-        return CountedCost(grouped_mm_cost(x, w, offs, written, expected_groups), "")
-    read = sum(_nbytes(t) for t in _tensors((args, kwargs)))
-    return CountedCost(OpCost(0, read + written), "a grouped matmul of a form other than 2-D rows by 3-D slabs with offsets; FLOPs counted as 0")
+        return CountedCost(grouped_mm_cost(x, w, offs, written, expected_groups, bits.get(id(w))), "")
+    read = sum(_nbytes(t, bits) for t in _tensors((args, kwargs)))
+    return CountedCost(OpCost(_dequant_flops(fn, tuple(args), bits, stored), read + written), "a grouped matmul of a form other than 2-D rows by 3-D slabs with offsets; FLOPs counted as 0")
 
 
 @functools.lru_cache(maxsize=1)
@@ -302,13 +368,13 @@ def _row_gather_ops() -> frozenset:
     })  # fmt: skip
 
 
-def _row_gather_read(fn: Any, args: tuple, read: int, written: int) -> int:
+def _row_gather_read(fn: Any, args: tuple, read: int, written: int, bits: Optional[_Bits] = None) -> int:
     """Ops that pick rows out of a big source read only the rows they pick: counting the
     whole source (an embedding table, a stack of 256 weight slabs) as read would charge a
     decode step gigabytes it never touches."""
     if fn not in _row_gather_ops() or not args or not isinstance(args[0], torch.Tensor):
         return read
-    return read - _nbytes(args[0]) + min(written, _nbytes(args[0]))
+    return read - _nbytes(args[0], bits) + min(written, _nbytes(args[0], bits))
 
 
 def _is_fake(t: torch.Tensor) -> bool:

@@ -62,7 +62,9 @@ import torch.fx
 from ..arguments import check_callable, check_flag, check_int, describe
 from ..devices import CPU, Device, host_first
 from ..errors import ArgumentTypeError, ArgumentValueError, WorkbenchError
-from ..graph_values import value_of
+from ..graph_values import is_view_op, value_of
+from ..node_facts import facts_of
+from ..weight_formats import weight_formats
 from ..model_source import ModelChangedError
 from ..planning.arena_execution import Slots
 from ..planning.buffers import aligned_size
@@ -83,7 +85,7 @@ from .inputs import check_inputs, flatten_inputs, input_specs
 from .copy_router import CopyRouter
 from .run_result import RunResult
 from .cost_model import UncountedOps, cost_depends_on_data
-from .sim_timing import CostFn, bind_cost, copy_cost, default_cost_model, op_step_cost
+from .sim_timing import CostFn, bind_cost, copy_cost, default_cost_model, op_step_cost, stored_of
 from ..device_graph import Mutation, mutations
 from .state import StateWrite, state_writes
 from .steps import Step, Steps, resident_write_step, steps_of
@@ -124,7 +126,35 @@ def check_plan(plan: Any, weights: Optional[WeightSource] = None) -> MemoryPlan:
             "or capture a model with real weights, or load it with weights=SeededWeights(seed) "
             "(workbench.runtime.materialise) to make seeded random weights on the device"
         )
+    _check_stored_formats(plan)
     return plan
+
+
+def _check_stored_formats(plan: MemoryPlan) -> None:
+    """Rule 3 of ``weight_formats``: a plan runs only if every constant stored in a weight
+    format has the values the executor computes with, and no such value is copied into
+    an arena (its slot is sized for the stored bytes; the executor holds dequantized ones)."""
+    dg = plan.device_graph
+    program = dg.program
+    shape_only = sorted({f.name for n, f in program.stored_formats.items() if n not in program.dequantized})
+    stored_nodes = {n.name: n for n in dg.graph.nodes if facts_of(n).stored is not None}
+    if not shape_only and stored_nodes and not program.stored_formats:
+        shape_only = sorted({str(getattr(facts_of(n).stored, "name", "")) for n in stored_nodes.values()})  # a plan read back
+    if shape_only:
+        raise ExecutorError(
+            f"the program stores constants in weight format(s) {', '.join(shape_only)}, which the workbench "
+            "plans and estimates but does not compute with (shape-only); formats it runs: "
+            f"{', '.join(f.name for f in weight_formats().values() if f.executable)}; use "
+            "workbench.runtime.estimate(plan) for its modeled timeline"
+        )
+    in_arena = [n.name for n in stored_nodes.values() if n.op == "call_function" and not is_view_op(n.target)]
+    if in_arena:
+        raise ExecutorError(
+            f"{', '.join(in_arena[:3])} copy or pick rows of constants stored in a weight format into planned "
+            "memory; the executor computes with dequantized values, which do not fit slots sized for the "
+            "stored bytes: quantize only weights that ops read in place where they are resident (e.g. "
+            "'aten.linear'), or estimate(plan) this one"
+        )
 
 
 def resolve_backend(backend: Optional[str]) -> str:
@@ -527,13 +557,15 @@ class Session:
         """(µs, bytes, flops) of an op step, recomputed only when its argument shapes change
         (or always, when its cost reads data); ops whose FLOPs cannot be counted are added
         to ``uncounted``."""
+        stored = stored_of(node)
         if cost_depends_on_data(node.target, args, kwargs):
-            return op_step_cost(self.cost_model, step, node.target, args, kwargs, out, uncounted=uncounted)
+            return op_step_cost(self.cost_model, step, node.target, args, kwargs, out, uncounted=uncounted, stored=stored)
         signature = _signature((args, kwargs))
         hit = self._op_times.get(node.name)
         if hit is None or hit[0] != signature:
             found = UncountedOps()
-            hit = (signature, op_step_cost(self.cost_model, step, node.target, args, kwargs, out, uncounted=found), found.reasons)
+            cost = op_step_cost(self.cost_model, step, node.target, args, kwargs, out, uncounted=found, stored=stored)
+            hit = (signature, cost, found.reasons)
             self._op_times[node.name] = hit
         if uncounted is not None:
             for reason in hit[2].values():

@@ -55,6 +55,10 @@ Rules:
 10. ``estimate`` keeps, per plan object, what each op step's cost is made of apart from
    the machine (``op_facts``: FLOPs, bytes, dtype — shapes alone decide them), so the
    same plan estimated under another link, device or hit rate counts no op again.
+11. A step whose arguments or result are stored in a weight format (``stored_of``: the
+    ``node_facts.StoredFormat`` of its nodes) is costed at the stored bytes, with the
+    dequantization work of the weights it computes with (``CostModel`` rule 3d); a copy's
+    bytes are its record's, which propagation sized at the format's.
 """
 
 from __future__ import annotations
@@ -72,7 +76,8 @@ from ..devices import Device
 from ..errors import ArgumentTypeError
 from ..graph_values import node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
-from .cost_model import CostModel, CountedCost, check_launch, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
+from ..node_facts import stored_format
+from .cost_model import CostModel, CountedCost, Stored, check_launch, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
 from .graph_segments import graph_segments
 from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of
@@ -81,6 +86,7 @@ from .timeline import Event, StreamScheduler, Timeline
 __all__ = [
     "SimClock",
     "cached_op_cost",
+    "stored_of",
     "default_cost_model",
     "estimate",
     "expected_link_bytes",
@@ -149,18 +155,37 @@ def _meta_factory(kwargs: dict) -> dict:
     return kwargs
 
 
-def cached_op_cost(target: Any, args: tuple, kwargs: dict, expected_groups: Optional[float] = None) -> CountedCost:
+def stored_of(node: torch.fx.Node) -> Optional[Stored]:
+    """Rule 10: which of ``node``'s tensor arguments, and whether its result, are stored
+    in a weight format; None when none is."""
+    found: list[Optional[tuple[float, float]]] = []
+
+    def visit(arg: torch.fx.Node) -> torch.fx.Node:
+        if isinstance(value_of(arg), torch.Tensor):
+            fact = stored_format(arg)
+            found.append((fact.bits_per_weight, fact.dequant_ops) if fact is not None else None)
+        return arg
+
+    torch.fx.node.map_arg((node.args, node.kwargs), visit)
+    own = stored_format(node)
+    stored = Stored(tuple(found), own.bits_per_weight if own is not None else None)
+    return stored if stored else None
+
+
+def cached_op_cost(
+    target: Any, args: tuple, kwargs: dict, expected_groups: Optional[float] = None, stored: Optional[Stored] = None
+) -> CountedCost:
     """``count_op_cost`` of ``target(*args, **kwargs)``, cached per shapes unless it reads
     data (rules 3, 4)."""
     kwargs = _meta_factory(dict(kwargs))
     if cost_depends_on_data(target, tuple(args), kwargs):
-        return count_op_cost(target, tuple(args), kwargs, expected_groups=expected_groups)
-    key = (target, _spec(tuple(args)), _spec(kwargs), expected_groups)
+        return count_op_cost(target, tuple(args), kwargs, expected_groups=expected_groups, stored=stored)
+    key = (target, _spec(tuple(args)), _spec(kwargs), expected_groups, stored)
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    cost = count_op_cost(target, tuple(args), kwargs, expected_groups=expected_groups)
+    cost = count_op_cost(target, tuple(args), kwargs, expected_groups=expected_groups, stored=stored)
     with _LOCK:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
@@ -221,9 +246,11 @@ def scaled(cost: tuple[float, int, int], share: float) -> tuple[float, int, int]
 OpFacts = tuple[CountedCost, torch.dtype]
 
 
-def op_facts(target: Any, args: tuple, kwargs: dict, out: Any, expected_groups: Optional[float] = None) -> OpFacts:
-    """The machine-independent part of an op step's cost (rules 2, 3)."""
-    return cached_op_cost(target, args, kwargs, expected_groups), step_dtype((args, kwargs), out)
+def op_facts(
+    target: Any, args: tuple, kwargs: dict, out: Any, expected_groups: Optional[float] = None, stored: Optional[Stored] = None
+) -> OpFacts:
+    """The machine-independent part of an op step's cost (rules 2, 3, 11)."""
+    return cached_op_cost(target, args, kwargs, expected_groups, stored), step_dtype((args, kwargs), out)
 
 
 def op_step_cost(
@@ -237,12 +264,13 @@ def op_step_cost(
     expected_groups: Optional[float] = None,
     uncounted: Optional[UncountedOps] = None,
     facts: Optional[OpFacts] = None,
+    stored: Optional[Stored] = None,
 ) -> tuple[float, int, int]:
     """(µs, bytes touched, flops) of a compute or host step (rule 2); an op whose FLOPs
     cannot be counted is added to ``uncounted`` (rule 3). ``facts``: the step's
     ``op_facts``, when they are known already (then ``args``, ``kwargs`` and ``out``
-    are not read)."""
-    counted, dtype = facts if facts is not None else op_facts(target, args, kwargs, out, expected_groups)
+    are not read); ``stored``: its tensors kept in a weight format (rule 11)."""
+    counted, dtype = facts if facts is not None else op_facts(target, args, kwargs, out, expected_groups, stored)
     if uncounted is not None:
         uncounted.add(target, counted.uncounted)
     cost = counted.cost
@@ -425,7 +453,7 @@ def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: U
         if found is None:  # rule 10
             args = torch.fx.node.map_arg(node.args, value_of)
             kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
-            found = facts[step.name] = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node))
+            found = facts[step.name] = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node), stored_of(node))
         return scaled(op_step_cost(model, step, node.target, (), {}, None, uncounted=uncounted, facts=found), share)
 
     return cost

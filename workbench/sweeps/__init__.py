@@ -35,15 +35,19 @@ Rules:
      partial. With ``out=`` (a ``.csv`` path) the finished points are written there as
      they finish (each write atomic), and a re-run with the same ``out`` reads them back
      and runs only the points not yet done.
+  6. ``weights={format: [pattern, ...]}`` stores the swept program's constants in those
+     weight formats (``workbench.quantize``): resident bytes, budgets, copy bytes and
+     times are those of the stored format; the rules are checked before any work.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from concurrent.futures import Executor, as_completed
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -55,6 +59,7 @@ from ..models import MoEConfig, QwenMoEDecoder
 from ..moe.cache_policies import replay_all, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..runtime import CostModel
+from ..weight_formats import check_quantize_rules, quantize
 from .checks import SweepError, check_budgets, check_links
 from .executors import InlineExecutor, pool_size, process_pool
 from .result import SIMPLICITY, TIE_RTOL, WORKER_COLUMNS, SweepResult, best_per_budget, read_points
@@ -167,6 +172,17 @@ def _source(model: Any) -> Source:
     )
 
 
+def _with_weights(source: Source, weights: Optional[Mapping[str, Sequence[str]]]) -> Source:
+    """Rule 6: the source whose program stores its constants as ``weights`` says."""
+    if weights is None:
+        return source
+    if isinstance(source, ProgramSource):
+        return ProgramSource(quantize(source.captured, weights))
+    check_quantize_rules(weights)
+    frozen = tuple((f, (p,) if isinstance(p, str) else tuple(p)) for f, p in weights.items())
+    return dataclasses.replace(source, weights=frozen)
+
+
 def sweep(
     model: Any,
     budgets: Sequence[float] = DEFAULT_BUDGETS_GIB,
@@ -180,6 +196,7 @@ def sweep(
     trace: Optional[RoutingTrace] = None,
     workers: Optional[int] = None,
     out: Union[str, Path, None] = None,
+    weights: Optional[Mapping[str, Sequence[str]]] = None,
 ) -> SweepResult:
     """Sweep strategies × links and pick the best per budget (module rules).
 
@@ -198,9 +215,10 @@ def sweep(
         workers: processes of the default pool.
         out: a ``.csv`` path: finished points are written there as they finish, and
             points already there are not run again (rule 5).
+        weights: ``quantize`` rules for the program's constants (rule 6).
     """
     start = time.perf_counter()
-    source = _source(model)
+    source = _with_weights(_source(model), weights)
     budgets_t, links_t = check_budgets(budgets), check_links(links)
     config = source.config if isinstance(source, ModelSource) else None
     if strategies is None:

@@ -9,6 +9,9 @@ Rules:
   2. ``ProgramSource(program)`` wraps a ``Program`` captured by the caller. It lives in
      the caller's process only (an exported program is not shipped to workers); it has
      no hinted twin, so prefetching strategies need a program captured with hints.
+  4. ``weights`` (``((format, (pattern, ...)), ...)``: ``quantize`` rules, hashable) stores
+     the program's constants in those weight formats; the capture is shared with the
+     same config's unquantized recipe and quantized per call (a few milliseconds).
   3. A shape-only capture whose exported program lists a fake tensor among its constants
      (``lifted_tensor_N``: a value traced inside ``forward`` lifted as a constant) is not
      the model's program: it was seen in Dask workers, whose sampling profiler thread
@@ -27,6 +30,7 @@ import torch
 
 from ..capture import CaptureError, Program, capture
 from ..models import MoEConfig, QwenMoEDecoder
+from ..weight_formats import quantize
 
 __all__ = ["ModelSource", "ProgramSource", "Source"]
 
@@ -40,14 +44,15 @@ class ModelSource:
     """Rule 1: the built-in decoder of ``config``, captured shape-only where it is used."""
 
     config: MoEConfig
+    weights: tuple[tuple[str, tuple[str, ...]], ...] = ()  # rule 4
 
     def program(self, hinted: bool) -> Program:
-        key = (self, bool(hinted))
+        key = (ModelSource(self.config), bool(hinted))
         with _LOCK:  # threads of one worker share the capture
             found = _CACHE.get(key)
             if found is None:
                 found = _CACHE[key] = self._capture(bool(hinted))
-        return found
+        return quantize(found, {f: list(p) for f, p in self.weights}) if self.weights else found
 
     def _capture(self, hinted: bool) -> Program:
         """Rule 3."""
@@ -68,7 +73,8 @@ class ModelSource:
     @property
     def label(self) -> str:
         c = self.config
-        return f"QwenMoEDecoder({c.num_hidden_layers} layers, {c.num_experts} experts, {c.dtype})"
+        stored = "".join(f", {f}: {', '.join(p)}" for f, p in self.weights)
+        return f"QwenMoEDecoder({c.num_hidden_layers} layers, {c.num_experts} experts, {c.dtype}{stored})"
 
 
 def _lifted_fake_constant(exc: CaptureError) -> bool:

@@ -1,0 +1,68 @@
+"""Hardware as parts: the shipped table, ``CostModel.compose`` and the presets built from it."""
+
+import dataclasses
+
+import pytest
+
+from workbench.runtime import CostModel
+from workbench.runtime.op_cost import CostModelError
+from workbench.runtime.parts import PART_FIELDS, part_figures, part_names, parts
+
+
+def test_every_figure_has_a_source_and_every_part_all_its_fields():
+    """Each row names a source; each part sets every field its kind sets; the issue's
+    hardware is there (GPUs of published runs, hosts with cores and DRAM peak)."""
+    table = parts()
+    assert (table["source"].str.strip() != "").all()
+    for kind, fields in PART_FIELDS.items():
+        for name in part_names(kind):
+            assert set(fields) <= set(part_figures(kind, name)), (kind, name)
+    assert {"rtx_4090", "rtx_3090", "l4", "t4", "a100_80gb", "h100_sxm", "h200"} <= set(part_names("gpu"))
+    hosts = table[table["kind"] == "host"]
+    for name in ("epyc_9355", "epyc_9654_2s", "core_i3_8100"):
+        row = hosts[hosts["name"] == name].set_index("field")["value"].astype(float)
+        # achievable DRAM rate is below the datasheet peak (channels x MT/s x 8 B)
+        assert 0 < row["host_memory_bandwidth"] < row["dram_peak_bandwidth"] and row["cores"] >= 1
+
+
+def test_compose_takes_each_figure_from_its_own_part():
+    """GPU figures come from the gpu part, host from the host part, link from the link
+    part, launch figures from the runtime part; the name lists the parts."""
+    m = CostModel.compose(gpu="rtx_4090", host="epyc_9355", link="pcie_gen4", runtime="compiled_graph")
+    assert m.device_memory_bandwidth == 1008e9 and m.device_flops_bf16 == 165.2e12
+    assert m.host_memory_bandwidth == part_figures("host", "epyc_9355")["host_memory_bandwidth"]
+    assert m.h2d_bandwidth == 25e9 and m.launch_mode == "graph"
+    assert m.name == "rtx_4090+pcie_gen4+epyc_9355+compiled_graph"
+    # the datasheet presets are the same parts with the compiled runtime
+    preset = CostModel.preset("a100_80gb", link="pcie_gen4", host="laptop")
+    composed = CostModel.compose(gpu="a100_80gb", link="pcie_gen4", host="laptop")
+    assert dataclasses.replace(composed, name=preset.name) == preset
+
+
+def test_the_measured_h200_is_a_part():
+    """``measured:h200`` as every part gives the measured preset's figures; as the gpu
+    alone it brings only the device figures."""
+    measured = CostModel.preset("measured:h200")
+    whole = CostModel.compose(gpu="measured:h200", host="measured:h200", link="measured:h200", runtime="measured:h200")
+    assert dataclasses.replace(whole, name=measured.name) == measured
+    gpu_only = CostModel.compose(gpu="measured:h200", link="pcie_gen5")
+    assert gpu_only.device_memory_bandwidth == measured.device_memory_bandwidth
+    assert gpu_only.h2d_bandwidth == 50e9 and gpu_only.launch_overhead == 3.8e-6
+
+
+def test_unknown_parts_and_bad_tables_are_refused(tmp_path):
+    """An unknown part lists the valid names; a table with a missing field, an unsourced
+    figure or a non-number is refused naming the rows."""
+    with pytest.raises(CostModelError, match="unknown gpu part 'rtx_9999'; valid: .*rtx_4090"):
+        CostModel.compose(gpu="rtx_9999")
+    with pytest.raises(CostModelError, match="no measured preset"):
+        CostModel.compose(runtime="measured:nowhere")
+    path = tmp_path / "parts.csv"
+    path.write_text(
+        "kind,name,field,value,source\n"
+        "gpu,g,device_flops_fp32,fast,somewhere\n"
+        "gpu,g,device_memory_bandwidth,1e12,\n"
+        "cpu,h,host_flops,1e12,x\n"
+    )
+    with pytest.raises(CostModelError, match=r"not a finite number.*no source.*kind is none of.*lacks"):
+        parts(path)
