@@ -162,7 +162,7 @@ _MAX_QUOTE_CHARS = 200
 
 def published_dir() -> Path:
     """The folder of published measurements: the repository's ``data/published``."""
-    return Path(__file__).resolve().parents[1] / "data" / "published"
+    return Path(__file__).resolve().parents[2] / "data" / "published"
 
 
 def published_decode_runs(path: Optional[Path] = None) -> pd.DataFrame:

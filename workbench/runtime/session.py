@@ -27,7 +27,7 @@ Rules:
    ``ModelChangedError``, never a silently stale result.
 7. A user ``run_node`` must return what the node's target returns (a tensor of the
    traced dtype and shape, a tuple of them, a number); anything else is an
-   ``ExecutorError`` naming the node.
+   ``ExecutorError`` naming the node (``run_node_check``).
 8. Launch modes (``launch``): ``"eager"`` launches every device operation on its own;
    ``"graph"`` splits the call into graph segments (``graph_segments``) and launches each
    segment as one captured graph per device, the steps between segments on their own.
@@ -74,6 +74,7 @@ from .backend_registry import check_backend, shared_registry
 from .device_buffers import DeviceBuffer
 from .byte_views import typed_view
 from .call import Call, ExecutorError, NodeEntry, RunNode, node_entries
+from .run_node_check import checked_run_node
 from .cost_model import CostModel, check_launch
 from .graph_replay import CudaGraphReplay
 from .graph_segments import GraphSegments, graph_segments, segment_spans
@@ -344,7 +345,7 @@ class Session:
         self.cost_model = cost_model
         self.registry = registry
         self.validate = validate
-        self.run_node = _checked_run_node(run_node) if run_node is not None else None
+        self.run_node = checked_run_node(run_node) if run_node is not None else None
         self.steps: Steps = steps_of(plan)
         self.entries: tuple[NodeEntry, ...] = node_entries(self.steps, plan.device_graph.graph)
         self.mutations: tuple[Mutation, ...] = mutations(plan.device_graph)
@@ -629,60 +630,6 @@ class Session:
         state = "closed" if self._closed else "open"
         arenas = ", ".join(f"{d}: {b.nbytes} B" for d, b in self.arena_buffers.items())
         return f"Session(backend={self.backend!r}, {state}, arenas {{{arenas}}})"
-
-
-def _expected_result(val: Any) -> str:
-    if isinstance(val, torch.Tensor):
-        return f"a torch.Tensor of dtype {val.dtype} and shape {tuple(val.shape)}"
-    if isinstance(val, (tuple, list)):
-        return f"a tuple or list of {len(val)} values"
-    return f"a {type(val).__name__}"
-
-
-def _result_problem(val: Any, result: Any) -> str:
-    """Rule 7: why ``result`` cannot stand for the traced value ``val``, or ""."""
-    if val is None:
-        return ""
-    if isinstance(val, torch.Tensor):
-        if not isinstance(result, torch.Tensor):
-            return "not a tensor"
-        if result.dtype != val.dtype:
-            return f"dtype {result.dtype}"
-        static = all(isinstance(d, int) for d in val.shape)
-        if (static and tuple(result.shape) != tuple(val.shape)) or result.dim() != val.dim():
-            return f"shape {tuple(result.shape)}"
-        return ""
-    if isinstance(val, (tuple, list)):
-        if not isinstance(result, (tuple, list)) or len(result) != len(val):
-            return "not a sequence of that length"
-        for i, (v, r) in enumerate(zip(val, result)):
-            inner = _result_problem(v, r)
-            if inner:
-                return f"element {i} has {inner}" if not inner.startswith("not") else f"element {i} is {inner}"
-        return ""
-    if isinstance(val, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
-        ok = isinstance(result, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)) or (
-            isinstance(result, torch.Tensor) and result.dim() == 0
-        )
-        return "" if ok else "not a number"
-    return ""
-
-
-def _checked_run_node(run_node: RunNode) -> RunNode:
-    """Rule 7: ``run_node`` with every result checked against the node's traced value."""
-
-    def checked(node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
-        result = run_node(node, args, kwargs)
-        val = value_of(node)
-        problem = _result_problem(val, result)
-        if problem:
-            raise ExecutorError(
-                f"run_node returned {describe(result)} for node {node.name!r} ({node.target}): {problem}; "
-                f"it must return what the node's target returns: {_expected_result(val)}"
-            )
-        return result
-
-    return checked
 
 
 def _load_cost(model: CostModel, step: Step, nbytes: int) -> CostFn:
