@@ -427,3 +427,15 @@ def test_transformers_model_groups_its_top_level_modules_apart_and_hides_asserts
     view = GraphView(dg, collapse="layers")
     view.select(checks[0])
     assert "metadata-only check" in view.spec_html()
+
+
+def test_copy_headers_give_a_count_and_a_total():
+    """A header's copies read as a count and the bytes they move between them, never as
+    count × size: two h2d copies of 4 KiB each read "2 h2d copies, 8.0 KiB in all", one
+    copy reads "1 d2h copy, 4.0 KiB", and kinds are separated so counts cannot run together."""
+    from workbench.views._style import copies_text
+
+    text = copies_text({"h2d": 2, "d2h": 1, "d2d": 0}, {"h2d": 8192, "d2h": 4096, "d2d": 0})
+    assert text == "2 h2d copies, 8.0 KiB in all; 1 d2h copy, 4.0 KiB"
+    assert "×" not in text
+    assert copies_text({}, {}) == "no copies"

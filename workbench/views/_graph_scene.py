@@ -35,7 +35,7 @@ from typing import Any, Optional
 from ..devices import Device
 from ._layout import GROUP_KINDS, GraphLayout, LayoutNode
 from ._spec import NodeSpec, node_specs
-from ._style import COPY_COLOURS, CONSTANT_COLOUR, colour_for_key, copy_colour, device_colour, format_bytes, tint
+from ._style import COPY_COLOURS, CONSTANT_COLOUR, colour_for_key, copies_text, copy_colour, device_colour, format_bytes, tint
 from ._upstream import DeviceGraph, op_name
 
 _NODE_LEGEND = (
@@ -238,7 +238,7 @@ def _legend(layout: GraphLayout) -> list[dict]:
 
 
 def format_copies(layout: GraphLayout) -> str:
-    """Copies drawn, per kind: ``"h2d 8× 192.0 KiB"`` (for titles)."""
+    """Copies drawn, per kind: ``"8 h2d copies, 192.0 KiB in all"`` (for titles)."""
     count: dict[str, int] = {}
     moved: dict[str, int] = {}
     for n in layout.nodes:
@@ -248,7 +248,7 @@ def format_copies(layout: GraphLayout) -> str:
         for b in n.badges:
             count[b.kind] = count.get(b.kind, 0) + b.count
             moved[b.kind] = moved.get(b.kind, 0) + b.nbytes
-    return ", ".join(f"{k} {count[k]}× {format_bytes(moved[k])}" for k in COPY_COLOURS if k in count) or "no copies"
+    return copies_text({k: count[k] for k in COPY_COLOURS if k in count}, moved)
 
 
 def drawn_id(scene: dict, focus: Optional[str]) -> Optional[str]:

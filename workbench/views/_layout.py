@@ -69,7 +69,7 @@ from ..devices import Device
 from ..errors import WorkbenchWarning
 from ._graphviz import GraphvizUnavailable, dot_positions
 from ._inputs import UnknownNameError, ViewOptionError
-from ._style import copy_label, format_bytes
+from ._style import copies_of_kind, copy_label, format_bytes
 from ._upstream import CopyRecord, DeviceGraph, node_nbytes, reads_metadata_only
 
 COLLAPSE_MODES = (None, "delegates", "layers")
@@ -108,7 +108,7 @@ class CopyBadge:
 
     @property
     def text(self) -> str:
-        return f"{self.kind} {self.count}× {format_bytes(self.nbytes)}"
+        return copies_of_kind(self.kind, self.count, self.nbytes)
 
 
 @dataclass(frozen=True)

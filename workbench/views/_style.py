@@ -84,6 +84,15 @@ def copy_label(kind: str, nbytes: int) -> str:
     return f"{kind} {format_bytes(nbytes)}"
 
 
+def copies_of_kind(kind: str, count: int, nbytes: int) -> str:
+    """``count`` copies of ``kind`` that move ``nbytes`` between them: ``"2 h2d copies,
+    8.0 KiB in all"``, ``"1 d2h copy, 4.0 KiB"`` (a count and a total, never a size each)."""
+    if count == 1:
+        return f"1 {kind} copy, {format_bytes(nbytes)}"
+    return f"{count} {kind} copies, {format_bytes(nbytes)} in all"
+
+
 def copies_text(counts: Mapping[str, int], moved: Mapping[str, int]) -> str:
-    """Copies per kind for a title: ``"h2d 2× 8.0 KiB, d2h 1× 4.0 KiB"`` (``"no copies"``)."""
-    return ", ".join(f"{k} {n}× {format_bytes(moved[k])}" for k, n in counts.items() if n) or "no copies"
+    """Copies per kind for a title: ``"2 h2d copies, 8.0 KiB in all; 1 d2h copy, 4.0 KiB"``
+    (``"no copies"``)."""
+    return "; ".join(copies_of_kind(k, n, moved[k]) for k, n in counts.items() if n) or "no copies"
