@@ -130,9 +130,12 @@ def test_experts_that_loop_in_python_are_refused_in_one_paragraph(model_type, li
 
 def test_llama4_experts_are_decided_by_the_graph():
     """Llama 4's 'eager' experts are a dense batched matmul: its prefill and decode steps
-    capture and equal eager; asking for an experts implementation it lacks is an
-    HFError, not a silent no-op."""
-    stages = ("prefill/experts_on_host", "decode_static/expert_streaming", "decode_4_tokens/partial_offload")
+    capture and equal eager, and so do 4-token decodes through expert caches (the dense
+    matmul reads every expert's slab through the cache; a missed expert copied, or
+    computed on the host); asking for an experts implementation it lacks is an HFError,
+    not a silent no-op."""
+    stages = ("prefill/experts_on_host", "decode_static/expert_streaming", "decode_4_tokens/partial_offload",
+              "decode_4_tokens/expert_cache_lru_copy", "decode_4_tokens/expert_cache_static_hot_host_compute")
     report = hf.try_stages(family_model("llama4_text"), stages=stages)
     assert report.ok, report.to_dataframe().to_string()
     with pytest.raises(hf.HFError, match="no experts_implementation 'batched_mm'"):
