@@ -24,7 +24,10 @@ Rules:
 3. JetMoE's attention experts keep transformers' split of the work between ``map``
    (query projections, before attention) and ``reduce`` (output projections, after):
    ``map`` returns the routed ids and gates in place of transformers' sorted topology,
-   which only ``reduce`` reads.
+   which only ``reduce`` reads. Both groups compute through their ``input_linear`` and
+   ``output_linear`` modules (called with the routed rows and their ids in place of
+   sorted rows and counts), so the projections' ops are the experts' in the graph's
+   module stacks even where transformers calls ``map`` and ``reduce`` as plain methods.
 4. The model is left as it was: only instance attributes are set, and deleted on exit
    (also when the capture fails); weights, config and classes are untouched. Modules
    of other types are not touched.
@@ -69,6 +72,12 @@ def _longcat_experts(self: Any, hidden_states: torch.Tensor, top_k_index: torch.
     return out.view(-1, k, out.shape[-1]).sum(dim=1).to(hidden_states.dtype)
 
 
+def _jetmoe_experts(self: Any, inputs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Rule 3: ``JetMoeParallelExperts.forward`` on routed rows and their expert ids (in
+    place of sorted rows and per-expert counts): a module call, so its ops are the experts'."""
+    return _routed(inputs, self.weight, ids)
+
+
 def _jetmoe_mlp(self: Any, layer_input: torch.Tensor) -> torch.Tensor:
     """Rule 1: ``JetMoeMoE.forward``, batched."""
     bsz, length, width = layer_input.size()
@@ -76,8 +85,8 @@ def _jetmoe_mlp(self: Any, layer_input: torch.Tensor) -> torch.Tensor:
     ids, gates, _ = _top_k(self.router, x)
     k = self.router.top_k
     rows = x.repeat_interleave(k, dim=0)
-    hidden = _routed(rows, self.input_linear.weight, ids).chunk(2, dim=-1)
-    out = _routed(self.activation(hidden[0]) * hidden[1], self.output_linear.weight, ids) * gates
+    hidden = self.input_linear(rows, ids).chunk(2, dim=-1)
+    out = self.output_linear(self.activation(hidden[0]) * hidden[1], ids) * gates
     return out.view(-1, k, width).sum(dim=1).view(bsz, length, width) + self.bias
 
 
@@ -86,7 +95,7 @@ def _jetmoe_attention_map(self: Any, layer_input: torch.Tensor) -> tuple[torch.T
     bsz, length, width = layer_input.size()
     x = layer_input.reshape(-1, width)
     ids, gates, logits = _top_k(self.router, x)
-    queries = _routed(x.repeat_interleave(self.top_k, dim=0), self.input_linear.weight, ids)
+    queries = self.input_linear(x.repeat_interleave(self.top_k, dim=0), ids)
     return queries.view(bsz, length, self.top_k, -1), logits, (ids, gates)
 
 
@@ -94,13 +103,14 @@ def _jetmoe_attention_reduce(self: Any, layer_input: torch.Tensor, topo_info: tu
     """Rule 3: ``JetMoeMoA.reduce`` (output projections and the merge), batched."""
     bsz, length, k, hidden = layer_input.size()
     ids, gates = topo_info
-    out = _routed(layer_input.reshape(-1, hidden), self.output_linear.weight, ids) * gates
+    out = self.output_linear(layer_input.reshape(-1, hidden), ids) * gates
     return out.view(-1, k, self.input_size).sum(dim=1).view(bsz, length, self.input_size) + self.bias
 
 
 #: Class (module, qualified name) → the methods its instances get while captured.
 BATCHED_FORMS: dict[tuple[str, str], dict[str, Callable[..., Any]]] = {
     ("transformers.models.longcat_flash.modeling_longcat_flash", "LongcatFlashExperts"): {"forward": _longcat_experts},
+    ("transformers.models.jetmoe.modeling_jetmoe", "JetMoeParallelExperts"): {"forward": _jetmoe_experts},
     ("transformers.models.jetmoe.modeling_jetmoe", "JetMoeMoE"): {"forward": _jetmoe_mlp},
     ("transformers.models.jetmoe.modeling_jetmoe", "JetMoeMoA"): {
         "map": _jetmoe_attention_map,

@@ -11,7 +11,8 @@ Rules:
      built-in decoder and transformers models alike) and expert weight ``w``, the buffer
      ``expert_cache.layers.{l}.{w}`` ``(S, *row)`` holds the cached slabs; the slot
      table ``expert_cache.layers.{l}.slots`` ``(S,)`` which expert each slot holds (-1
-     empty). Admitting policies add ``keys`` ``(S,)``, ``requests`` ``(E,)`` and
+     empty). A layer's attention experts (JetMoE) have a cache of their own,
+     ``expert_cache.layers.{l}.attention.…`` (``experts.group_name``). Admitting policies add ``keys`` ``(S,)``, ``requests`` ``(E,)`` and
      ``clock`` ``(1,)`` (``cache_ops``). They are ordinary buffers of a new
      ``ExportedProgram``: resident on the device, counted in ``constant_bytes`` (so in
      a budget), placed once when a session loads and carried from call to call.
@@ -99,7 +100,7 @@ from ..node_facts import mark_copy_stream, mark_row_share, mark_tag, tagged
 from .cache_ops import ADMIT, HITS, ORDERED_AFTER, POSITIONS
 from .cache_policies import pinned_experts
 from .expert_reads import CacheGraphError, fake_mode_of, layer_selections, rows_program
-from .experts import expert_layers
+from .experts import expert_layers, group_name
 
 __all__ = ["CacheGraphError", "CacheSpec", "CacheState", "CachedProgram", "LayerPlan", "cache_reads", "cached_program", "rewrite_reads"]
 
@@ -169,7 +170,7 @@ class CachedProgram:
 def _states(layers: tuple[tuple[int, ExpertLayer], ...], spec: CacheSpec) -> list[CacheState]:
     out = []
     for index, layer in layers:
-        base = f"expert_cache.layers.{index}"
+        base = f"expert_cache.{group_name(index, layer)}"
         extra = {f: f"{base}.{f}" if spec.admits else None for f in _STATE_FIELDS[1:]}
         slabs = tuple(f"{base}.{w.removeprefix(layer.module + '.').replace('.', '_')}" for w in layer.weights)
         out.append(CacheState(index, slabs, f"{base}.slots", **extra))
