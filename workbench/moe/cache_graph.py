@@ -23,11 +23,12 @@ Rules:
      ``index_select(w, 0, ids)``, ``select_rows(w, ids, hint)`` (the built-in decoder),
      or ``w[ids]`` (transformers' ``batched_mm`` experts, rewritten to the
      ``index_select`` it equals) — the form ``expert_reads.rows_program`` puts every
-     layer in: a layer that reads its whole stack (Llama 4's dense batched matmul, a
-     grouped matmul) reads all E rows each step, and one module per expert is stacked
-     first. Such a layer's step needs all E experts, so an admitting cache needs E
-     slots; ``host_compute`` needs one batched computation over the expert rows, which
-     experts computed by modules of their own are not (a ``CacheGraphError`` says so).
+     layer in: a layer that reads its whole stack (Llama 4's dense batched matmul)
+     reads all E rows each step, and one module per expert is stacked first. Such a
+     layer's step needs all E experts, so an admitting cache needs E slots;
+     ``host_compute`` needs one batched computation over the expert rows, which experts
+     computed by modules of their own are not; a grouped matmul's experts are read by
+     ``batched_mm`` instead (each a ``CacheGraphError`` that says so).
   4. ``on_miss="copy"``: each gather of an expert weight's routed rows becomes
      ``gather_h2d_reuse_copy(w, ids, slabs, slots)``: rows the cache holds are copied on
      the device (the hits read the cache), the others cross the link. The executor
@@ -287,11 +288,9 @@ def _check_fits(spec: CacheSpec, top_k: int, experts: int, layers: int, dense: b
     if not low <= spec.slots_per_layer <= experts:
         need = f"a step's {top_k} routed rows are resident together; " if spec.admits else ""
         if dense and spec.admits:
-            need = (f"the layers' ops read every expert's weights (a dense batched matmul over every expert, a grouped "
-                    f"matmul, or one module per expert computing every token), so a step reads all {top_k}, and an "
-                    "admitting cache holds a step's experts "
-                    "together; 'static_hot' pins any number of them; transformers models whose experts offer "
-                    "experts_implementation='batched_mm' read only the routed rows; ")
+            need = (f"the layers' ops read every expert's weights (a dense batched matmul over every expert, or one "
+                    f"module per expert computing every token), so a step reads all {top_k}, and an admitting cache "
+                    "holds a step's experts together; 'static_hot' pins any number of them; ")
         raise CacheGraphError(
             f"slots_per_layer={spec.slots_per_layer} must be in [{low}, {experts}] for {spec.policy!r} "
             f"({need}the layers have {experts} experts)"

@@ -14,12 +14,14 @@ Rules:
      Such a layer is left as it is.
   2. *Dense reads*: every read of a layer's stacked weights takes the whole stack (Llama
      4's batched matmul over all experts: every expert computes every token, the
-     unchosen ones on rows the router scaled to zero; or a grouped matmul, which takes
-     every expert's weights). A step reads all E experts, so
+     unchosen ones on rows the router scaled to zero). A step reads all E experts, so
      the layer reads them as rows ``arange(E)``: one ``arange`` per layer and one
      ``index_select(w, 0, arange(E))`` per weight — equal to ``w`` — in place of ``w``
      for every reader, inserted before the layer's first reader (so the rows live no
-     longer than the layer's computation).
+     longer than the layer's computation). A grouped expert matmul also takes the whole
+     stack but reads only the routed experts' groups (chosen by offsets): reading all E
+     through a cache would move what it never reads, so it is a ``CacheGraphError``
+     naming ``batched_mm``, the transformers form that selects rows by ids.
   3. *One module per expert* (``layout="modules"``, the hand-written form: a Python loop
      over a module list of experts): the parameters of one name under every expert are
      stacked, in expert order, into one parameter ``{container}.{name}`` ``[E, ...]``,
@@ -48,6 +50,7 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind, InputS
 from ..capture import Program
 from ..copy_ops import SELECT_ROWS
 from ..errors import WorkbenchError
+from ..expert_ops import is_grouped_mm
 from ..experts import ExpertLayer
 from ..graph_values import value_of
 
@@ -142,7 +145,24 @@ def _dense_plan(program: Program, layer: ExpertLayer) -> Optional[_Dense]:
     users = [u for n in program.graph.nodes if n.name in weights for u in n.users]
     if not users or any(row_selection(u, weights) is not None for u in users):
         return None  # routed (or mixed: layer_selections names the whole read)
+    grouped = next((n for n in _readers(users, 3) if is_grouped_mm(n)), None)
+    if grouped is not None:  # rule 2's exception
+        raise CacheGraphError(
+            f"{layer.module}'s experts are read by a grouped matmul ({grouped.name}, {grouped.target}), which chooses "
+            "each expert's rows by offsets; an expert cache reads the routed experts by their ids: transformers "
+            "models take experts_implementation='batched_mm' (hf.load_model(..., experts_implementation='batched_mm') "
+            "or model.set_experts_implementation('batched_mm'))"
+        )
     return _Dense(layer, {w: [w] for w in layer.weights})
+
+
+def _readers(nodes: list[torch.fx.Node], depth: int) -> list[torch.fx.Node]:
+    """``nodes`` and their readers, ``depth`` reads deep (a grouped matmul reads views of ``w``)."""
+    found, frontier = list(nodes), list(nodes)
+    for _ in range(depth):
+        frontier = [u for n in frontier for u in n.users]
+        found += frontier
+    return found
 
 
 def dense_layers(program: Program, layers: Layers) -> tuple[str, ...]:
