@@ -157,3 +157,25 @@ def test_every_transformers_family(family):
         assert {w.removeprefix(layer.module + ".") for w in layer.weights} == expected
         assert layer.router in {f"{layer.module[: -len('.experts')]}.{r}.weight" for r in ("gate", "router")}
     assert not any("shared" in w or "conv" in w for w in found.weights)
+
+
+class _TwoMixtures(nn.Module):
+    """Two MLP mixtures in one decoder layer: no way to tell their caches apart by layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = _ListMoE()
+        self.b = _ListMoE()
+
+
+def test_two_groups_of_one_kind_in_a_layer_are_refused():
+    """A decoder layer may hold one MLP and one attention expert group (JetMoE, tested
+    with transformers); two MLP groups in one layer share a name, which expert_map
+    refuses, naming the groups and how containers are named."""
+    from workbench.moe.experts import expert_map
+
+    model = nn.Module()
+    model.layers = nn.ModuleList([_TwoMixtures()])
+    assert len(find_experts(model)) == 2
+    with pytest.raises(ExpertDiscoveryError, match=r"share a name \['layers.0', 'layers.0'\].*one of attention"):
+        expert_map(model)

@@ -138,6 +138,8 @@ def reuse_sources(index: torch.Tensor, cached_index: torch.Tensor) -> tuple[torc
     pool = cached_index.reshape(-1).to(device=ids.device, dtype=torch.long)  # (C,)
     match = ids[:, None] == pool[None, :]  # (N, C)
     hit = match.any(dim=1)  # (N,)
+    if not pool.numel():  # an empty pool (a cache of no slots) holds nothing: argmax has no dim to reduce
+        return hit, torch.zeros_like(ids)
     position = match.to(torch.int32).argmax(dim=1)  # first match: argmax returns the first maximum
     return hit, position
 

@@ -18,6 +18,7 @@ pytest.importorskip("transformers")
 import workbench as wb  # noqa: E402
 from workbench import hf  # noqa: E402
 from workbench.experts import find_experts  # noqa: E402
+from workbench.moe.strategies import expert_cache  # noqa: E402
 
 #: A few stages that reach every part: prefill, a static and a dynamic decode step, an
 #: expert strategy, and a multi-token decode through an expert cache.
@@ -111,13 +112,45 @@ def test_zero_computation_experts_are_found():
         assert layer.expert_nbytes == gate_up[0].nbytes + down[0].nbytes
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["longcat_flash", "jetmoe"])
+def test_experts_that_loop_in_python_are_captured_batched(model_type):
+    """LongCat-Flash (zero-computation experts) and JetMoE (MLP and attention experts) give
+    their experts only a Python loop: they are captured in the workbench's batched form
+    and every quick stage — an expert cache with a miss computed on the host included —
+    equals transformers' loop run eagerly; the model keeps no patched method afterwards."""
+    model = family_model(model_type)
+    stages = QUICK_STAGES + ("decode_4_tokens/expert_cache_static_hot_host_compute",)
+    report = hf.try_stages(model, stages=stages)
+    assert report.ok, report.to_dataframe().to_string()
+    patched = {"forward", "map", "reduce"}
+    assert not [path for path, m in model.named_modules() if patched & set(vars(m))]
+
+
+def test_attention_experts_have_a_cache_of_their_own():
+    """JetMoE's attention experts and MLP experts of one decoder layer are two groups: an
+    expert cache gives each its own slabs and slot table (layers.N and layers.N.attention),
+    and reads the attention experts' rows through theirs."""
+    step = hf.capture_decode(family_model("jetmoe"), "static", past=2, max_cache_len=4)
+    dg = expert_cache(2, "static_hot").apply(step.program)
+    slots = sorted(fqn for fqn in dg.program.constants.values() if fqn.endswith(".slots"))
+    assert slots == sorted(f"expert_cache.layers.{i}{kind}.slots" for i in range(2) for kind in ("", ".attention"))
+    reads = [c for c in dg.copies if c.prefetch is not None and ".attention." in c.prefetch.replace("_", ".")]
+    assert reads, [c.prefetch for c in dg.copies if c.prefetch]
+
+
 @pytest.mark.parametrize("model_type, line", [("longcat_flash", "modeling_longcat_flash.py"), ("jetmoe", "modeling_jetmoe.py")])
-def test_experts_that_loop_in_python_are_refused_in_one_paragraph(model_type, line, capfd):
-    """A family whose experts exist only as a Python loop over the routed experts fails
-    capture with one short paragraph: the model's line, that the family has no other
-    form. LongCat-Flash's loop does not export (torch's full text is kept on the error,
-    and no partial graph reaches stderr); JetMoE's exports with sizes that depend on the
-    routing, which no memory plan can hold."""
+def test_experts_that_only_loop_are_refused_in_one_paragraph(model_type, line, capfd, monkeypatch):
+    """Without a batched form of its experts (as for a family the workbench has none for),
+    a family whose experts exist only as a Python loop fails capture with one short
+    paragraph: the model's line, that the family has no other form. LongCat-Flash's loop
+    does not export (torch's full text is kept on the error, and no partial graph reaches
+    stderr); JetMoE's exports with sizes that depend on the routing, which no memory plan
+    can hold."""
+    from workbench.hf import expert_forms
+
+    for key in [k for k in expert_forms.BATCHED_FORMS if model_type in k[0]]:
+        monkeypatch.delitem(expert_forms.BATCHED_FORMS, key)
     model = family_model(model_type)
     with pytest.raises(hf.HFCaptureError) as info:
         hf.capture_prefill(model, tokens=4)
@@ -130,9 +163,12 @@ def test_experts_that_loop_in_python_are_refused_in_one_paragraph(model_type, li
 
 def test_llama4_experts_are_decided_by_the_graph():
     """Llama 4's 'eager' experts are a dense batched matmul: its prefill and decode steps
-    capture and equal eager; asking for an experts implementation it lacks is an
-    HFError, not a silent no-op."""
-    stages = ("prefill/experts_on_host", "decode_static/expert_streaming", "decode_4_tokens/partial_offload")
+    capture and equal eager, and so do 4-token decodes through expert caches (the dense
+    matmul reads every expert's slab through the cache; a missed expert copied, or
+    computed on the host); asking for an experts implementation it lacks is an HFError,
+    not a silent no-op."""
+    stages = ("prefill/experts_on_host", "decode_static/expert_streaming", "decode_4_tokens/partial_offload",
+              "decode_4_tokens/expert_cache_lru_copy", "decode_4_tokens/expert_cache_static_hot_host_compute")
     report = hf.try_stages(family_model("llama4_text"), stages=stages)
     assert report.ok, report.to_dataframe().to_string()
     with pytest.raises(hf.HFError, match="no experts_implementation 'batched_mm'"):

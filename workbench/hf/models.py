@@ -10,8 +10,10 @@ Rules:
 4. A model instance given by the caller is used as it is: its weights are the caller's.
 5. Whether a model's experts can be captured is decided by capturing them, not by their
    ``experts_implementation``: transformers' ``'eager'`` form is a dense batched matmul in
-   some families (Llama 4) and a Python loop in others. When a capture fails, the error
-   says how to switch the form, or that the family has no other.
+   some families (Llama 4) and a Python loop in others; a family whose only form is a
+   loop is captured in the workbench's batched form where it has one (``expert_forms``:
+   LongCat-Flash, JetMoE). When a capture fails, the error says how to switch the form,
+   or that the family has no other.
 """
 
 from __future__ import annotations

@@ -26,12 +26,15 @@ Rules:
    is cloned inside the step; if the capture still finds an input written in place (an
    in-place op on it or on a view of it, in a layer type not known to be in-place), the
    step is captured again with that state cloned too.
-4. A step that does not capture is an ``HFCaptureError`` (a ``CaptureError`` and an
-   ``HFError``): one paragraph naming the model's line that failed; when the experts'
-   Python loop is the cause, what to do is switching their form, or that the family
-   has none (``models`` rule 5). So is a step torch.export captures with a size that
-   depends on tensor values (an unbacked symbol: JetMoE's experts split the tokens by
-   the router's counts): no memory plan can size it.
+4. Experts that transformers gives one form only, a Python loop over the chosen experts
+   (LongCat-Flash, JetMoE), are captured in the workbench's batched form of them
+   (``expert_forms``), patched on the instances while the step is captured; the step
+   run eagerly is still transformers' loop. A step that does not capture is an
+   ``HFCaptureError`` (a ``CaptureError`` and an ``HFError``): one paragraph naming the
+   model's line that failed; when the experts' Python loop is the cause, what to do is
+   switching their form, or that the family has none (``models`` rule 5). So is a step
+   torch.export captures with a size that depends on tensor values (an unbacked symbol):
+   no memory plan can size it.
 5. A model with a cache class of its own (MiniMax's, which also holds each linear-attention
    layer's state) gets one: a dynamic cache is the one its prefill returns; a static one
    is its class holding a static cache's layers. Every state it holds is carried as a
@@ -50,6 +53,7 @@ from torch.export.graph_signature import OutputKind
 from ..capture import CaptureError, Program, capture
 from .cache import CacheSlot, cache_slots, read_states, rebuild
 from .configs import HFError
+from .expert_forms import batched_experts
 from .models import check_model, experts_hint
 
 if TYPE_CHECKING:
@@ -68,7 +72,8 @@ class HFCaptureError(HFError, CaptureError):
 def _capture_step(model: "PreTrainedModel", step: torch.nn.Module, inputs: tuple, **options: Any) -> Program:
     """``workbench.capture`` of a step; a failure names the family's way out (rule 4)."""
     try:
-        program = capture(step, inputs, **options)
+        with batched_experts(model):  # rule 4: the workbench's batched form of experts that only loop
+            program = capture(step, inputs, **options)
     except CaptureError as exc:
         data_dependent = "data-dependent" in exc.torch_message.lower() or "DataDependent" in exc.torch_message
         hint = experts_hint(model) if data_dependent else ""

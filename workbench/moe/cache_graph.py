@@ -11,18 +11,24 @@ Rules:
      built-in decoder and transformers models alike) and expert weight ``w``, the buffer
      ``expert_cache.layers.{l}.{w}`` ``(S, *row)`` holds the cached slabs; the slot
      table ``expert_cache.layers.{l}.slots`` ``(S,)`` which expert each slot holds (-1
-     empty). Admitting policies add ``keys`` ``(S,)``, ``requests`` ``(E,)`` and
+     empty). A layer's attention experts (JetMoE) have a cache of their own,
+     ``expert_cache.layers.{l}.attention.…`` (``experts.group_name``). Admitting policies add ``keys`` ``(S,)``, ``requests`` ``(E,)`` and
      ``clock`` ``(1,)`` (``cache_ops``). They are ordinary buffers of a new
      ``ExportedProgram``: resident on the device, counted in ``constant_bytes`` (so in
      a budget), placed once when a session loads and carried from call to call.
   2. Initial state: ``static_hot`` slots hold the ``S`` pinned experts (and the slabs
      their weights); ``lru``/``lfu`` caches start empty. Shape-only programs get meta
      buffers (no memory), like their weights.
-  3. A layer's experts must be stacked weights read only through row selections by one
-     index — ``index_select(w, 0, ids)``, ``select_rows(w, ids, hint)`` (the built-in
-     decoder), or ``w[ids]`` (transformers' ``batched_mm`` experts, rewritten to the
-     ``index_select`` it equals). Anything else (a grouped matmul over the whole stack)
-     is a ``CacheGraphError`` that says so.
+  3. A layer's experts are read as rows of stacked weights selected by one index —
+     ``index_select(w, 0, ids)``, ``select_rows(w, ids, hint)`` (the built-in decoder),
+     or ``w[ids]`` (transformers' ``batched_mm`` experts, rewritten to the
+     ``index_select`` it equals) — the form ``expert_reads.rows_program`` puts every
+     layer in: a layer that reads its whole stack (Llama 4's dense batched matmul)
+     reads all E rows each step, and one module per expert is stacked first. Such a
+     layer's step needs all E experts, so an admitting cache needs E slots;
+     ``host_compute`` needs one batched computation over the expert rows, which experts
+     computed by modules of their own are not; a grouped matmul's experts are read by
+     ``batched_mm`` instead (each a ``CacheGraphError`` that says so).
   4. ``on_miss="copy"``: each gather of an expert weight's routed rows becomes
      ``gather_h2d_reuse_copy(w, ids, slabs, slots)``: rows the cache holds are copied on
      the device (the hits read the cache), the others cross the link. The executor
@@ -85,9 +91,8 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 
 from ..capture import Program
-from ..copy_ops import GATHER_REUSE, SELECT_ROWS
+from ..copy_ops import GATHER_REUSE
 from ..devices import CPU, CopyKind, Device
-from ..errors import WorkbenchError
 from ..experts import ExpertLayer
 from ..graph_values import value_of
 from ..place import module_paths
@@ -95,17 +100,14 @@ from ..propagate import CopyRecord, CopyRole, DeviceGraph
 from ..node_facts import mark_copy_stream, mark_row_share, mark_tag, tagged
 from .cache_ops import ADMIT, HITS, ORDERED_AFTER, POSITIONS
 from .cache_policies import pinned_experts
-from .experts import expert_layers
+from .expert_reads import CacheGraphError, fake_mode_of, layer_selections, rows_program
+from .experts import expert_layers, group_name
 
 __all__ = ["CacheGraphError", "CacheSpec", "CacheState", "CachedProgram", "LayerPlan", "cache_reads", "cached_program", "rewrite_reads"]
 
 _STATE_FIELDS = ("slots", "keys", "requests", "clock")
 _READ_TAG = "expert_cache_read"  # rule 8: the node fact (a tag) naming the layer whose hits the node counts
 _aten = torch.ops.aten
-
-
-class CacheGraphError(WorkbenchError, ValueError):
-    """A program whose experts an expert cache cannot hold (rule 3)."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class CachedProgram:
 def _states(layers: tuple[tuple[int, ExpertLayer], ...], spec: CacheSpec) -> list[CacheState]:
     out = []
     for index, layer in layers:
-        base = f"expert_cache.layers.{index}"
+        base = f"expert_cache.{group_name(index, layer)}"
         extra = {f: f"{base}.{f}" if spec.admits else None for f in _STATE_FIELDS[1:]}
         slabs = tuple(f"{base}.{w.removeprefix(layer.module + '.').replace('.', '_')}" for w in layer.weights)
         out.append(CacheState(index, slabs, f"{base}.slots", **extra))
@@ -211,62 +213,22 @@ def _initial(
     return out
 
 
-def _selection(node: torch.fx.Node, weights: set[str]) -> Optional[tuple[str, torch.fx.Node, Optional[torch.fx.Node]]]:
-    """Rule 3: ``(weight, ids, hint)`` when ``node`` selects rows of one of ``weights``."""
-    if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
-        return None
-    source = node.args[0].name
-    if source not in weights:
-        return None
-    if node.target is _aten.index_select.default and node.args[1] == 0:
-        return source, node.args[2], None  # type: ignore[return-value]
-    if node.target is SELECT_ROWS:
-        return source, node.args[1], node.args[2]  # type: ignore[return-value]
-    if node.target is _aten.index.Tensor:
-        ids = node.args[1]
-        if isinstance(ids, (list, tuple)) and len(ids) == 1 and isinstance(ids[0], torch.fx.Node):
-            val = value_of(ids[0])
-            if isinstance(val, torch.Tensor) and val.dim() == 1 and not val.dtype.is_floating_point:
-                return source, ids[0], None
-    return None
-
-
-def _layer_selections(
-    program: Program, by_fqn: dict[str, str], placeholders: dict[str, torch.fx.Node], layer: ExpertLayer
-) -> tuple[list[torch.fx.Node], torch.fx.Node, Optional[torch.fx.Node]]:
-    """Rule 3: the layer's selections, its ids and its hint (one of each)."""
-    weights = [by_fqn[w] for w in layer.weights]
-    found, ids, hints = [], set(), set()
-    for name in weights:
-        for user in placeholders[name].users:
-            chosen = _selection(user, set(weights))
-            if chosen is None:
-                raise CacheGraphError(
-                    f"an expert cache reads experts by row: {layer.module}'s weight {program.constants[name]!r} is "
-                    f"read whole by {user.name} ({user.target}); the built-in decoder and transformers models with "
-                    "experts_implementation='batched_mm' select their routed rows"
-                )
-            found.append(user)
-            ids.add(chosen[1])
-            hints.add(chosen[2])
-    if len(ids) != 1 or len(hints) != 1:
-        raise CacheGraphError(f"{layer.module}'s weights are selected by {len(ids)} indices; a cache needs one")
-    return found, ids.pop(), hints.pop()
-
-
 def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
     """``program`` with one cache per MoE layer as buffers (rules 1-3, 5); a new program
     each call, so one program's cache state never leaks into another's."""
-    layers = expert_layers(program)
-    for _, layer in layers:
-        if layer.layout != "stacked":
-            raise CacheGraphError(f"{layer.module} holds one module per expert; an expert cache needs stacked weights")
+    modules = [layer.module for _, layer in expert_layers(program) if layer.layout == "modules"]
+    if modules and spec.on_miss == "host_compute":
+        raise CacheGraphError(
+            f"{modules[0]} computes each expert with ops of its own (one module per expert): host_compute splits one "
+            "batched computation over the expert rows between the cache and the host, which these ops are not; "
+            "cache them with on_miss='copy', or hold the experts as stacked weights ([E, ...], one batched matmul)"
+        )
+    program, layers, dense = rows_program(program, expert_layers(program))
     by_fqn = {fqn: name for name, fqn in program.constants.items()}  # parameter FQN → placeholder name
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    selections = [_layer_selections(program, by_fqn, placeholders, layer) for _, layer in layers]
-    top_k = int(value_of(selections[0][1]).numel())
+    selections = [layer_selections(program, layer) for _, layer in layers]
+    top_k = max(int(value_of(ids).numel()) for _, ids, _ in selections)
     experts = layers[0][1].num_experts
-    _check_fits(spec, top_k, experts, len(layers))
+    _check_fits(spec, top_k, experts, len(layers), bool(dense))
     states = _states(layers, spec)
     buffers = _initial(program, by_fqn, layers, states, spec, experts)
     ep = program.exported
@@ -277,7 +239,7 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
     first_user = next((i for i, s in enumerate(specs) if s.arg.name in user_inputs), len(specs))
     new_specs: list[InputSpec] = []
     buffer_nodes: dict[str, torch.fx.Node] = {}  # cache buffer FQN → its placeholder in the new graph
-    fake_mode = _fake_mode(program)
+    fake_mode = fake_mode_of(program)
     selected = {node for found, _, _ in selections for node in found}
     for node in ep.graph.nodes:
         if node.op == "placeholder" and node.name in user_inputs and not new_specs:
@@ -320,27 +282,21 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
     return CachedProgram(Program(new, program.shape_only), tuple(plans), frozenset(host_ops), streamed)
 
 
-def _check_fits(spec: CacheSpec, top_k: int, experts: int, layers: int) -> None:
+def _check_fits(spec: CacheSpec, top_k: int, experts: int, layers: int, dense: bool) -> None:
     """Slots between what a step needs resident together and the experts there are."""
     low = top_k if spec.admits else 0
     if not low <= spec.slots_per_layer <= experts:
         need = f"a step's {top_k} routed rows are resident together; " if spec.admits else ""
+        if dense and spec.admits:
+            need = (f"the layers' ops read every expert's weights (a dense batched matmul over every expert, or one "
+                    f"module per expert computing every token), so a step reads all {top_k}, and an admitting cache "
+                    "holds a step's experts together; 'static_hot' pins any number of them; ")
         raise CacheGraphError(
             f"slots_per_layer={spec.slots_per_layer} must be in [{low}, {experts}] for {spec.policy!r} "
             f"({need}the layers have {experts} experts)"
         )
     if spec.popularity is not None and np.asarray(spec.popularity).shape != (layers, experts):
         raise CacheGraphError(f"popularity must be (layers, experts) = {(layers, experts)}")
-
-
-def _fake_mode(program: Program) -> Any:
-    for node in program.graph.nodes:
-        mode = getattr(value_of(node), "fake_mode", None)
-        if mode is not None:
-            return mode
-    raise CacheGraphError(
-        "the program's graph carries no fake tensors to size the cache buffers with; give a Program from workbench.capture"
-    )
 
 
 # -- host compute (rule 5) -------------------------------------------------------------------

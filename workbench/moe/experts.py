@@ -10,8 +10,12 @@ Rules:
   1. The MoE layers are ``find_experts``'s layers, in its (parameter, so layer) order.
   2. Each one has an index: its decoder-layer number (``ExpertLayer.layer``, the last
      number in the container's path), or, for a container whose path holds no number, its
-     position among the MoE layers. Indices are distinct; they name the layer in hit-rate
-     tables, cache buffers and traces.
+     position among the MoE layers. A decoder layer may hold two expert groups — its MLP
+     experts and a mixture of attention heads (JetMoE; ``ExpertLayer.kind`` ``"mlp"`` and
+     ``"attention"``) — which share its index; otherwise indices are distinct. The index
+     names the layer in hit-rate tables and traces (a decoder layer's two groups count
+     together there); ``group_name`` names the group (``layers.3``, ``layers.3.attention``)
+     in cache buffers.
   3. A model or program without routed experts is an ``ExpertDiscoveryError`` saying
      what was looked for.
 """
@@ -25,7 +29,7 @@ import torch
 from ..capture import Program
 from ..experts import ExpertDiscoveryError, ExpertLayer, ExpertMap, find_experts
 
-__all__ = ["ExpertDiscoveryError", "ExpertLayer", "expert_layers", "expert_map", "expert_modules", "layer_index"]
+__all__ = ["ExpertDiscoveryError", "ExpertLayer", "expert_layers", "expert_map", "expert_modules", "group_name", "layer_index"]
 
 
 def expert_map(model: Union[torch.nn.Module, Program]) -> ExpertMap:
@@ -37,10 +41,18 @@ def expert_map(model: Union[torch.nn.Module, Program]) -> ExpertMap:
             f"this {what} has no routed experts (workbench.experts.find_experts looks for stacked per-expert "
             "weights or one module per expert, scored by a router in the same block)"
         )
-    indices = [layer_index(found, i) for i in range(len(found))]
-    if len(set(indices)) != len(indices):
-        raise ExpertDiscoveryError(f"MoE layers share a layer index {indices}; name containers by layer")
+    groups = [group_name(layer_index(found, i), layer) for i, layer in enumerate(found.layers)]
+    if len(set(groups)) != len(groups):
+        raise ExpertDiscoveryError(
+            f"expert groups share a name {groups}: a decoder layer holds at most one group of MLP experts and one of "
+            "attention experts; name containers by layer (layers.N....)"
+        )
     return found
+
+
+def group_name(index: int, layer: ExpertLayer) -> str:
+    """Rule 2: ``layers.{index}``, and ``layers.{index}.attention`` for attention experts."""
+    return f"layers.{index}" + (".attention" if layer.kind == "attention" else "")
 
 
 def layer_index(experts: ExpertMap, position: int) -> int:

@@ -18,8 +18,9 @@
 
 The routed experts are found by ``workbench.experts.find_experts``, so both strategies
 work on the built-in decoder and on transformers MoE models (``workbench.hf``); an expert
-cache needs experts whose rows the graph selects (transformers: ``experts_implementation=
-"batched_mm"``).
+cache reads the experts' rows where the graph selects them (transformers: ``experts_
+implementation="batched_mm"``), or all E rows of experts the graph reads whole (Llama 4's
+dense batched matmul; one module per expert, stacked first: ``expert_reads``).
 
 Rules:
   1. Strategies here are ``workbench.strategies.Strategy`` objects: ``apply(program)``

@@ -1,0 +1,137 @@
+"""Expert caches over experts that are read whole: the hand-written switch MoE (one module
+per expert, a Python loop in which every expert computes every token) is stacked for the
+cache, and runs through it equal to eager; what cannot work is refused in words that say
+what would."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch import nn
+
+import workbench as wb
+from workbench.experts import find_experts
+from workbench.moe.expert_reads import rows_program
+from workbench.moe.experts import expert_layers
+from workbench.moe.strategies import expert_cache
+from workbench.runtime import stage_inputs
+from workbench.strategies import StrategyError
+
+from conftest import assert_matches_eager
+
+HIDDEN, EXPERTS, LAYERS = 16, 4, 2
+
+
+class _Expert(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(HIDDEN, 64, bias=False)
+        self.w2 = nn.Linear(32, HIDDEN, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.w1(x).chunk(2, -1)
+        return self.w2(nn.functional.silu(gate) * up)
+
+
+class _Switch(nn.Module):
+    """Switch-style top-1 routing over a module list of experts, in a Python loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Linear(HIDDEN, EXPERTS, bias=False)
+        self.experts = nn.ModuleList(_Expert() for _ in range(EXPERTS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        prob, chosen = torch.softmax(self.router(x), -1).max(-1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            out = out + ((chosen == e).to(x.dtype) * prob).unsqueeze(-1) * expert(x)
+        return out
+
+
+class _SwitchModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, HIDDEN)
+        self.layers = nn.ModuleList(_Switch() for _ in range(LAYERS))
+        self.head = nn.Linear(HIDDEN, 10)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = x + layer(x)
+        return self.head(x)
+
+
+@functools.lru_cache(maxsize=None)
+def switch():
+    """(model, inputs, program): seeded weights, captured once."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = _SwitchModel().eval()
+    inputs = (torch.tensor([1, 2, 3, 7]),)
+    return model, inputs, wb.capture(model, inputs)
+
+
+def test_per_expert_modules_are_stacked_for_the_cache():
+    """The rewrite stacks each expert weight name into one [E, ...] parameter equal to the
+    experts' own, in expert order; the per-expert parameters leave the program; the
+    rewritten program still computes the model's outputs; the captured program is
+    untouched."""
+    model, inputs, program = switch()
+    before = dict(program.constants)
+    new, layers, dense = rows_program(program, expert_layers(program))
+    assert dense == {f"layers.{i}.experts" for i in range(LAYERS)}
+    fqns = set(new.constants.values())
+    for i, (_, layer) in enumerate(layers):
+        assert layer.layout == "stacked" and layer.weights == (f"layers.{i}.experts.w1.weight", f"layers.{i}.experts.w2.weight")
+        for w in layer.weights:
+            stacked = new.constant_tensor(next(n for n, f in new.constants.items() if f == w))
+            name = w.rsplit(".", 2)[-2]
+            expected = torch.stack([getattr(model.layers[i].experts[e], name).weight for e in range(EXPERTS)])
+            assert torch.equal(stacked, expected)
+    assert not any(".experts.0." in f or ".experts.3." in f for f in fqns)
+    assert dict(program.constants) == before
+    assert_matches_eager(new.exported.module()(*inputs), model(*inputs), "stacked program")
+
+
+@pytest.mark.parametrize("policy, slots", [("static_hot", 0), ("static_hot", 2), ("lru", EXPERTS), ("lfu", EXPERTS)])
+def test_switch_moe_runs_through_the_cache_equal_to_eager(policy, slots):
+    """Every policy caches the stacked experts: each call of a loaded session equals eager;
+    a step reads all E experts of each layer through the cache, so a static cache of S
+    slots hits S of them per layer every call, and an admitting cache of E slots misses
+    every expert on the first call and hits every one on the next."""
+    model, inputs, program = switch()
+    dg = expert_cache(slots, policy).apply(program)
+    session = wb.load(wb.plan(dg, "greedy"), "sim")
+    want = model(*inputs)
+    for call in range(2):
+        res = session.run(*stage_inputs(dg, inputs, "sim"))
+        assert_matches_eager(res.outputs, want, f"{policy} call {call}")
+        reads = [s for s in res.prefetch if s.rows == EXPERTS]
+        assert len(reads) == 2 * LAYERS  # w1 and w2 of each layer, all E rows
+        expected = slots if policy == "static_hot" else (0 if call == 0 else EXPERTS)
+        assert all(s.hits == expected for s in reads), [(s.node, s.hits) for s in reads]
+
+
+def test_whole_reads_refuse_what_cannot_work():
+    """An admitting cache smaller than the E experts a step reads is refused, naming why
+    and what works (static_hot, E slots); host_compute on per-expert modules is refused,
+    naming on_miss='copy'."""
+    *_, program = switch()
+    with pytest.raises(StrategyError, match=rf"must be in \[{EXPERTS}, {EXPERTS}\].*read every expert's weights.*static_hot"):
+        expert_cache(2, "lru").apply(program)
+    with pytest.raises(StrategyError, match="one module per expert.*on_miss='copy'"):
+        expert_cache(2, "static_hot", on_miss="host_compute").apply(program)
+
+
+def test_experts_are_found_as_one_module_each():
+    """Discovery sees the switch model's experts as one module per expert (the form the
+    cache stacks), one layer per decoder layer."""
+    model, *_ = switch()
+    found = find_experts(model)
+    assert [(layer.module, layer.layout, layer.num_experts) for layer in found] == [
+        (f"layers.{i}.experts", "modules", EXPERTS) for i in range(LAYERS)
+    ]
