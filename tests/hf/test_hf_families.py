@@ -72,6 +72,17 @@ def test_families_are_found_by_their_configs():
         assert config.hidden_size == 64 and wb.experts.config_expert_count(config) == 8
 
 
+def test_tiny_layers_keep_a_sparse_layer_behind_dense_ones():
+    """A family whose first layers are dense (DeepSeek-V3.2: three dense MLP layers, then
+    sparse ones) keeps enough layers that its tiny model still has routed experts, and
+    ``first_k_dense_replace`` agrees with the kept ``mlp_layer_types``."""
+    config = hf.tiny_family_config("deepseek_v32")
+    kinds = list(config.mlp_layer_types)
+    assert "sparse" in kinds and len(kinds) == config.num_hidden_layers <= 4
+    assert config.first_k_dense_replace == kinds.index("sparse")
+    assert find_experts(family_model("deepseek_v32")).layers
+
+
 def test_unknown_family_is_refused():
     """A model type transformers does not have is an HFError naming the lister."""
     with pytest.raises(hf.HFError, match="moe_families"):

@@ -15,9 +15,11 @@ Rules:
 2. ``tiny_family_config(model_type)`` starts from the config class's defaults and shrinks
    every size it recognises by key name: width 64, 4 heads of 16, 8 routed experts of
    which 2 are chosen, a vocabulary of 128, and as few layers (2 to 4) as show every
-   layer kind of the default ``layer_types``; per-layer lists of the default's length are
-   cut to the same layers. Keys it does not recognise keep the default; ``overrides``
-   replace keys last.
+   kind of each of the default's per-layer kind lists (``layer_types``, ``mlp_layer_types``:
+   a dense first layer must not hide the sparse ones); per-layer lists of the default's
+   length are cut to the same layers, and ``first_k_dense_replace`` counts the leading
+   dense layers kept. Keys it does not recognise keep the default; ``overrides`` replace
+   keys last.
 3. Nothing is downloaded: a configuration is ``AutoConfig.for_model(model_type, …)``.
 """
 
@@ -119,12 +121,10 @@ def _tiny_layers(default: dict[str, Any]) -> dict[str, Any]:
     if key is None:
         return {}
     total = default[key]
-    kinds = default.get("layer_types")
+    kinds = [v for k, v in default.items() if k.endswith("layer_types") and isinstance(v, list) and v]
     count = 2
-    if isinstance(kinds, list) and kinds:
-        wanted = set(kinds)
-        while count < min(4, len(kinds)) and set(kinds[:count]) != wanted:
-            count += 1
+    while any(count < min(4, len(v)) and set(v[:count]) != set(v) for v in kinds):
+        count += 1
     count = min(count, total) if total > 0 else count
     keys: dict[str, Any] = {key: count}
     for name, value in default.items():
@@ -134,6 +134,10 @@ def _tiny_layers(default: dict[str, Any]) -> dict[str, Any]:
             keys[name] = [i for i in value if isinstance(i, int) and i < count]
         elif name == "first_k_dense_replace" and isinstance(value, int):
             keys[name] = min(value, 1)
+    mlp_kinds = keys.get("mlp_layer_types")
+    if isinstance(mlp_kinds, list) and isinstance(default.get("first_k_dense_replace"), int):
+        # the two must agree: the leading dense layers of the kept kinds
+        keys["first_k_dense_replace"] = next((i for i, k in enumerate(mlp_kinds) if k != "dense"), len(mlp_kinds))
     return keys
 
 
