@@ -19,10 +19,12 @@ Rules:
    without a preset) are listed in ``UNMODELED_ANCHORS`` with the reason, not modeled.
 
 ``modeled_vs_published`` sets a modeled decode speed beside each published run that a
-model can express (``memory_bound_tok_s``: the all-on-GPU rows whose GPU is a shipped part
-and whose model size and bits per weight are stated — every active weight read once per
-token at the GPU's datasheet bandwidth, nothing fitted), and ``ratios_by_regime`` gives
-the median modeled/published ratio per regime over the modeled rows.
+model can express — by default the regime model of ``workbench.app.decode_model`` (GPU,
+host and copy parts of a token's time from named hardware parts and runtime profiles,
+a few terms fitted with leave-one-out errors); ``memory_bound_tok_s`` is the simplest
+(the all-on-GPU rows only: every active weight read once per token at the GPU's datasheet
+bandwidth, nothing fitted) — and ``ratios_by_regime`` gives the median modeled/published
+ratio per regime over the modeled rows.
 
 ``published_decode_runs`` reads the wider table of published batch-1 decode runs
 (``data/published/decode_anchors.csv``: every regime — all on the GPU, experts computed on
@@ -45,7 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 import re
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -61,7 +63,7 @@ from ..strategies import all_on_device
 
 __all__ = [
     "ANCHORS", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES", "UNMODELED_ANCHORS", "Anchor", "AnchorError",
-    "GPU_PARTS", "FittedTerm", "anchors_table", "fit_bandwidth_fraction", "full_size_plan", "gpu_part", "memory_bound_tok_s", "modeled_vs_published", "published_decode_runs",
+    "GPU_PARTS", "MODELED_COLUMNS", "FittedTerm", "anchors_table", "fit_bandwidth_fraction", "full_size_plan", "gpu_part", "memory_bound_tok_s", "modeled_vs_published", "published_decode_runs",
     "published_dir", "ratios_by_regime",
 ]  # fmt: skip
 
@@ -221,6 +223,8 @@ def published_decode_runs(path: Optional[Path] = None) -> pd.DataFrame:
 GPU_PARTS: tuple[tuple[str, str], ...] = (
     (r"\bRTX 4090\b(?!D)", "rtx_4090"), (r"\bRTX 3090\b", "rtx_3090"), (r"\bA100 80GB\b", "a100_80gb"),
     (r"\bH20\b", "h20"), (r"\bL4\b", "l4"), (r"\bT4\b", "t4"), (r"\bH100\b", "h100_sxm"),
+    (r"\bRTX 5090\b", "rtx_5090"), (r"\bRTX 5060 Ti 16GB\b", "rtx_5060_ti_16gb"), (r"\bRTX A5000\b", "rtx_a5000"),
+    (r"\bRTX 2080 Ti\b", "rtx_2080_ti"), (r"\bRTX 2080\b(?! Ti)", "rtx_2080"), (r"\bRadeon PRO W7800\b(?! 48)", "radeon_pro_w7800"),
 )  # fmt: skip
 
 
@@ -247,21 +251,39 @@ def memory_bound_tok_s(row: pd.Series) -> tuple[Optional[float], str]:
     return bandwidth / (float(active) * 1e9 * float(bits) / 8), ""
 
 
+#: The columns of a ``modeled_vs_published`` table.
+MODELED_COLUMNS = ("id", "regime", "published tok/s", "modeled tok/s", "ratio", "not modeled because", "runtime profile",
+                   "parts")  # fmt: skip
+ModelAnswer = Union[tuple[Optional[float], str], tuple[Optional[float], str, str, str]]
+
+
 def modeled_vs_published(
     runs: Optional[pd.DataFrame] = None,
-    model: Callable[[pd.Series], tuple[Optional[float], str]] = memory_bound_tok_s,
+    model: Optional[Callable[[pd.Series], ModelAnswer]] = None,
 ) -> pd.DataFrame:
     """One row per published run: id, regime, published tok/s, modeled tok/s (NaN when
-    ``model`` cannot express it), ratio (modeled / published) and why a row is not modeled."""
+    ``model`` cannot express it), ratio (modeled / published), why a row is not modeled,
+    and the runtime profile and parts the model used (names; "" when it says none).
+
+    ``model`` defaults to the regime model (``workbench.app.decode_model``: every regime,
+    its terms fitted on the shipped table); it may be any callable returning
+    ``(tok/s or None, why)`` — such as ``memory_bound_tok_s`` — or
+    ``(tok/s or None, why, runtime profile, parts)``."""
+    if model is None:
+        from .decode_model import regime_model_tok_s  # the regime model reads this module's table
+
+        model = regime_model_tok_s
     runs = runs if runs is not None else published_decode_runs()
     rows = []
     for _, run in runs.iterrows():
-        modeled, why = model(run)
+        answer = model(run)
+        modeled, why = answer[0], answer[1]
+        profile, parts_used = (answer[2], answer[3]) if len(answer) == 4 else ("", "")
         rows.append({"id": run["id"], "regime": run["regime"], "published tok/s": float(run["decode_tok_s"]),
                      "modeled tok/s": np.nan if modeled is None else float(modeled),
                      "ratio": np.nan if modeled is None else float(modeled) / float(run["decode_tok_s"]),
-                     "not modeled because": why})  # fmt: skip
-    return pd.DataFrame(rows, columns=["id", "regime", "published tok/s", "modeled tok/s", "ratio", "not modeled because"])
+                     "not modeled because": why, "runtime profile": profile, "parts": parts_used})  # fmt: skip
+    return pd.DataFrame(rows, columns=list(MODELED_COLUMNS))
 
 
 def ratios_by_regime(table: pd.DataFrame) -> pd.DataFrame:
@@ -308,3 +330,16 @@ def fit_bandwidth_fraction(table: pd.DataFrame, ids: Sequence[str]) -> FittedTer
         errors.append(float(abs(fitted / share[i] - 1)))
     return FittedTerm("achieved fraction of datasheet memory bandwidth", float(np.median(share)),
                       tuple(chosen.index), tuple(errors))
+
+
+#: Names of the regime model (``workbench.app.decode_model``) reachable from this module too.
+_REGIME_MODEL_NAMES = ("RegimeModel", "DecodePrediction", "fit_regime_model", "predict_decode", "regime_model")
+
+
+def __getattr__(name: str) -> object:
+    # The regime model builds on this module's table, so it is imported on first use.
+    if name in _REGIME_MODEL_NAMES:
+        from . import decode_model
+
+        return getattr(decode_model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

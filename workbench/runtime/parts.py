@@ -9,7 +9,9 @@ Rules:
 1. Each kind of part sets its own ``CostModel`` fields, all of them: a ``gpu`` the device
    math and memory figures, a ``host`` the host CPU's, a ``link`` the copy paths', a
    ``runtime`` how kernels are launched. A host may also state descriptive figures
-   (``cores``, ``sockets``, ``dram_peak_bandwidth``), shown but not used in times.
+   (``cores``, ``sockets``, ``dram_peak_bandwidth``), a gpu its ``memory_bytes`` and host
+   interface (``pcie_gen``, ``pcie_lanes``): not ``CostModel`` fields (``part_facts``
+   reads them).
 2. Every figure has a source; values are finite numbers (``launch_mode``: a launch mode);
    no (kind, name, field) appears twice. A table that breaks a rule is refused with a
    ``CostModelError`` naming the rows.
@@ -29,7 +31,7 @@ import pandas as pd
 from ..file_reading import read_csv_table
 from .op_cost import CostModelError
 
-__all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "part_figures", "part_names", "parts", "parts_path"]
+__all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "part_facts", "part_figures", "part_names", "parts", "parts_path"]
 
 #: The CostModel fields each kind of part sets (rule 1).
 PART_FIELDS: dict[str, tuple[str, ...]] = {
@@ -42,7 +44,10 @@ PART_FIELDS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 PART_KINDS = tuple(PART_FIELDS)
 #: Figures a part may state that no time uses (rule 1).
-DESCRIPTIVE_FIELDS: dict[str, tuple[str, ...]] = {"host": ("cores", "sockets", "dram_peak_bandwidth")}
+DESCRIPTIVE_FIELDS: dict[str, tuple[str, ...]] = {
+    "host": ("cores", "sockets", "dram_peak_bandwidth"),
+    "gpu": ("memory_bytes", "pcie_gen", "pcie_lanes"),
+}
 _COLUMNS = ("kind", "name", "field", "value", "source")
 
 
@@ -120,3 +125,12 @@ def part_figures(kind: str, name: str) -> dict[str, Any]:
         if row.field in PART_FIELDS[kind]:
             figures[row.field] = row.value if row.field == "launch_mode" else float(row.value)
     return figures
+
+
+def part_facts(kind: str, name: str) -> dict[str, float]:
+    """The descriptive figures (rule 1) the shipped part ``name`` of ``kind`` states, e.g. a
+    host's ``dram_peak_bandwidth`` or a gpu's ``memory_bytes``; absent ones are left out."""
+    part_figures(kind, name)  # refuses an unknown kind or name
+    table = _parts(parts_path())
+    rows = table[(table["kind"] == kind) & (table["name"] == name)]
+    return {r.field: float(r.value) for r in rows.itertuples(index=False) if r.field in DESCRIPTIVE_FIELDS.get(kind, ())}
