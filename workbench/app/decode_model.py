@@ -59,7 +59,7 @@ from ..weight_formats import weight_formats
 from .anchors import AnchorError, FittedTerm, gpu_part, published_decode_runs, published_dir
 
 __all__ = ["CACHE_RESERVE", "DecodeLayout", "DecodePrediction", "decode_layout", "ModelFamily", "RegimeModel", "fit_regime_model", "host_part",
-           "link_part", "model_families", "predict_decode", "regime_model", "regime_model_tok_s", "weight_bits"]  # fmt: skip
+           "link_part", "model_families", "predict_decode", "regime_model", "time_decode", "regime_model_tok_s", "weight_bits"]  # fmt: skip
 
 #: A published run: a row of ``published_decode_runs()`` or a dict of its columns.
 Run = Mapping[str, Any]
@@ -301,10 +301,12 @@ def predict_decode(run: Run, fits: Mapping[str, float], profiles: Optional[tuple
     layout, why = decode_layout(run)
     if layout is None:
         return DecodePrediction(None, why, profile.name)
-    return _timed(layout, profile, fits)
+    return time_decode(layout, profile, fits)
 
 
-def _timed(layout: DecodeLayout, profile: RuntimeProfile, fits: Mapping[str, float]) -> DecodePrediction:
+def time_decode(layout: DecodeLayout, profile: RuntimeProfile, fits: Mapping[str, float]) -> DecodePrediction:
+    """The decode speed of ``layout`` under ``profile`` with the fitted terms ``fits``
+    (rules 1-4)."""
     seconds = {"gpu": 0.0, "host": 0.0, "copy": 0.0}
     if layout.host_share > 0:
         seconds["host"] = layout.host_share * layout.expert_bytes / (layout.host_peak * profile.value("host_bandwidth_fraction", fits))
