@@ -244,3 +244,19 @@ def test_new_gpu_parts_state_memory_and_interface():
     for name in ("rtx_5090", "rtx_5060_ti_16gb", "rtx_a5000", "rtx_2080", "rtx_2080_ti", "radeon_pro_w7800", "rtx_4090"):
         facts = part_facts("gpu", name)
         assert facts["memory_bytes"] > 1e9 and facts["pcie_gen"] in (3, 4, 5) and facts["pcie_lanes"] in (8, 16)
+
+
+def test_a_facts_file_that_is_not_a_regular_file_or_not_json_is_refused(tmp_path):
+    """The model facts file is read as data: a directory or a named pipe is refused without
+    being opened for reading, text that is not JSON or lacks a field is refused by name."""
+    import os
+
+    fifo = tmp_path / "facts.json"
+    os.mkfifo(fifo)
+    for path in (tmp_path, fifo):
+        with pytest.raises(AnchorError, match="not a regular file|directory|named pipe"):
+            model_families(path)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"families": [{"name": "x"}]}')
+    with pytest.raises(AnchorError, match="not a readable model facts file"):
+        model_families(bad)

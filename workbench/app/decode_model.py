@@ -12,10 +12,12 @@ Rules:
 
 1. Time per token = GPU part + host part + copy part, less the overlapped share:
    ``t = t_gpu + t_side - overlap × min(t_gpu, t_side)`` with ``t_side = t_host + t_copy``.
-2. GPU part: the bytes the GPU reads (active non-expert weights and the active experts it
-   computes) over ``gpu_bandwidth_fraction × datasheet bandwidth``, plus kernels ×
-   ``per_launch_cost``; kernels = layers × ``kernels_per_layer`` + (when the runtime loops
-   over every expert) MoE layers × experts × ``kernels_per_visited_expert``.
+2. GPU part: device time = the bytes the GPU reads (active non-expert weights and the
+   active experts it computes) over ``gpu_bandwidth_fraction × datasheet bandwidth``, plus
+   kernels × ``kernel_time``; kernels = layers × ``kernels_per_layer`` + (when the runtime
+   loops over every expert) MoE layers × experts × ``kernels_per_visited_expert``. Eager
+   runtimes add the host's issue time, kernels × ``per_launch_cost``, less the
+   ``launch_overlap`` share of the shorter of the two (1: the step takes the longer).
 3. Host part: the active expert bytes computed on the host (only the host layers' for
    partial offload; the host share of each layer's experts when some stay on the GPU)
    over ``host_bandwidth_fraction × the host's DRAM peak`` (channels × speed × 8 bytes).
@@ -43,7 +45,6 @@ Rules:
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from ..file_reading import parse_json, read_regular_file
 from ..runtime.parts import part_facts, part_figures, part_names
 from ..runtime.runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
 from ..weight_formats import weight_formats
@@ -97,8 +99,9 @@ class ModelFamily:
 def model_families(path: Optional[Path] = None) -> tuple[ModelFamily, ...]:
     """The model families of the facts file (default: the shipped one), checked."""
     path = path or published_dir() / "model_facts.json"
+    data = parse_json(read_regular_file(path, "model facts file (JSON)", AnchorError, max_bytes=1 << 20),
+                      f"model facts file {path}", AnchorError)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         families = []
         for f in data["families"]:
             if not str(f.get("source", "")).strip() or any(not str(x.get("source", "")).strip() for x in f["files"]):
@@ -228,15 +231,14 @@ def _run_key(run: Any) -> tuple[tuple[str, object], ...]:
 def _layout(key: tuple[tuple[str, object], ...]) -> tuple[Optional[DecodeLayout], str]:
     """The run's layout, or None and why it cannot be modeled (rule 6)."""
     run = dict(key)
-    gpu = gpu_part(run["gpu"])
-    if gpu is None:
-        return None, f"no GPU part for {run['gpu']!r}"
     if (_number(run["gpu_count"]) or 1) > 1:
         return None, "split over several GPUs: not modeled"
     family = _family(run)
     total, active = _number(run["total_params_b"]), _number(run["active_params_b"])
-    if family is None or total is None or active is None:
-        return None, "model sizes or architecture facts not stated"
+    if total is None or active is None:
+        return None, "model sizes (total and active parameters) not stated"
+    if family is None:
+        return None, f"no architecture facts (layers, experts, top-k) for {run['model']!r}"
     expert_total = family.moe_layers * family.num_experts * family.expert_params
     expert_active = family.moe_layers * family.top_k * family.expert_params
     other_total, other_active = total * 1e9 - expert_total, active * 1e9 - expert_active
@@ -247,30 +249,36 @@ def _layout(key: tuple[tuple[str, object], ...]) -> tuple[Optional[DecodeLayout]
     if bits is None:
         return None, "bits per weight not stated (no file size, no known format)"
     expert_bits, other_bits, _ = bits
-    gpu_facts = part_facts("gpu", gpu)
-    used = [f"gpu={gpu}"]
     host_share, copy_miss, host_peak, link_bandwidth = 0.0, 0.0, 0.0, 0.0
+    host: Optional[str] = None
     detail = run["offload_detail"] if isinstance(run["offload_detail"], str) else ""
     regime = run["regime"]
-    if regime == "all_on_gpu":
-        memory = gpu_facts.get("memory_bytes")
-        size = (expert_total * expert_bits + other_total * other_bits) / 8
-        if memory is not None and size > memory:
-            return None, (f"{size / 1e9:.1f} GB of weights cannot all be on a {memory / 1e9:.0f} GB {gpu}: the run's "
-                          "actual format is not stated")  # fmt: skip
-    elif regime in ("experts_on_host_compute", "partial_offload"):
+    if regime in ("experts_on_host_compute", "partial_offload"):  # what the source leaves out first, then our parts
         share, why = _offload_split(run, family)
         if share is None:
             return None, why
         host_share = share
         host = host_part(run["cpu"])
         if host is None:
-            return None, f"host CPU not stated or not a shipped part ({run['cpu']!r})"
-        peak = part_facts("host", host).get("dram_peak_bandwidth")
-        if peak is None:
+            stated = run["cpu"] if isinstance(run["cpu"], str) else ""
+            return None, f"host CPU {'not a shipped part: ' + repr(stated) if stated else 'not stated'}"
+    gpu = gpu_part(run["gpu"])
+    if gpu is None:
+        return None, f"no GPU part for {run['gpu']!r}"
+    gpu_facts = part_facts("gpu", gpu)
+    used = [f"gpu={gpu}"]
+    if regime == "all_on_gpu":
+        memory = gpu_facts.get("memory_bytes")
+        size = (expert_total * expert_bits + other_total * other_bits) / 8
+        if memory is not None and size > memory:
+            return None, (f"{size / 1e9:.1f} GB of weights cannot all be on a {memory / 1e9:.0f} GB {gpu}: the run's "
+                          "actual format is not stated")  # fmt: skip
+    elif host is not None:
+        stated_peak = part_facts("host", host).get("dram_peak_bandwidth")
+        if stated_peak is None:
             return None, f"host part {host} states no DRAM peak"
         used.append(f"host={host}")
-        host_peak = peak
+        host_peak = stated_peak
     elif regime == "experts_copied":
         if re.search(r"NVMe|SSD|ssd", f"{detail} {run['runtime']}"):
             return None, "experts read from storage: the model has no storage tier"
@@ -315,8 +323,9 @@ def time_decode(layout: DecodeLayout, profile: RuntimeProfile, fits: Mapping[str
     kernels = layout.layers * profile.value("kernels_per_layer", fits)
     if profile.value("visits_every_expert", fits):
         kernels += layout.moe_layers * layout.num_experts * profile.value("kernels_per_visited_expert", fits)
-    per_kernel = profile.value("kernel_time", fits) + (profile.launch_mode == "eager") * profile.value("per_launch_cost", fits)
-    seconds["gpu"] = gpu_bytes / bandwidth + kernels * per_kernel
+    device = gpu_bytes / bandwidth + kernels * profile.value("kernel_time", fits)
+    issue = kernels * profile.value("per_launch_cost", fits) if profile.launch_mode == "eager" else 0.0
+    seconds["gpu"] = device + issue - profile.value("launch_overlap", fits) * min(device, issue)
     if layout.copy_miss > 0:
         copies = layout.copy_miss * layout.moe_layers * layout.top_k
         seconds["copy"] = (layout.copy_miss * layout.expert_bytes / layout.link_bandwidth

@@ -36,7 +36,7 @@ __all__ = ["FIT_PREFIX", "PROFILE_FIELDS", "RuntimeProfile", "RuntimeProfileErro
 FIT_PREFIX = "fit:"
 #: Numeric fields and their valid range (low, high), both inclusive.
 _RANGES: dict[str, tuple[float, float]] = {
-    "per_launch_cost": (0.0, 1.0), "kernel_time": (0.0, 1.0), "kernels_per_layer": (0.0, 1e5), "kernels_per_visited_expert": (0.0, 1e4),
+    "per_launch_cost": (0.0, 1.0), "launch_overlap": (0.0, 1.0), "kernel_time": (0.0, 1.0), "kernels_per_layer": (0.0, 1e5), "kernels_per_visited_expert": (0.0, 1e4),
     "visits_every_expert": (0.0, 1.0), "gpu_bandwidth_fraction": (0.0, 1.0), "host_bandwidth_fraction": (0.0, 1.0),
     "per_copy_cost": (0.0, 1.0), "overlap": (0.0, 1.0),
 }  # fmt: skip
