@@ -58,7 +58,7 @@ from ..file_reading import parse_json, read_regular_file
 from ..runtime.parts import part_facts, part_figures, part_names
 from ..runtime.runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
 from ..weight_formats import weight_formats
-from .anchors import AnchorError, FittedTerm, gpu_part, published_decode_runs, published_dir
+from .published_runs import AnchorError, FittedTerm, gpu_part, published_decode_runs, published_dir
 
 __all__ = ["CACHE_RESERVE", "DecodeLayout", "DecodePrediction", "decode_layout", "ModelFamily", "RegimeModel", "fit_regime_model", "host_part",
            "link_part", "model_families", "predict_decode", "regime_model", "time_decode", "regime_model_tok_s", "weight_bits"]  # fmt: skip
