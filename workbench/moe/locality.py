@@ -122,12 +122,16 @@ def _published(path: Path) -> pd.DataFrame:
     for i, row in enumerate(table.itertuples(index=False)):
         where = f"row {i + 2} ({row.model}/{row.subset}/{row.layers}/{row.statistic})"
         shape = [_number(x) for x in (row.num_layers, row.num_experts, row.top_k)]
+        num_layers = 1
         if any(v is None or v < 1 or v != int(v) for v in shape):
             problems.append(f"{where}: num_layers, num_experts and top_k must be positive integers")
-            shape = [1.0, 1.0, 1.0]
+        else:
+            num_layers = int(shape[0] or 1)
+            if (shape[2] or 0) > (shape[1] or 0):
+                problems.append(f"{where}: top_k={row.top_k} cannot exceed num_experts={row.num_experts}")
         layers = _layer_range(row.layers)
-        if layers is None or layers[1] >= shape[0]:
-            problems.append(f"{where}: layers must be a layer or a range 'a-b' within [0, {int(shape[0])})")
+        if layers is None or layers[1] >= num_layers:
+            problems.append(f"{where}: layers must be a layer or a range 'a-b' within [0, {num_layers})")
             layers = (0, 0)
         value = _number(row.value)
         if row.statistic not in STATISTICS:
