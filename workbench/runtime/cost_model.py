@@ -332,15 +332,6 @@ class CostModel:
                 values.update(part_figures(kind, name))
         return cls(**values, name=f"{gpu}+{link}+{host}+{runtime}")
 
-    @classmethod
-    def default(cls) -> "CostModel":
-        """The model used when none is given: the measured preset of the GPU at hand, else
-        the datasheet H200 on PCIe Gen5 with an x86 server; its ``name`` says which and why
-        (``runtime.default_model``)."""
-        from .default_model import default_cost_model  # it builds on this module
-
-        return default_cost_model()
-
     @staticmethod
     def presets() -> dict[str, tuple[str, ...]]:
         """The preset names: ``{"device": (...), "link": (...), "host": (...), "measured": (...)}``."""

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Optional
 
 from ..file_reading import read_regular_file
+from ..kernels.cuda import DISABLE_ENV, cuda_available, cupy_module
 from .cost_model import MEASURED_PREFIX, CostModel, CostModelError, measured_dir, measured_preset_names
 
 __all__ = [
@@ -49,8 +50,6 @@ _MAX_PRESET_BYTES = 16 << 20
 
 @functools.lru_cache(maxsize=1)
 def _device_name() -> Optional[str]:
-    from ..kernels.cuda import cuda_available, cupy_module
-
     if not cuda_available():
         return None
     try:
@@ -63,8 +62,6 @@ def _device_name() -> Optional[str]:
 
 def gpu_at_hand() -> Optional[str]:
     """The name of the GPU the ``cuda`` backend would use, or None (rule 1)."""
-    from ..kernels.cuda import DISABLE_ENV
-
     if os.environ.get(DISABLE_ENV, "").strip() not in ("", "0"):
         return None
     return _device_name()
