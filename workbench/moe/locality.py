@@ -34,8 +34,12 @@ Rules:
      ``any_overlap`` or ``reuse_rate`` (one of the two per layer); without a first-choice
      target the two are one probability. Each is found by a grid search refined three
      times (every candidate simulated on the same random numbers, ``fit_tokens`` tokens),
-     two rounds when both are fitted. A target no probability in [0, 1] reaches (below the
-     random-routing rate, say) ends at the nearest bound; the fit's table shows the gap.
+     two rounds when both are fitted. Only the layers the table names are fitted; the
+     probabilities of the layers between them are interpolated linearly (held flat beyond
+     the ends), as the targets are (rule 3). A target no probability in [0, 1] reaches
+     (below the random-routing rate, say; or a first-choice rate too high for the
+     overlap rate beside it) ends at the nearest setting; ``LocalityFit.comparison``
+     shows the gap.
   6. Same arguments, same trace, on every machine.
 """
 
