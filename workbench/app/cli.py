@@ -217,7 +217,7 @@ def _check_walkthrough(args: argparse.Namespace) -> _WalkthroughJob:
 def _cost_model_line(backend: str) -> str:
     """The one line naming the cost model the walkthrough's modeled figures come from."""
     timed = "full-size estimates and sweep" if backend == "cuda" else "simulated run, full-size estimates and sweep"
-    return f"# cost model: {default_cost_model().name} (times the {timed}; each link swapped in where links are compared)"
+    return f"# cost model: {default_cost_model().name}; it times the {timed} (each link swapped in where links are compared)"
 
 
 def _write_csv(table: pd.DataFrame, path: Path) -> None:
