@@ -46,7 +46,7 @@ from ..hf.side_by_side import side_by_side
 from ..models import MoEConfig, param_count
 from ..place import PlacementError, parse_rules, place
 from ..propagate import propagate
-from ..runtime import cuda_available, cuda_unavailable_reason
+from ..runtime import cuda_available, cuda_unavailable_reason, default_cost_model
 from ..sweeps import SIMPLICITY, TIE_RTOL
 from ..views import BufferView, GraphView, TimelineView, to_chrome_trace
 
@@ -214,6 +214,12 @@ def _check_walkthrough(args: argparse.Namespace) -> _WalkthroughJob:
     return _WalkthroughJob(run_config, params, full_config, out)
 
 
+def _cost_model_line(backend: str) -> str:
+    """The one line naming the cost model the walkthrough's modeled figures come from."""
+    timed = "full-size estimates and sweep" if backend == "cuda" else "simulated run, full-size estimates and sweep"
+    return f"# cost model: {default_cost_model().name}; it times the {timed} (each link swapped in where links are compared)"
+
+
 def _write_csv(table: pd.DataFrame, path: Path) -> None:
     with atomic_path(path, "a table") as tmp:
         table.to_csv(tmp, index=False)
@@ -229,6 +235,7 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 40)
 
+    print(_cost_model_line(args.backend))
     results = wt.tiny_results(run_config, backend=args.backend, progress=progress)
     table = wt.strategy_table(results)
     _write_csv(table, out / "strategies_tiny.csv")
@@ -338,6 +345,7 @@ def _cmd_walkthrough_hf(args: argparse.Namespace) -> int:
     pd.set_option("display.max_columns", 40)
     pd.set_option("display.max_colwidth", 200)  # the side-by-side's notes
 
+    print(_cost_model_line(args.backend))
     model = hf.load_model(job.run_config)
     step = hf.capture_decode(model, "static", past=HF_PAST, max_cache_len=max(HF_TINY_CACHE, HF_PAST + 1))
     params = sum(p.numel() for p in model.parameters())

@@ -48,6 +48,7 @@ from ..planning.memory_plan import MemoryPlan, plan
 from ..devices import CPU, Device
 from ..propagate import DeviceGraph
 from ..runtime.cost_model import CostModel, dtype_class, op_cost
+from ..runtime.default_model import default_device_preset
 from ..runtime.executor import RunResult, estimate, run
 from ..runtime.tensors import stage_inputs, to_host
 from ..strategies import Strategy, expert_streaming, strategy_variants
@@ -251,7 +252,7 @@ def full_size_results(
     config: Optional[MoEConfig] = None,
     *,
     links: Sequence[str] = LINKS,
-    device_preset: str = "h200",
+    device_preset: Optional[str] = None,
     algorithm: str = "greedy",
     strategies: Optional[Sequence[Strategy]] = None,
     prefetch_hit_rate: Optional[float] = None,
@@ -260,6 +261,10 @@ def full_size_results(
 ) -> list[StrategyResult]:
     """Shape-only analysis of the published configuration: plan every strategy and time its
     decode step with the cost model under each link. Allocates no weights.
+
+    ``device_preset``: the ``CostModel`` device preset, each link swapped in; None is the
+    default model's (``runtime.default_model``: the measured preset of the GPU at hand,
+    else the datasheet H200).
 
     Prefetching strategies are timed with ``CostModel.prefetch_hit_rate`` set to
     ``prefetch_hit_rate``; None means the tiny model's ``measured_hit_rate()`` (the
@@ -270,6 +275,7 @@ def full_size_results(
     its default strategies are ``strategy_variants()``.
     """
     progress = progress or _quiet
+    device_preset = device_preset or default_device_preset()
     if captured is not None:
         strategies = strategies or strategy_variants()
     chosen = list(strategies or strategy_variants(prefetch=True))
@@ -335,7 +341,7 @@ def prefetch_sensitivity(
     *,
     hit_rates: Optional[Sequence[float]] = None,
     links: Sequence[str] = LINKS,
-    device_preset: str = "h200",
+    device_preset: Optional[str] = None,
     skip_copies: bool = True,
 ) -> pd.DataFrame:
     """Full-size expert streaming without prefetch, then with prefetch at each hit rate:
@@ -346,6 +352,8 @@ def prefetch_sensitivity(
     is fetched twice), the rate the prefetching result was timed with, and 1. Timelines
     ``full_size_results`` already estimated (same link, preset and rate) are reused.
     """
+    device_preset = device_preset or default_device_preset()
+
     def find(prefetch: bool) -> StrategyResult:
         for r in results:
             s = r.strategy
@@ -449,12 +457,13 @@ def streaming_breakeven(
     config: Optional[MoEConfig] = None,
     *,
     links: Sequence[str] = LINKS,
-    device_preset: str = "h200",
+    device_preset: Optional[str] = None,
 ) -> pd.DataFrame:
     """Tokens per expert at which a streamed expert's compute (its SwiGLU FFN, FLOPs counted
     by ``FlopCounterMode``, timed by the device roofline) lasts as long as copying its
     weights over the link; above it, streaming hides behind compute."""
     config = config or MoEConfig.full()
+    device_preset = device_preset or default_device_preset()
     H, I = config.hidden_size, config.moe_intermediate_size
     dtype = config.torch_dtype
     slab_bytes = 3 * H * I * torch.empty((), dtype=dtype).element_size()  # w1 (2I×H) + w2 (H×I)

@@ -28,6 +28,7 @@ from ..devices import CPU, Device
 from ..planning.memory_plan import plan
 from ..models import MoEConfig, QwenMoEDecoder, param_count
 from ..runtime import CostModel
+from ..runtime.default_model import default_device_preset
 from ..runtime.executor import estimate
 from ..strategies import Strategy, all_on_device, expert_streaming, experts_on_host
 from .models import load_model
@@ -82,7 +83,7 @@ def side_by_side(
     shape_only: Optional[bool] = None,
     strategies: Optional[Sequence[Strategy]] = None,
     link: str = "pcie_gen4",
-    device_preset: str = "h200",
+    device_preset: Optional[str] = None,
     algorithm: str = "greedy",
     seed: int = 0,
 ) -> pd.DataFrame:
@@ -95,7 +96,8 @@ def side_by_side(
             2 B parameters).
         strategies: default: every strategy with the skip flags on, and
             ``all_on_device`` with them off (so the caches cross the link).
-        link, device_preset: the cost model of the modeled tokens/s.
+        link, device_preset: the cost model of the modeled tokens/s (device preset None:
+            the default model's, ``runtime.default_model``).
         algorithm: the memory planner.
         seed: weights of both models.
     """
@@ -106,7 +108,7 @@ def side_by_side(
     builtin, builtin_program = _builtin(config, shape_only, seed)
     hf_model = load_model(transformers_config(config), shape_only=shape_only, seed=seed)
     step = capture_decode(hf_model, "static", past=min(8, config.max_seq_len - 1), max_cache_len=config.max_seq_len)
-    cost_model = CostModel.preset(device_preset, link=link)
+    cost_model = CostModel.preset(device_preset or default_device_preset(), link=link)
     facts = _Facts(config, builtin, hf_model, step, cost_model)
     rows = [_row("-", "parameters", facts.builtin_params, facts.hf_params, facts)]
     for strategy in chosen:

@@ -3,6 +3,8 @@
 - ``routing``: ``RoutingTrace`` (per token, per layer, the chosen experts), recorded from
   real runs of the built-in model or a transformers MoE, or generated with a stated skew
   (always labelled synthetic).
+- ``locality``: how often consecutive tokens reuse experts, measured on any trace, published
+  for real models (``data/routing/locality.csv``) and reproduced by ``locality_trace``.
 - ``cache_policies``: replay a trace through an expert cache (LRU, LFU, static-hot)
   without running the model: hits, misses, evictions and bytes per layer per token.
 - ``experts``: where a model keeps its routed experts, by layer (``workbench.experts.find_experts``).
@@ -15,6 +17,7 @@
 
 from .cache_policies import POLICIES, CacheReplay, CachePolicyError, replay, replay_all, slab_bytes
 from .experts import ExpertDiscoveryError, ExpertLayer, expert_layers, expert_modules
+from .locality import LocalityError, LocalityFit, locality_trace, measure_locality, model_locality, published_locality
 from .routing import RoutingRecorder, RoutingTrace, TraceError, TraceWriteError, record_decode, synthetic_trace, synthetic_trace_for
 
 __all__ = [
@@ -23,12 +26,18 @@ __all__ = [
     "CachePolicyError",
     "ExpertDiscoveryError",
     "ExpertLayer",
+    "LocalityError",
+    "LocalityFit",
     "RoutingRecorder",
     "RoutingTrace",
     "TraceError",
     "TraceWriteError",
     "expert_layers",
     "expert_modules",
+    "locality_trace",
+    "measure_locality",
+    "model_locality",
+    "published_locality",
     "record_decode",
     "replay",
     "replay_all",

@@ -44,6 +44,7 @@ from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Sessio
 from .run_result import CountedGatherStat, RoutedStat, RowMaskStat, SlotWrites
 from ..node_facts import CopyStreamOp, NodeFactError, RowShare, mark_copy_stream, mark_row_share
 from .calibrate import Calibration, CalibrationError, CalibrationPlan, calibrate
+from .default_model import choose_default_cost_model, default_cost_model, gpu_at_hand
 
 __all__ = [
     "BACKENDS",
@@ -51,6 +52,9 @@ __all__ = [
     "CalibrationError",
     "CalibrationPlan",
     "calibrate",
+    "choose_default_cost_model",
+    "default_cost_model",
+    "gpu_at_hand",
     "EVENT_KINDS",
     "ExecutorError",
     "InputError",

@@ -75,7 +75,7 @@ from ..units import format_bytes
 from ..errors import WorkbenchError
 from .cost_model import DTYPE_CLASSES, MEASURED_PREFIX, CostModel, measured_dir, op_cost
 from .probes import COPY_PATHS, CudaProbe, Probe, SimProbe, matmul_args, meta_tensor, TINY_ELEMENTS
-from .sim_timing import default_cost_model
+from .default_model import choose_default_cost_model, default_cost_model
 
 __all__ = [
     "BACKENDS",
@@ -379,8 +379,9 @@ def measure(
     """Measure the machine of ``backend`` and fit a model to it (rules 1-8), saving nothing.
 
     ``cost_model``: on ``sim``, the simulated machine that is measured (default: the
-    executor's default model); on ``cuda``, the base whose figures are kept where
-    nothing was measured (default: the H200 datasheet preset). ``name`` defaults to the
+    executor's default model, ``default_cost_model()``); on ``cuda``, the base whose
+    figures are kept where nothing was measured (default: the H200 datasheet preset,
+    never an earlier measurement). ``name`` defaults to the
     GPU's name (``h200``) or ``sim``.
     """
     plan = plan if plan is not None else CalibrationPlan()
@@ -392,7 +393,10 @@ def measure(
     label = name if name is not None else probe.name()
     if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", label):
         raise CalibrationError(f"name must be lowercase letters, digits, '_', '.', '-', got {label!r}")
-    base = cost_model if cost_model is not None else default_cost_model()
+    if cost_model is not None:
+        base = cost_model
+    else:  # a measurement never rests on an earlier one: the datasheet figures fill its gaps
+        base = default_cost_model() if backend == "sim" else choose_default_cost_model(None)
     model, fits, kept = fit_model(samples, base, label, plan.chain_bytes)
     return Calibration(
         name=label,

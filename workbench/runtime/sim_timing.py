@@ -78,6 +78,7 @@ from ..graph_values import node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
 from ..node_facts import stored_format
 from .cost_model import CostModel, CountedCost, Stored, check_launch, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
+from .default_model import default_cost_model
 from .graph_segments import graph_segments
 from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of
@@ -126,9 +127,6 @@ def expected_groups(node: torch.fx.Node) -> Optional[float]:
     return None
 
 
-def default_cost_model() -> CostModel:
-    """The model used when none is given: an H200 on PCIe Gen5 with an x86 host."""
-    return CostModel.preset("h200", link="pcie_gen5")
 
 
 def _spec(x: Any) -> Any:

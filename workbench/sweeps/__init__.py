@@ -59,6 +59,7 @@ from ..models import MoEConfig, QwenMoEDecoder
 from ..moe.cache_policies import replay_all, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..runtime import CostModel
+from ..runtime.default_model import default_cost_model
 from ..weight_formats import check_quantize_rules, quantize
 from .checks import SweepError, check_budgets, check_links
 from .executors import InlineExecutor, pool_size, process_pool
@@ -207,8 +208,9 @@ def sweep(
         strategies: ``{name: {param: values}}`` or a list of ``StrategySpec``
             (default ``default_grid(config)``).
         executor: any ``concurrent.futures.Executor`` (rule 2).
-        cost_model: device and host figures (default ``CostModel.preset("h200")``); its
-            link is replaced by each of ``links``.
+        cost_model: device and host figures (default ``runtime.default_model``'s: the
+            measured preset of the GPU at hand, else the datasheet H200); its link is
+            replaced by each of ``links``.
         algorithm: memory-planning algorithm.
         prefetch_hit_rate: expected prefetch hit rate (rule 3).
         trace: the routing that expert caches are replayed over (rule 3).
@@ -232,7 +234,7 @@ def sweep(
             "a captured Program stays in this process; sweep the MoEConfig instead (each worker captures "
             "the shape-only program itself), or pass executor=InlineExecutor()"
         )
-    model_costs = cost_model if cost_model is not None else CostModel.preset("h200")
+    model_costs = cost_model if cost_model is not None else default_cost_model()
     rates = _expected_hit_rates(specs, built, config, prefetch_hit_rate, trace)
     out_path = _check_out(out)
     done = _done_points(out_path, links_t)
