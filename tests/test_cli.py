@@ -84,3 +84,26 @@ def test_a_good_command_still_runs(files):
     result = _run(["propagate", "--example", "mlp", "--place", "cuda:0=aten.linear"], files)
     assert result.returncode == 0, result.stderr
     assert "propagated graph equals eager: True" in result.stdout
+
+
+def test_the_walkthrough_writes_every_published_run_to_anchors_csv(tmp_path, capsys):
+    """anchors.csv holds one row per published decode run (modeled or with the reason it is
+    not), the printout names every fitted term with its leave-one-out error, and a modeled
+    row's ratio is its modeled over its published speed."""
+    import pandas as pd
+
+    from workbench.app.cli import write_published_anchors
+    from workbench.app.decode_model import regime_model
+    from workbench.app.published_runs import published_decode_runs
+
+    write_published_anchors(tmp_path)
+    table = pd.read_csv(tmp_path / "anchors.csv")
+    published = published_decode_runs()
+    assert sorted(table["id"]) == sorted(published["id"])
+    modeled = table.dropna(subset=["modeled tok/s"])
+    assert len(modeled) >= 4
+    assert ((modeled["modeled tok/s"] / modeled["published tok/s"] - modeled["ratio"]).abs() < 1e-9).all()
+    assert table.loc[table["modeled tok/s"].isna(), "not modeled because"].str.len().gt(0).all()
+    printed = capsys.readouterr().out
+    for term in regime_model().terms:
+        assert f"fitted {term.name}:" in printed and "leave-one-out" in printed
