@@ -39,6 +39,8 @@ from tqdm import tqdm
 
 from .. import hf
 from . import walkthrough as wt
+from .anchors import modeled_vs_published, ratios_by_regime
+from .decode_model import regime_model
 from ..atomic_files import atomic_path
 from ..capture import capture
 from ..errors import WorkbenchError
@@ -281,9 +283,6 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
 def write_published_anchors(out: Path) -> None:
     """anchors.csv: every published batch-1 decode run beside the regime model's speed for it
     (the model's terms fitted on the same table; each term's leave-one-out error printed)."""
-    from .anchors import modeled_vs_published, ratios_by_regime
-    from .decode_model import regime_model
-
     table = modeled_vs_published()
     _write_csv(table, out / "anchors.csv")
     by_regime = ratios_by_regime(table)
