@@ -57,7 +57,7 @@ from ..models import MoEConfig, QwenMoEDecoder
 from ..planning.memory_plan import MemoryPlan, plan
 from ..runtime.cost_model import CostModel
 from ..runtime.sim_timing import estimate
-from ..strategies import all_on_device
+from ..strategy import all_on_device
 
 __all__ = [
     "ANCHORS", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES", "UNMODELED_ANCHORS", "Anchor", "AnchorError",

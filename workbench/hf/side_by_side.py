@@ -29,7 +29,7 @@ from ..planning.memory_plan import plan
 from ..models import MoEConfig, QwenMoEDecoder, param_count
 from ..runtime import CostModel
 from ..runtime.executor import estimate
-from ..strategies import Strategy, all_on_device, expert_streaming, experts_on_host
+from ..moe.strategies import Strategy, all_on_device, expert_streaming, experts_on_host
 from .models import load_model
 from .steps import capture_decode
 

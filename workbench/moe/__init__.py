@@ -14,7 +14,7 @@
 """
 
 from .cache_policies import POLICIES, CacheReplay, CachePolicyError, replay, replay_all, slab_bytes
-from .experts import ExpertDiscoveryError, ExpertLayer, expert_layers, expert_modules
+from .discovery import ExpertDiscoveryError, ExpertLayer, expert_layers, expert_modules
 from .routing import RoutingRecorder, RoutingTrace, TraceError, TraceWriteError, record_decode, synthetic_trace, synthetic_trace_for
 
 __all__ = [

@@ -47,7 +47,7 @@ from ..builtin_copies import reads, rows_like, streamed_rows
 from ..copy_ops import GATHER_COUNTED, PRESENT_GROUPS, UNIQUE_IDS, counted_rows
 from ..copy_variants import CopyVariant, register_copy_variant
 from ..devices import CPU, CopyKind, Device
-from ..expert_ops import Routing, grouped_operands, routing_of
+from .expert_ops import Routing, grouped_operands, routing_of
 from ..graph_values import is_view_op, packet_name, shape_upper_bound, value_of
 from ..kernels.copies import pointer_kind
 from ..propagate import CopyFacts, CopyRecord, CopyRole

@@ -39,8 +39,8 @@ from typing import Any, Optional
 import torch
 import torch.fx
 
-from .graph_values import packet_name, value_of
-from .index_draws import Routing, RoutingError, expected_distinct_experts
+from ..graph_values import GROUPED_MM_OPS, packet_name, value_of
+from ..index_draws import Routing, RoutingError, expected_distinct_experts
 
 __all__ = [
     "GROUPED_MM_OPS",
@@ -52,9 +52,6 @@ __all__ = [
     "is_grouped_mm",
     "routing_of",
 ]
-
-#: Grouped matmul ops (rule 1), by op name without overload.
-GROUPED_MM_OPS = frozenset({"aten._grouped_mm", "transformers.grouped_mm_fallback"})
 
 #: How far back ``routing_of`` looks for the router (nodes visited).
 _SEARCH_LIMIT = 256
