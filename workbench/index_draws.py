@@ -21,22 +21,23 @@ from typing import Any
 
 from .errors import WorkbenchError
 
-__all__ = ["Routing", "RoutingError", "expected_distinct_experts", "expected_distinct_rows"]
+__all__ = ["Routing", "RoutingError", "expected_distinct_rows"]
 
 
 class RoutingError(WorkbenchError, ValueError):
     """Draw figures that cannot describe a draw (the message says which)."""
 
 
-def expected_distinct_experts(experts: int, tokens: int, top_k: int) -> float:
+def expected_distinct_rows(rows: int, draws: int, per_draw: int) -> float:
     """Rule 2: E · (1 − (1 − k/E)^T), the rows T uniform draws of k of E rows each are
-    expected to hit at least once."""
-    for name, value in (("experts", experts), ("tokens", tokens), ("top_k", top_k)):
+    expected to hit at least once (E = ``rows``, T = ``draws``, k = ``per_draw``)."""
+    figures = (("rows (experts)", rows), ("draws (tokens)", draws), ("per_draw (top_k)", per_draw))
+    for name, value in figures:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise RoutingError(f"{name} must be an int >= 1, got {value!r}")
-    if top_k > experts:
-        raise RoutingError(f"top_k={top_k} cannot exceed experts={experts}")
-    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+    if per_draw > rows:
+        raise RoutingError(f"per_draw (top_k)={per_draw} cannot exceed rows (experts)={rows}")
+    return rows * (1.0 - (1.0 - per_draw / rows) ** draws)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Routing:
 
     def expected_distinct(self) -> float:
         """Rows expected to be drawn at least once under uniform draws (rule 2)."""
-        return expected_distinct_experts(self.experts, self.tokens, self.top_k)
+        return expected_distinct_rows(self.experts, self.tokens, self.top_k)
 
     def to_json(self) -> dict[str, int]:
         return {"experts": self.experts, "tokens": self.tokens, "top_k": self.top_k}
@@ -69,6 +70,3 @@ class Routing:
             raise RoutingError(f"{path} holds {data!r}; each figure must be an int >= 1")
         return cls(*values)
 
-
-#: ``expected_distinct_experts`` under the name of what it counts in general.
-expected_distinct_rows = expected_distinct_experts

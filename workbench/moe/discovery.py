@@ -339,7 +339,7 @@ def expert_map(model: Union[torch.nn.Module, Program]) -> ExpertMap:
     if not found:
         what = "program" if isinstance(model, Program) else type(model).__name__
         raise ExpertDiscoveryError(
-            f"this {what} has no routed experts (workbench.experts.find_experts looks for stacked per-expert "
+            f"this {what} has no routed experts (workbench.moe.discovery.find_experts looks for stacked per-expert "
             "weights or one module per expert, scored by a router in the same block)"
         )
     groups = [group_name(layer_index(found, i), layer) for i, layer in enumerate(found.layers)]

@@ -12,7 +12,8 @@ apply them to the rows a router picked in one of two forms:
 
 Propagation streams both (``moe.streaming``); the cost model costs the grouped ops
 (FlopCounterMode has no formula for them). Both need the *routing* behind an op: the
-router's ``topk`` that chose the experts, found by walking the op's inputs back.
+router's ``topk`` that chose the experts, found by walking the op's inputs back, as the
+core's ``index_draws.Routing`` (T draws of k of E rows), which copy records carry.
 
 Rules:
 1. A grouped op is recognised by its op name (so the transformers op need not be
@@ -23,10 +24,9 @@ Rules:
    it keeps, T = the number of rows scored (tokens). DeepSeek-V3's three ``topk`` (group
    scores, groups, experts) give the experts' one: it is the nearest. A routing that
    cannot be read with static sizes is None.
-3. Expected distinct experts, for shape-only estimates, assume uniform routing: each
-   token picks k distinct experts uniformly at random, independently of the other
-   tokens, so an expert is missed by one token with probability 1 − k/E and by all T with
-   (1 − k/E)^T: E · (1 − (1 − k/E)^T). One token gives exactly k; many tokens approach E.
+3. Expected distinct experts, for shape-only estimates, assume uniform routing
+   (``index_draws`` rule 2): E · (1 − (1 − k/E)^T). One token gives exactly k; many
+   tokens approach E.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import torch
 import torch.fx
 
 from ..graph_values import GROUPED_MM_OPS, packet_name, value_of
-from ..index_draws import Routing, RoutingError, expected_distinct_experts
+from ..index_draws import Routing, RoutingError, expected_distinct_rows
 
 __all__ = [
     "GROUPED_MM_OPS",
@@ -65,6 +65,12 @@ class GroupedOperands:
     weight: torch.fx.Node  # (G, in, out) one matrix per group
     offs: torch.fx.Node  # (G,) cumulative rows per group
     bias: Any  # (G, out) node, or None
+
+
+def expected_distinct_experts(experts: int, tokens: int, top_k: int) -> float:
+    """Rule 3: the experts uniform routing of ``tokens`` tokens to ``top_k`` of ``experts``
+    experts each is expected to use at least once."""
+    return expected_distinct_rows(experts, tokens, top_k)
 
 
 def is_grouped_mm(node: torch.fx.Node) -> bool:

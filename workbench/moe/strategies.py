@@ -55,7 +55,7 @@ Beyond the three table strategies:
   routing hints, an admitting policy) admits each layer's predicted experts before its
   read (Mixtral offloading's speculative loading). See ``cache_graph``.
 
-The routed experts are found by ``workbench.experts.find_experts``, so both strategies
+The routed experts are found by ``discovery.find_experts``, so both strategies
 work on the built-in decoder and on transformers MoE models (``workbench.hf``); an expert
 cache reads the experts' rows where the graph selects them (transformers: ``experts_
 implementation="batched_mm"``), or all E rows of experts the graph reads whole (Llama 4's

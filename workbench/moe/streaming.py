@@ -29,7 +29,7 @@ Rules:
    source falls back to torch (the host reads ``count``).
 5. ``estimate`` charges a grouped expert matmul the slabs of the expected distinct experts
    under uniform routing, E·(1 − (1 − k/E)^T) for T tokens each routed to k of E experts
-   (``workbench.expert_ops`` rule 3; at most its groups), when its router is found
+   (``workbench.index_draws`` rule 2; at most its groups), when its router is found
    (``sim_timing.register_group_estimate``).
 """
 
