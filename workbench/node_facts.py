@@ -67,6 +67,7 @@ __all__ = [
     "FactView",
     "NodeFactError",
     "NodeFacts",
+    "PlacementTables",
     "RowShare",
     "StoredFormat",
     "copy_stream_op",
