@@ -251,12 +251,17 @@ def test_the_raise_finder_flags_a_planted_builtin_raise():
     assert _builtin_raises(source, "m") == ["m:3 ValueError in f", "m:4 TypeError in f"]
 
 
-#: The model-agnostic core: capture, placement, propagation, scheduling, passes, planning,
-#: the runtime, the copy ops and their registry, and the kernels.
+#: The model-agnostic core: capture, placement, propagation, the device graph and its node
+#: records, scheduling, passes, the strategy driver, planning, the runtime, the copy ops and
+#: their registry, and the kernels.
 CORE = (
     "workbench.capture",
     "workbench.place",
     "workbench.propagate",
+    "workbench.device_graph",
+    "workbench.copy_records",
+    "workbench.index_draws",
+    "workbench.strategy",
     "workbench.schedule",
     "workbench.passes",
     "workbench.planning",
@@ -276,7 +281,6 @@ ABOVE_CORE = (
     "workbench.app",
     "workbench.sweeps",
     "workbench.compare",
-    "workbench.strategies",
     "workbench.builtin_copies",
 )
 
@@ -345,3 +349,23 @@ def test_no_module_is_over_the_size_cap():
     over = {m for m, n in sizes.items() if n > MAX_MODULE_LINES}
     assert over - OVER_THE_CAP == set(), {m: sizes[m] for m in over - OVER_THE_CAP}
     assert OVER_THE_CAP - over == set()
+
+
+#: Where the expert code lives: discovery, the expert ops of a graph and the strategies.
+MOE = "workbench.moe"
+
+
+def test_expert_code_lives_in_the_moe_package():
+    """No module outside ``workbench.moe`` (and the transformers support, the models, the
+    application and the views, which build on it) defines an expert-finding or expert
+    strategy module of its own: the package root holds none of the old five."""
+    stray = [m for m in MODULES if m in ("workbench.experts", "workbench.expert_ops", "workbench.strategies")]
+    assert stray == []
+    assert {f"{MOE}.discovery", f"{MOE}.expert_ops", f"{MOE}.strategies"} <= set(MODULES)
+
+
+def test_the_core_strategy_names_no_expert():
+    """The core's strategy driver knows no MoE: ``workbench.strategy`` never says expert
+    or routed (the expert strategies subclass it in ``workbench.moe.strategies``)."""
+    text = MODULES["workbench.strategy"].read_text().lower()
+    assert "expert" not in text and "routed" not in text

@@ -72,3 +72,57 @@ def test_bad_tags_are_refused():
         mark_tag(host, "", 1)
     with pytest.raises(NodeFactError, match="holds an integer"):
         mark_tag(host, "layer", 1.5)
+
+
+def _device_graph():
+    import workbench as wb
+    from workbench.models.examples import example
+
+    model, inputs = example("residual")
+    program = wb.capture(model, inputs)
+    return wb.propagate(wb.place(program, {"cuda:0": ["aten.linear"], "cuda:1": ["aten.gelu"]}))
+
+
+def test_a_device_graphs_tables_are_read_only_views_of_its_node_records():
+    """Every entry of node_device, residency, input_devices and the copy table is the
+    fact of that node's one record (and every record's placement fact is in a table);
+    the tables cannot be written through."""
+    dg = _device_graph()
+    assert dg.copies, "the placement makes copies"
+    for node in dg.graph.nodes:
+        facts = facts_of(node)
+        assert facts.device == dg.node_device.get(node.name)
+        assert facts.copy == dg.copy_table.get(node.name)
+        assert facts.resident == dg.residency.get(node.name)
+        assert facts.input_device == dg.input_devices.get(node.name)
+    with pytest.raises(TypeError):
+        dg.node_device["x"] = dg.node_device[dg.copies[0].name]  # type: ignore[index]
+
+
+def test_a_device_graph_made_from_other_tables_leaves_the_first_as_it_was():
+    """A device graph built over the same graph with a copy record changed records it on
+    its own copy of the graph: the first one's records and tables are unchanged."""
+    import dataclasses
+
+    dg = _device_graph()
+    first = dg.copies[0]
+    changed = dataclasses.replace(first, nbytes=first.nbytes + 1)
+    other = dataclasses.replace(dg, copies=(changed, *dg.copies[1:]))
+    assert other.copies[0] == changed and other.graph is not dg.graph
+    assert dg.copies[0] == first and facts_of(next(n for n in dg.graph.nodes if n.name == first.name)).copy == first
+    same = dataclasses.replace(dg, skip_d2h_for_method_outputs=dg.skip_d2h_for_method_outputs)
+    assert same.graph is dg.graph  # the same records: nothing to copy
+
+
+def test_tables_naming_no_node_of_the_graph_are_refused():
+    """A node_device entry for a node the graph lacks, or a copy listed twice, is a
+    DeviceGraphError naming it."""
+    import dataclasses
+
+    from workbench.device_graph import DeviceGraphError
+
+    dg = _device_graph()
+    with pytest.raises(DeviceGraphError, match="node_device names 'gone'"):
+        dataclasses.replace(dg, node_device={**dg.node_device, "gone": dg.node_device[dg.copies[0].name]})
+    with pytest.raises(DeviceGraphError, match="twice"):
+        dataclasses.replace(dg, copies=(dg.copies[0], *dg.copies))

@@ -73,3 +73,30 @@ def test_strategies_are_lists_of_passes_that_keep_the_graph_checked():
     for strategy in (cache, expert_streaming()):
         dg = strategy.apply(program, check=True)
         assert dg.copies
+
+
+def test_a_core_strategy_is_its_list_of_passes_run_by_the_one_driver():
+    """A Strategy subclass that only declares passes gets them run after propagation, in
+    order, by run_passes: a pass requiring SCHEDULED before the schedule is refused, the
+    same pass after it runs on the scheduled graph."""
+    from workbench.strategy import Recipe, Strategy, all_on_device
+
+    _, _, _, program = moe_tiny()
+    seen = []
+    needs = FunctionPass("needs_order", lambda dg: seen.append(dg) or dg, requires=frozenset({PROPAGATED, SCHEDULED}))
+
+    @dataclasses.dataclass(frozen=True)
+    class WithPasses(Strategy):
+        first: bool = False
+
+        def recipe(self, program):
+            base = Strategy.recipe(self, program)
+            order = (needs, *base.passes) if self.first else (*base.passes, needs)
+            return Recipe(base.program, base.rules, base.streamed, order)
+
+    core = all_on_device()
+    ok = WithPasses(core.name, core.description, core.rules, core.skip_copies, device=core.device)
+    dg = ok.apply(program, check=True)
+    assert seen == [dg]
+    with pytest.raises(PassError, match="pass 'needs_order' requires scheduled"):
+        dataclasses.replace(ok, first=True).apply(program, check=True)

@@ -32,7 +32,7 @@ from .runtime.calibrate import calibrate
 from .runtime.executor import RunResult, Session, estimate, load, run
 from .weight_formats import WeightFormatError, quantize
 
-moved_modules.install()  # workbench.anchors, .walkthrough and .examples: their old paths
+moved_modules.install()  # old paths of moved modules (workbench.anchors, .strategies, .experts …)
 
 #: Names served by other modules, imported when first asked for: the views (widgets and
 #: plotting), the ExecuTorch entry points (``executorch`` is optional), and the MoE
@@ -56,6 +56,8 @@ def __getattr__(name: str) -> Any:
         return import_module(".views", __name__)
     if name in _LAZY_NAMES:
         return getattr(import_module(_LAZY_NAMES[name], __name__), name)
+    if f"{__name__}.{name}" in moved_modules.MOVED:  # an old module path, imported when first asked for
+        return import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
 
 

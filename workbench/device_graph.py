@@ -15,11 +15,10 @@ the call, as eager PyTorch would have written them in place.
 from __future__ import annotations
 
 import copy
+import weakref
 from dataclasses import dataclass
-from enum import Enum
 from functools import cached_property
-from types import MappingProxyType
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 import pandas as pd
 import torch
@@ -29,154 +28,32 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec
 
 from .capture import Program
-from .copy_variants import CopyVariantError, copy_variant
-from .devices import CopyKind, Device, DeviceError, host_first
+from .copy_records import CopyRecord, CopyRole
+from .devices import CopyKind, Device, host_first
 from .errors import WorkbenchError
-from .expert_ops import Routing
 from .graph_values import node_nbytes, op_name, value_of
 from .json_fields import JsonFieldError, JsonObject
-from .node_facts import facts_to_json, restore_facts
+from .node_facts import FACTS_KEY, FactView, NodeFactError, facts_of, records_from_json, records_to_json, with_placement
 from .place import Placement
 
-__all__ = ["CopyRecord", "CopyRole", "DeviceGraph", "Mutation", "MutationError", "mutations", "node_role"]
+__all__ = ["CopyRecord", "CopyRole", "DeviceGraph", "DeviceGraphError", "Mutation", "MutationError", "mutations", "node_role"]
 
 
-class CopyRole(str, Enum):
-    """The roles of the copy variants the workbench ships (``copy_variants``); a record's
-    role may also be that of a variant registered elsewhere.
-
-    ``plain`` moves a whole value; ``gather`` moves the rows of a streamed weight that an
-    index selects, one per id; ``prefetch`` moves the rows a hint predicts, ahead of time;
-    ``reuse`` moves the selected rows, taking those its prefetch holds from the device;
-    the counted copy (``moe.streaming``) moves the rows its index lists, padded to a static
-    length, of which its ``count`` (a device value) says how many are real: only those
-    cross the link (the padding rows are zeros).
-    """
-
-    PLAIN = "plain"
-    GATHER = "gather"
-    PREFETCH = "prefetch"
-    REUSE = "reuse"
-    COUNTED = "routed"  # the name plan files store
-    ROUTED = "routed"  # COUNTED under its earlier name (the same member)
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-@dataclass(frozen=True)
-class CopyRecord:
-    """One copy node: what it moves, from where to where, and why.
-
-    The copy table: later stages (memory planning, the executor, the views) read a copy's
-    facts from its record, never from the positions of its graph node's arguments.
-    """
-
-    name: str  # the copy node's name in DeviceGraph.graph
-    kind: CopyKind  # h2d | d2h | d2d
-    value: str  # name of the node whose value (or rows, for gathers) is copied
-    src: Device  # where the value lives
-    dst: Device  # where the consumers need it
-    nbytes: int  # bytes moved per call: an upper bound for dynamic sizes (example size if unbounded), reuse and counted copies
-    consumers: tuple[str, ...]  # nodes reading the copy ("output" for a returned value)
-    reason: str  # one sentence: who needs it where, and where it lives
-    role: str = CopyRole.PLAIN  # the role of its copy variant (``copy_variants``): plain, gather, prefetch, reuse …
-    index: Optional[str] = None  # copies of rows: the node holding the row ids
-    prefetch: Optional[str] = None  # reuse: the prefetch copy whose rows it may take
-    prefetch_index: Optional[str] = None  # reuse: the row ids that prefetch holds
-    count: Optional[str] = None  # counted copies: the node holding how many of the index's rows are real
-    routing: Optional[Routing] = None  # counted copies: how the index was drawn (T draws of k of E rows), if known
-    slots: int = 0  # counted copies: rows of its result (U: the real ones, then padding); nbytes covers them all
-
-    @property
-    def is_gather(self) -> bool:
-        """True for copies that move rows selected by an index (every role but ``plain``)."""
-        return self.role != CopyRole.PLAIN
-
-    def expected_nbytes(self) -> float:
-        """Bytes a counted copy is expected to move per call when its index is drawn
-        uniformly (the expected distinct rows of its ``routing``, at most ``slots``, times
-        one row's bytes); ``nbytes`` for every other copy, and for one whose draws are unknown."""
-        if self.role != CopyRole.COUNTED or self.routing is None or not self.slots:
-            return float(self.nbytes)
-        return min(float(self.slots), self.routing.expected_distinct()) * (self.nbytes / self.slots)
-
-    def inputs(self) -> tuple[str, ...]:
-        """The nodes this copy reads: the value, then its index, prefetch and count inputs."""
-        extra = (self.value, self.index, self.prefetch, self.prefetch_index, self.count)
-        return tuple(n for n in extra if n is not None)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON-able data (devices and kinds as strings)."""
-        return {
-            "name": self.name,
-            "kind": str(self.kind),
-            "value": self.value,
-            "src": str(self.src),
-            "dst": str(self.dst),
-            "nbytes": self.nbytes,
-            "consumers": list(self.consumers),
-            "reason": self.reason,
-            "role": str(self.role),
-            "index": self.index,
-            "prefetch": self.prefetch,
-            "prefetch_index": self.prefetch_index,
-            "count": self.count,
-            "routing": self.routing.to_json() if self.routing is not None else None,
-            "slots": self.slots,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, path: str = "copy") -> "CopyRecord":
-        """The record ``to_json`` wrote; a missing or mistyped field is a ``JsonFieldError``
-        naming it. The counted-copy fields (``count``, ``routing``, ``slots``) may be absent:
-        records written before counted copies existed have none."""
-        obj = JsonObject(data, path)
-        try:
-            kind, role = CopyKind.parse(obj.text("kind")), _role(obj.text("role"))
-            routing = obj.data.get("routing")
-            drawn = Routing.from_json(routing, f"{path}.routing") if routing is not None else None
-        except (ValueError, DeviceError, CopyVariantError) as exc:
-            raise JsonFieldError(f"{path}: {exc}") from None
-        has = obj.data.__contains__
-        return cls(
-            name=obj.text("name"),
-            kind=kind,
-            value=obj.text("value"),
-            src=obj.device("src"),
-            dst=obj.device("dst"),
-            nbytes=obj.count("nbytes"),
-            consumers=obj.texts("consumers"),
-            reason=obj.text("reason"),
-            role=role,
-            index=obj.optional_text("index"),
-            prefetch=obj.optional_text("prefetch"),
-            prefetch_index=obj.optional_text("prefetch_index"),
-            count=obj.optional_text("count") if has("count") else None,
-            routing=drawn,
-            slots=obj.count("slots") if has("slots") else 0,
-        )
-
-
-def _role(text: str) -> str:
-    """A record's role as read from a file: a ``CopyRole`` for the built-in variants, else
-    the role of a registered variant (an unknown role is a ``CopyVariantError``)."""
-    try:
-        return CopyRole(text)
-    except ValueError:
-        pass
-    try:
-        return copy_variant(text).role
-    except CopyVariantError as exc:
-        raise CopyVariantError(f"{text!r} is not a valid CopyRole; {exc}") from None
+#: Graphs whose node records a DeviceGraph has written: one that another DeviceGraph
+#: would record other facts on is copied first, so neither changes under the other.
+_RECORDED: "weakref.WeakKeyDictionary[torch.fx.Graph, bool]" = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, eq=False)
 class DeviceGraph:
-    """A program whose every value has a device, with copies as graph nodes."""
+    """A program whose every value has a device, with copies as graph nodes.
+
+    Each node's placement facts are one record with the rest of its facts
+    (``node_facts`` rule 7): made from the tables it is given, they are written on the
+    graph's nodes, and ``node_device``, ``copies``, ``residency`` and ``input_devices``
+    then read them back as read-only views (``copies`` in graph order). Given a graph
+    that another device graph recorded other facts on, it records on a copy of it.
+    """
 
     placement: Placement
     graph: torch.fx.Graph  # the propagated graph (placeholders as in the exported program)
@@ -190,9 +67,25 @@ class DeviceGraph:
     skip_d2h_for_method_outputs: bool
 
     def __post_init__(self) -> None:
-        # The tables are read-only views: a stage that changes the graph makes a new DeviceGraph.
-        for name in ("node_device", "residency", "input_devices"):
-            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+        # The tables become read-only views of the records: a stage that changes the graph
+        # makes a new DeviceGraph.
+        graph = self.graph
+        try:
+            records = with_placement(graph, self.node_device, self.copies, self.residency, self.input_devices)
+        except NodeFactError as exc:
+            raise DeviceGraphError(str(exc)) from None
+        if graph in _RECORDED and any(facts_of(node) != facts for node, facts in records.items()):
+            graph, env = _copied(graph)
+            records = {env[node]: facts for node, facts in records.items()}
+        for node, facts in records.items():
+            node.meta[FACTS_KEY] = facts
+        _RECORDED[graph] = True
+        object.__setattr__(self, "graph", graph)
+        object.__setattr__(self, "node_device", FactView[Device](graph, "device"))
+        object.__setattr__(self, "residency", FactView[tuple[Device, ...]](graph, "resident"))
+        object.__setattr__(self, "input_devices", FactView[Device](graph, "input_device"))
+        copies = (facts_of(node).copy for node in graph.nodes)
+        object.__setattr__(self, "copies", tuple(c for c in copies if c is not None))
 
     @property
     def program(self) -> Program:
@@ -275,15 +168,11 @@ class DeviceGraph:
         return pd.DataFrame(rows)
 
     def to_json(self) -> dict[str, Any]:
-        """Devices, copies, node facts, residency and flags as JSON data; the graph itself
-        is saved as the propagated program (``exported_program``), which keeps no custom
-        ``node.meta``, so the facts of ``node_facts`` are a table of their own."""
+        """The node records (``node_facts.records_to_json``: devices, copies, facts,
+        residency, input devices) and the flags as JSON data; the graph itself is saved as
+        the propagated program (``exported_program``), which keeps no custom ``node.meta``."""
         return {
-            "node_device": {k: str(v) for k, v in self.node_device.items()},
-            "copies": [c.to_json() for c in self.copies],
-            "node_facts": facts_to_json(self.graph),
-            "residency": {k: [str(d) for d in v] for k, v in self.residency.items()},
-            "input_devices": {k: str(v) for k, v in self.input_devices.items()},
+            **records_to_json(self.graph),
             "user_outputs": list(self.user_outputs),
             "skip_h2d_for_method_inputs": self.skip_h2d_for_method_inputs,
             "skip_d2h_for_method_outputs": self.skip_d2h_for_method_outputs,
@@ -294,32 +183,26 @@ class DeviceGraph:
         cls, data: Any, placement: Placement, propagated: ExportedProgram, path: str = "device_graph"
     ) -> "DeviceGraph":
         """The device graph ``to_json`` described, over the graph of ``propagated`` (the
-        saved ``exported_program``), its nodes given back their ``node_facts`` (absent
-        from files written before the table existed: none); a bad field is a
+        saved ``exported_program``), its nodes given back their records; a bad field is a
         ``JsonFieldError`` naming it."""
         obj = JsonObject(data, path)
         graph = propagated.graph_module.graph
-        node_device = obj.device_map("node_device")
-        names = {n.name for n in graph.nodes}
-        missing = sorted(set(node_device) - names)
-        if missing:
-            raise JsonFieldError(f"{path}.node_device names nodes the saved graph lacks: {missing[:5]}")
-        residency_obj = obj.mapping("residency")
-        dg = cls(
-            placement=placement,
-            graph=graph,
-            node_device=node_device,
-            copies=tuple(CopyRecord.from_json(c.data, c.path) for c in obj.elements("copies")),
-            residency={k: residency_obj.devices(k) for k in residency_obj.keys()},
-            input_devices=obj.device_map("input_devices"),
-            user_outputs=obj.texts("user_outputs"),
-            output_specs=tuple(propagated.graph_signature.output_specs),
-            skip_h2d_for_method_inputs=obj.flag("skip_h2d_for_method_inputs"),
-            skip_d2h_for_method_outputs=obj.flag("skip_d2h_for_method_outputs"),
-        )
-        if "node_facts" in obj.data:
-            restore_facts(graph, obj.raw("node_facts"), f"{path}.node_facts")
-        return dg
+        tables = records_from_json(graph, obj)
+        try:
+            return cls(
+                placement=placement,
+                graph=graph,
+                node_device=tables.node_device,
+                copies=tables.copies,
+                residency=tables.residency,
+                input_devices=tables.input_devices,
+                user_outputs=obj.texts("user_outputs"),
+                output_specs=tuple(propagated.graph_signature.output_specs),
+                skip_h2d_for_method_inputs=obj.flag("skip_h2d_for_method_inputs"),
+                skip_d2h_for_method_outputs=obj.flag("skip_d2h_for_method_outputs"),
+            )
+        except DeviceGraphError as exc:
+            raise JsonFieldError(f"{path}: {exc}") from None
 
     def order_of(self, name: str) -> int:
         """Execution index of a node."""
@@ -394,6 +277,19 @@ def node_role(dg: DeviceGraph, node: torch.fx.Node) -> str:
     if node.name in dg.user_outputs:
         return "output"
     return "op"
+
+
+def _copied(graph: torch.fx.Graph) -> tuple[torch.fx.Graph, dict[torch.fx.Node, torch.fx.Node]]:
+    """A copy of ``graph`` (same node names, meta copied) and the map old node → new."""
+    new = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in graph.nodes:
+        env[node] = new.node_copy(node, env.__getitem__)
+    return new, env
+
+
+class DeviceGraphError(WorkbenchError, ValueError):
+    """Tables of a device graph that name no node of its graph, or a copy node twice."""
 
 
 class MutationError(WorkbenchError, ValueError):

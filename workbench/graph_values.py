@@ -19,6 +19,9 @@ import torch.fx
 from .errors import WorkbenchError
 from .node_facts import stored_format
 
+#: Grouped matmul ops, by op name without overload: one matrix per group of rows.
+GROUPED_MM_OPS = frozenset({"aten._grouped_mm", "transformers.grouped_mm_fallback"})
+
 #: Sizes at or above this are treated as unbounded (torch.export's int_oo is huge).
 _UNBOUNDED = 2**62
 

@@ -2,7 +2,8 @@
 
 ``import workbench.anchors`` (or ``from workbench import walkthrough``) gives the very
 module that now lives at its new path: the application's modules moved into
-``workbench.app``, the small example models into ``workbench.models``.
+``workbench.app``, the small example models into ``workbench.models``, the expert code
+into the MoE package (discovery, expert ops, strategies: ``workbench.moe``).
 
 Rules:
 1. Only the paths in ``MOVED`` are served; every other name is left to the import system.
@@ -29,6 +30,10 @@ MOVED = {
     "workbench.anchors": "workbench.app.anchors",
     "workbench.walkthrough": "workbench.app.walkthrough",
     "workbench.examples": "workbench.models.examples",
+    "workbench.experts": "workbench.moe.discovery",
+    "workbench.moe.experts": "workbench.moe.discovery",
+    "workbench.expert_ops": "workbench.moe.expert_ops",
+    "workbench.strategies": "workbench.moe.strategies",
 }
 
 

@@ -1,15 +1,19 @@
-"""Facts a graph rewrite records on a node for the runtime: one typed record per node, under one key.
+"""Everything the stages know of a node: one typed, frozen record per node, under one key.
 
-Propagation records copies in the ``DeviceGraph``'s copy table. A rewrite that adds ops
-of its own (the caches of ``workbench.moe``) records the two facts the runtime needs
-about them in ``node.meta`` — where ``torch.fx`` keeps what a pass knows of a node
-(``val``, ``nn_module_stack``), which ``node_copy`` carries through propagation and
-scheduling — as one ``NodeFacts`` record under one key, through the functions here;
-``runtime.steps`` reads them back the same way. A package's own facts about a node (the
-MoE cache's marked reads) are named ``tags`` of the same record.
+A node's facts live in ``node.meta`` — where ``torch.fx`` keeps what a pass knows of a
+node (``val``, ``nn_module_stack``), which ``node_copy`` carries through propagation and
+scheduling — as one ``NodeFacts`` record under one key (``FACTS_KEY``). Its placement
+facts (the node's device, its copy record with the copy's role and reason, where a
+constant is resident, where the caller supplies an input: rule 7) are written by the
+``DeviceGraph`` built over the graph, whose tables (``node_device``, ``copies``,
+``residency``, ``input_devices``) are read-only views of them (``FactView``). A rewrite
+that adds ops of its own (the caches of ``workbench.moe``) records the facts the runtime
+needs about them (rules 1, 2) through the functions here; ``runtime.steps`` reads them
+back the same way. A package's own facts about a node (the MoE cache's marked reads) are
+named ``tags`` of the same record; a value's weight format is rule 6.
 ``torch.export.save`` keeps no custom ``node.meta`` keys, so a saved ``DeviceGraph``
-writes the facts of its graph as a table of its own (``facts_to_json``) and restores them
-on the loaded graph (``restore_facts``).
+writes the records of its graph as tables (``records_to_json``: the placement facts and
+``facts_to_json``'s) and restores them on the loaded graph.
 
 Rules:
   1. ``CopyStreamOp(nbytes)``: a device op that runs on its device's copy stream (an
@@ -36,23 +40,34 @@ Rules:
      ``dequant_ops`` operations per element to turn it back into numbers. ``quantize``
      records it on constants; propagation on every value that holds the same elements
      stored the same way (views, copies and row picks of such a value).
+  7. Placement facts: ``device`` (every placeholder and op: the device its value lives
+     on), ``copy`` (a copy node: its ``CopyRecord``), ``resident`` (a constant: the
+     devices holding it, host first, possibly none) and ``input_device`` (a user input:
+     the device the caller supplies it on). ``with_placement`` computes them for a whole
+     graph from its tables, keeping every other fact; a table entry naming no node of
+     the graph, or two copy records of one node, is a ``NodeFactError``. ``FactView``
+     reads one of them back as a read-only mapping, node name → fact, in graph order.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, Generic, Iterable, Iterator, Mapping, Optional, TypeVar
 
 import torch.fx
 
+from .copy_records import CopyRecord
+from .devices import Device
 from .errors import WorkbenchError
 from .json_fields import JsonFieldError, JsonObject
 
 __all__ = [
     "CopyStreamOp",
+    "FactView",
     "NodeFactError",
     "NodeFacts",
+    "PlacementTables",
     "RowShare",
     "StoredFormat",
     "copy_stream_op",
@@ -62,11 +77,14 @@ __all__ = [
     "mark_row_share",
     "mark_stored_format",
     "mark_tag",
+    "records_from_json",
+    "records_to_json",
     "restore_facts",
     "row_share",
     "stored_format",
     "tag_of",
     "tagged",
+    "with_placement",
 ]
 
 #: The one ``node.meta`` key of a node's ``NodeFacts``.
@@ -124,6 +142,10 @@ class NodeFacts:
     row_share: Optional[RowShare] = None  # rule 2
     tags: tuple[tuple[str, int], ...] = ()  # rule 5, sorted by name
     stored: Optional[StoredFormat] = None  # rule 6
+    device: Optional[Device] = None  # rule 7: where the value lives
+    copy: Optional[CopyRecord] = None  # rule 7: a copy node's record (role, reason, devices, bytes)
+    resident: Optional[tuple[Device, ...]] = None  # rule 7: a constant's devices
+    input_device: Optional[Device] = None  # rule 7: where the caller supplies a user input
 
     def tag(self, name: str) -> Optional[int]:
         """The value of tag ``name``, if set."""
@@ -270,4 +292,122 @@ def restore_facts(graph: torch.fx.Graph, data: Any, path: str = "node_facts") ->
             fact = StoredFormat(entry.text("format"), float(bits), float(ops))
             records.setdefault(node_at(name, f"{path}.stored"), {})["stored"] = fact
     for node, fields in records.items():
-        node.meta[FACTS_KEY] = NodeFacts(**fields)
+        _update(node, **{"copy_stream": None, "row_share": None, "tags": (), "stored": None, **fields})
+
+
+
+_PLACEMENT_FIELDS = ("device", "copy", "resident", "input_device")
+
+
+def with_placement(
+    graph: torch.fx.Graph,
+    node_device: Mapping[str, Device],
+    copies: Iterable[CopyRecord],
+    residency: Mapping[str, tuple[Device, ...]],
+    input_devices: Mapping[str, Device],
+) -> dict[torch.fx.Node, NodeFacts]:
+    """Rule 7: every node of ``graph`` → its record with the placement facts of these
+    tables (none where a table has no entry), its other facts kept."""
+    nodes = {n.name: n for n in graph.nodes}
+    fields: dict[str, dict[str, Any]] = {name: dict.fromkeys(_PLACEMENT_FIELDS) for name in nodes}
+
+    def entry(name: str, table: str) -> dict[str, Any]:
+        if name not in fields:
+            raise NodeFactError(f"{table} names {name!r}, which is no node of the graph")
+        return fields[name]
+
+    for name, device in node_device.items():
+        entry(name, "node_device")["device"] = device
+    for record in copies:
+        slot = entry(record.name, "the copy table")
+        if slot["copy"] is not None:
+            raise NodeFactError(f"the copy table lists copy node {record.name!r} twice")
+        slot["copy"] = record
+    for name, held in residency.items():
+        entry(name, "residency")["resident"] = tuple(held)
+    for name, device in input_devices.items():
+        entry(name, "input_devices")["input_device"] = device
+    return {node: replace(facts_of(node), **fields[name]) for name, node in nodes.items()}
+
+
+V = TypeVar("V")
+
+
+class FactView(Mapping[str, V], Generic[V]):
+    """Rule 7: one placement fact of a graph's records as a read-only mapping, node name →
+    fact, in graph order (the nodes that have it)."""
+
+    def __init__(self, graph: torch.fx.Graph, fact: str) -> None:
+        if fact not in _PLACEMENT_FIELDS:
+            raise NodeFactError(f"no placement fact {fact!r}; valid: {', '.join(_PLACEMENT_FIELDS)}")
+        self._fact = fact
+        self._nodes = {n.name: n for n in graph.nodes if self._read(n) is not None}
+
+    def _read(self, node: torch.fx.Node) -> Any:
+        return getattr(facts_of(node), self._fact)
+
+    def __getitem__(self, name: str) -> V:
+        value: V = self._read(self._nodes[name])  # records are frozen: a node listed has its fact
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __repr__(self) -> str:
+        return f"FactView({dict(self)!r})"
+
+
+def records_to_json(graph: torch.fx.Graph) -> dict[str, Any]:
+    """Rules 4 and 7: every record of ``graph`` as plain JSON data, one table per fact:
+    ``node_device``, ``copies`` (in graph order), ``node_facts`` (``facts_to_json``),
+    ``residency`` and ``input_devices``."""
+    tables: dict[str, Any] = {"node_device": {}, "copies": [], "node_facts": facts_to_json(graph), "residency": {},
+                              "input_devices": {}}
+    for node in graph.nodes:
+        facts = facts_of(node)
+        if facts.device is not None:
+            tables["node_device"][node.name] = str(facts.device)
+        if facts.copy is not None:
+            tables["copies"].append(facts.copy.to_json())
+        if facts.resident is not None:
+            tables["residency"][node.name] = [str(d) for d in facts.resident]
+        if facts.input_device is not None:
+            tables["input_devices"][node.name] = str(facts.input_device)
+    return tables
+
+
+@dataclass(frozen=True)
+class PlacementTables:
+    """The placement facts ``records_from_json`` read, as the tables a ``DeviceGraph`` takes."""
+
+    node_device: dict[str, Device]
+    copies: tuple[CopyRecord, ...]
+    residency: dict[str, tuple[Device, ...]]
+    input_devices: dict[str, Device]
+
+
+def records_from_json(graph: torch.fx.Graph, obj: JsonObject) -> PlacementTables:
+    """Rules 4 and 7: the tables ``records_to_json`` wrote, read from ``obj``; the facts of
+    its ``node_facts`` table (absent from files written before it existed: none) are
+    restored on ``graph``'s nodes, the placement facts returned for the ``DeviceGraph``
+    to record. A table naming a node ``graph`` lacks is a ``JsonFieldError`` naming it."""
+    names = {n.name for n in graph.nodes}
+    node_device = obj.device_map("node_device")
+    residency_obj = obj.mapping("residency")
+    tables = PlacementTables(
+        node_device=node_device,
+        copies=tuple(CopyRecord.from_json(c.data, c.path) for c in obj.elements("copies")),
+        residency={k: residency_obj.devices(k) for k in residency_obj.keys()},
+        input_devices=obj.device_map("input_devices"),
+    )
+    for table, keys in (("node_device", list(node_device)), ("copies", [c.name for c in tables.copies]),
+                        ("residency", list(tables.residency)), ("input_devices", list(tables.input_devices))):
+        missing = sorted(set(keys) - names)
+        if missing:
+            raise JsonFieldError(f"{obj.path}.{table} names nodes the saved graph lacks: {missing[:5]}")
+    if "node_facts" in obj.data:
+        restore_facts(graph, obj.raw("node_facts"), f"{obj.path}.node_facts")
+    return tables

@@ -61,7 +61,7 @@ from .copy_variants import copy_variant, rewriting_variants
 from .device_graph import CopyRecord, CopyRole, DeviceGraph, node_role
 from .devices import CPU, CopyKind, Device, host_first
 from .errors import ArgumentTypeError, WorkbenchError
-from .expert_ops import Routing
+from .index_draws import Routing
 from .graph_values import gc_paused, is_view_op, node_nbytes, op_name, output_values, reads_metadata_only, value_of
 from .place import Placement
 from .weight_formats import mark_stored_values

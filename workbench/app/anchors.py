@@ -56,7 +56,7 @@ from ..models import MoEConfig, QwenMoEDecoder
 from ..planning.memory_plan import MemoryPlan, plan
 from ..runtime.cost_model import CostModel
 from ..runtime.sim_timing import estimate
-from ..strategies import all_on_device
+from ..strategy import all_on_device
 from .decode_model import DecodePrediction, RegimeModel, fit_regime_model, predict_decode, regime_model, regime_model_tok_s
 from .published_runs import (
     GPU_PARTS,

@@ -42,7 +42,7 @@ from .anchors import anchors_table
 from ..arguments import check_flag
 from ..capture import capture
 from ..errors import ArgumentValueError
-from ..experts import find_experts
+from ..moe.discovery import find_experts
 from ..models import MoEConfig, QwenMoEDecoder
 from ..planning.memory_plan import MemoryPlan, plan
 from ..devices import CPU, Device
@@ -51,7 +51,7 @@ from ..runtime.cost_model import CostModel, dtype_class, op_cost
 from ..runtime.default_model import default_device_preset
 from ..runtime.executor import RunResult, estimate, run
 from ..runtime.tensors import stage_inputs, to_host
-from ..strategies import Strategy, expert_streaming, strategy_variants
+from ..moe.strategies import Strategy, expert_streaming, strategy_variants
 from ..sweeps import InlineExecutor, ModelSource, SweepResult, default_grid, quick_grid, sweep
 
 __all__ = [

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 import torch
 
 from ..arguments import check_flag
-from ..experts import find_experts
+from ..moe.discovery import find_experts
 from .configs import HFError, load_config
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from ..models import MoEConfig, QwenMoEDecoder, param_count
 from ..runtime import CostModel
 from ..runtime.default_model import default_device_preset
 from ..runtime.executor import estimate
-from ..strategies import Strategy, all_on_device, expert_streaming, experts_on_host
+from ..moe.strategies import Strategy, all_on_device, expert_streaming, experts_on_host
 from .models import load_model
 from .steps import capture_decode
 

@@ -35,12 +35,12 @@ import torch
 
 from ..moe.decode import decode
 from ..moe.expert_reads import dense_layers
-from ..moe.experts import expert_layers
+from ..moe.discovery import expert_layers
 from ..moe.strategies import expert_cache, partial_offload
 from ..planning.memory_plan import plan as make_plan
 from ..runtime import stage_inputs, to_host
 from ..runtime.executor import run
-from ..strategies import STRATEGIES
+from ..moe.strategies import STRATEGIES
 from .configs import HFError
 from .models import check_model
 from .steps import capture_decode, capture_prefill

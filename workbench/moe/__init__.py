@@ -7,16 +7,20 @@
   for real models (``data/routing/locality.csv``) and reproduced by ``locality_trace``.
 - ``cache_policies``: replay a trace through an expert cache (LRU, LFU, static-hot)
   without running the model: hits, misses, evictions and bytes per layer per token.
-- ``experts``: where a model keeps its routed experts, by layer (``workbench.experts.find_experts``).
-- ``strategies``: ``partial_offload`` and ``expert_cache`` (a miss copied or computed on
-  the host, optionally prefetched into), graph rewrites like the strategies of
-  ``workbench.strategies`` (``cache_graph`` builds the cache, ``cache_ops`` updates it).
+- ``discovery``: where a model keeps its routed experts, found by what they are
+  (``find_experts``), and its MoE layers by index.
+- ``expert_ops``: the expert matmul forms of a captured graph (grouped, batched) and the
+  router behind an op; ``streaming`` and ``expert_reads`` rewrite them.
+- ``strategies``: ``experts_on_host``, ``expert_streaming``, ``partial_offload`` and
+  ``expert_cache`` (a miss copied or computed on the host, optionally prefetched into),
+  each a ``workbench.strategy.Strategy`` whose passes run after propagation
+  (``cache_graph`` builds the cache, ``cache_ops`` updates it).
 - ``decode``: ``wb.decode``, N decode steps in one session, caches carried; ``figures``
   draws its hit-rate heat map.
 """
 
 from .cache_policies import POLICIES, CacheReplay, CachePolicyError, replay, replay_all, slab_bytes
-from .experts import ExpertDiscoveryError, ExpertLayer, expert_layers, expert_modules
+from .discovery import ExpertDiscoveryError, ExpertLayer, expert_layers, expert_modules
 from .locality import LocalityError, LocalityFit, locality_trace, measure_locality, model_locality, published_locality
 from .routing import RoutingRecorder, RoutingTrace, TraceError, TraceWriteError, record_decode, synthetic_trace, synthetic_trace_for
 

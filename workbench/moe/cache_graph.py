@@ -93,7 +93,6 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind, InputS
 from ..capture import Program
 from ..copy_ops import GATHER_REUSE
 from ..devices import CPU, CopyKind, Device
-from ..experts import ExpertLayer
 from ..graph_values import value_of
 from ..place import module_paths
 from ..propagate import CopyRecord, CopyRole, DeviceGraph
@@ -101,7 +100,7 @@ from ..node_facts import mark_copy_stream, mark_row_share, mark_tag, tagged
 from .cache_ops import ADMIT, HITS, ORDERED_AFTER, POSITIONS
 from .cache_policies import pinned_experts
 from .expert_reads import CacheGraphError, fake_mode_of, layer_selections, rows_program
-from .experts import expert_layers, group_name
+from .discovery import ExpertLayer, expert_layers, group_name
 
 __all__ = ["CacheGraphError", "CacheSpec", "CacheState", "CachedProgram", "LayerPlan", "cache_reads", "cached_program", "rewrite_reads"]
 

@@ -53,7 +53,7 @@ from ..propagate import CopyRole
 from ..runtime import CostModel, Event, RunResult, Session, Timeline, device_of, load, to_device, to_host
 from ..runtime.timeline import Flow
 from .cache_graph import cache_reads
-from .experts import expert_layers
+from .discovery import expert_layers
 
 __all__ = ["DecodeError", "DecodeResult", "decode"]
 

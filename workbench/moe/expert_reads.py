@@ -50,8 +50,8 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind, InputS
 from ..capture import Program
 from ..copy_ops import SELECT_ROWS
 from ..errors import WorkbenchError
-from ..expert_ops import is_grouped_mm
-from ..experts import ExpertLayer
+from .expert_ops import is_grouped_mm
+from .discovery import ExpertLayer
 from ..graph_values import value_of
 
 __all__ = ["CacheGraphError", "Layers", "dense_layers", "fake_mode_of", "layer_selections", "row_selection", "rows_program"]

@@ -46,9 +46,8 @@ import torch
 from ..atomic_files import FileWriteError, atomic_path
 from ..errors import ArgumentTypeError, WorkbenchError
 from ..file_reading import open_zip, parse_json, read_regular_file, read_zip_member
-from ..experts import ExpertMap, config_ints
 from ..models import MoEConfig, QwenMoEDecoder
-from .experts import expert_map, expert_modules
+from .discovery import ExpertMap, config_ints, expert_map, expert_modules
 
 __all__ = [
     "RoutingRecorder",

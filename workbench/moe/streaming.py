@@ -29,7 +29,7 @@ Rules:
    source falls back to torch (the host reads ``count``).
 5. ``estimate`` charges a grouped expert matmul the slabs of the expected distinct experts
    under uniform routing, E·(1 − (1 − k/E)^T) for T tokens each routed to k of E experts
-   (``workbench.expert_ops`` rule 3; at most its groups), when its router is found
+   (``workbench.index_draws`` rule 2; at most its groups), when its router is found
    (``sim_timing.register_group_estimate``).
 """
 
@@ -47,7 +47,7 @@ from ..builtin_copies import reads, rows_like, streamed_rows
 from ..copy_ops import GATHER_COUNTED, PRESENT_GROUPS, UNIQUE_IDS, counted_rows
 from ..copy_variants import CopyVariant, register_copy_variant
 from ..devices import CPU, CopyKind, Device
-from ..expert_ops import Routing, grouped_operands, routing_of
+from .expert_ops import Routing, grouped_operands, routing_of
 from ..graph_values import is_view_op, packet_name, shape_upper_bound, value_of
 from ..kernels.copies import pointer_kind
 from ..propagate import CopyFacts, CopyRecord, CopyRole

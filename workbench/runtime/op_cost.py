@@ -20,7 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..copy_ops import SELECT_ROWS
 from ..errors import WorkbenchError, WorkbenchWarning
-from ..expert_ops import GROUPED_MM_OPS
+from ..graph_values import GROUPED_MM_OPS
 
 __all__ = [
     "CostModelError",

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 
 from ..errors import WorkbenchError
 from ..moe.strategies import all_strategies
-from ..strategies import Strategy
+from ..strategy import Strategy
 
 __all__ = ["AXES", "SpecError", "StrategySpec", "StrategyGrid", "expand"]
 

@@ -4,7 +4,7 @@ upstream touches one file of the views."""
 from __future__ import annotations
 
 from ..capture import Program, capture
-from ..experts import find_experts
+from ..moe.discovery import find_experts
 from ..graph_values import node_nbytes, op_name, packet_name, produces_tensors, reads_metadata_only, value_of
 from ..place import module_paths, place
 from ..planning.algorithms import ALGORITHMS

@@ -3,7 +3,7 @@
 Rules:
 1. ``module_groups(program)`` (the explorer's default) finds the groups in the module
    hierarchy, by what each module is: the routed experts (``expert_modules``: the
-   containers ``workbench.experts.find_experts`` finds, the strategies' experts), the shared
+   containers ``workbench.moe.discovery.find_experts`` finds, the strategies' experts), the shared
    expert, the router (the gate and the MoE block's own ops: top-k, weights, combine),
    attention (full or linear), the embedding, the LM head, the norms; an op of any other
    module joins the group of its module path with layer indices written ``*``

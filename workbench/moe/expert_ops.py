@@ -12,7 +12,8 @@ apply them to the rows a router picked in one of two forms:
 
 Propagation streams both (``moe.streaming``); the cost model costs the grouped ops
 (FlopCounterMode has no formula for them). Both need the *routing* behind an op: the
-router's ``topk`` that chose the experts, found by walking the op's inputs back.
+router's ``topk`` that chose the experts, found by walking the op's inputs back, as the
+core's ``index_draws.Routing`` (T draws of k of E rows), which copy records carry.
 
 Rules:
 1. A grouped op is recognised by its op name (so the transformers op need not be
@@ -23,10 +24,9 @@ Rules:
    it keeps, T = the number of rows scored (tokens). DeepSeek-V3's three ``topk`` (group
    scores, groups, experts) give the experts' one: it is the nearest. A routing that
    cannot be read with static sizes is None.
-3. Expected distinct experts, for shape-only estimates, assume uniform routing: each
-   token picks k distinct experts uniformly at random, independently of the other
-   tokens, so an expert is missed by one token with probability 1 − k/E and by all T with
-   (1 − k/E)^T: E · (1 − (1 − k/E)^T). One token gives exactly k; many tokens approach E.
+3. Expected distinct experts, for shape-only estimates, assume uniform routing
+   (``index_draws`` rule 2): E · (1 − (1 − k/E)^T). One token gives exactly k; many
+   tokens approach E.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import Any, Optional
 import torch
 import torch.fx
 
-from .errors import WorkbenchError
-from .graph_values import packet_name, value_of
+from ..graph_values import GROUPED_MM_OPS, packet_name, value_of
+from ..index_draws import Routing, RoutingError, expected_distinct_rows
 
 __all__ = [
     "GROUPED_MM_OPS",
@@ -53,57 +53,8 @@ __all__ = [
     "routing_of",
 ]
 
-#: Grouped matmul ops (rule 1), by op name without overload.
-GROUPED_MM_OPS = frozenset({"aten._grouped_mm", "transformers.grouped_mm_fallback"})
-
 #: How far back ``routing_of`` looks for the router (nodes visited).
 _SEARCH_LIMIT = 256
-
-
-class RoutingError(WorkbenchError, ValueError):
-    """Routing figures that cannot describe a router (the message says which)."""
-
-
-def expected_distinct_experts(experts: int, tokens: int, top_k: int) -> float:
-    """Rule 3: E · (1 − (1 − k/E)^T), the experts uniform routing of T tokens to k of E
-    experts each is expected to use at least once."""
-    for name, value in (("experts", experts), ("tokens", tokens), ("top_k", top_k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise RoutingError(f"{name} must be an int >= 1, got {value!r}")
-    if top_k > experts:
-        raise RoutingError(f"top_k={top_k} cannot exceed experts={experts}")
-    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
-
-
-@dataclass(frozen=True)
-class Routing:
-    """Who routes the rows of an expert op: T tokens, each to k of E experts (rule 2)."""
-
-    experts: int  # E, experts scored per token
-    tokens: int  # T, tokens routed
-    top_k: int  # k, experts each token is sent to
-
-    @property
-    def rows(self) -> int:
-        """S = T × k routed rows."""
-        return self.tokens * self.top_k
-
-    def expected_distinct(self) -> float:
-        """Experts expected to receive a row under uniform routing (rule 3)."""
-        return expected_distinct_experts(self.experts, self.tokens, self.top_k)
-
-    def to_json(self) -> dict[str, int]:
-        return {"experts": self.experts, "tokens": self.tokens, "top_k": self.top_k}
-
-    @classmethod
-    def from_json(cls, data: Any, path: str = "routing") -> "Routing":
-        """The routing ``to_json`` wrote; anything else is a ``RoutingError`` naming ``path``."""
-        if not isinstance(data, dict) or set(data) != {"experts", "tokens", "top_k"}:
-            raise RoutingError(f"{path} must be an object with experts, tokens and top_k, got {data!r}")
-        values = [data[k] for k in ("experts", "tokens", "top_k")]
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-            raise RoutingError(f"{path} holds {data!r}; each figure must be an int >= 1")
-        return cls(*values)
 
 
 @dataclass(frozen=True)
@@ -114,6 +65,12 @@ class GroupedOperands:
     weight: torch.fx.Node  # (G, in, out) one matrix per group
     offs: torch.fx.Node  # (G,) cumulative rows per group
     bias: Any  # (G, out) node, or None
+
+
+def expected_distinct_experts(experts: int, tokens: int, top_k: int) -> float:
+    """Rule 3: the experts uniform routing of ``tokens`` tokens to ``top_k`` of ``experts``
+    experts each is expected to use at least once."""
+    return expected_distinct_rows(experts, tokens, top_k)
 
 
 def is_grouped_mm(node: torch.fx.Node) -> bool:

@@ -1,4 +1,4 @@
-"""Routed experts of a mixture-of-experts model, found by what they are, not by a path.
+"""Discovery: routed experts of a mixture-of-experts model, found by what they are, not by a path.
 
 ``find_experts(model_or_program)`` → ``ExpertMap``: per MoE layer, the module that holds
 the routed experts, the names of their weights, the number of experts and the router
@@ -37,6 +37,15 @@ Rules:
 6. Experts inside an attention module (a path part naming attention: ``attn``,
    ``attention``; JetMoE's mixture of attention heads) are ``kind="attention"``; the rest
    are ``"mlp"``. A decoder layer may hold one of each.
+7. ``expert_map`` is ``find_experts`` for the rest of ``workbench.moe``: its MoE layers
+   in parameter (so layer) order, a model or program without routed experts an
+   ``ExpertDiscoveryError`` saying what was looked for.
+8. Each MoE layer has an index: its decoder-layer number (``ExpertLayer.layer``, the last
+   number in the container's path), or, for a container whose path holds no number, its
+   position among the MoE layers. A decoder layer's two expert groups (rule 6) share its
+   index; otherwise indices are distinct. The index names the layer in hit-rate tables
+   and traces (a decoder layer's two groups count together there); ``group_name`` names
+   the group (``layers.3``, ``layers.3.attention``) in cache buffers.
 """
 
 from __future__ import annotations
@@ -45,17 +54,29 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 import torch
 import torch.fx
 
-from .capture import Program
-from .errors import WorkbenchError
-from .place import module_paths
+from ..capture import Program
+from ..errors import WorkbenchError
+from ..place import module_paths
 
-__all__ = ["ExpertLayer", "ExpertMap", "ExpertDiscoveryError", "find_experts", "config_expert_count", "config_ints"]
+__all__ = [
+    "ExpertLayer",
+    "ExpertMap",
+    "ExpertDiscoveryError",
+    "config_expert_count",
+    "config_ints",
+    "expert_layers",
+    "expert_map",
+    "expert_modules",
+    "find_experts",
+    "group_name",
+    "layer_index",
+]
 
 #: Config keys that hold the routed-expert count, in the order they are looked up.
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
@@ -307,3 +328,53 @@ def _router(shapes: Mapping[str, tuple[tuple[int, ...], int]], module: str, coun
             if shape[0] == count and shape[1] in dims:
                 return fqn
     return None
+
+
+# --- MoE layers by index, as the rest of workbench.moe names them ---------------------
+
+
+def expert_map(model: Union[torch.nn.Module, Program]) -> ExpertMap:
+    """Rule 7: the routed experts of ``model``, a non-empty ``ExpertMap``."""
+    found = find_experts(model)
+    if not found:
+        what = "program" if isinstance(model, Program) else type(model).__name__
+        raise ExpertDiscoveryError(
+            f"this {what} has no routed experts (workbench.moe.discovery.find_experts looks for stacked per-expert "
+            "weights or one module per expert, scored by a router in the same block)"
+        )
+    groups = [group_name(layer_index(found, i), layer) for i, layer in enumerate(found.layers)]
+    if len(set(groups)) != len(groups):
+        raise ExpertDiscoveryError(
+            f"expert groups share a name {groups}: a decoder layer holds at most one group of MLP experts and one of "
+            "attention experts; name containers by layer (layers.N....)"
+        )
+    return found
+
+
+def group_name(index: int, layer: ExpertLayer) -> str:
+    """Rule 8: ``layers.{index}``, and ``layers.{index}.attention`` for attention experts."""
+    return f"layers.{index}" + (".attention" if layer.kind == "attention" else "")
+
+
+def layer_index(experts: ExpertMap, position: int) -> int:
+    """Rule 8: the index of the ``position``-th MoE layer of ``experts``."""
+    layer = experts.layers[position].layer
+    return position if layer is None else layer
+
+
+def expert_layers(model: Union[torch.nn.Module, Program]) -> tuple[tuple[int, ExpertLayer], ...]:
+    """``(index, ExpertLayer)`` for every MoE layer of ``model``, in layer order (rules 7, 8)."""
+    return _indexed(expert_map(model))
+
+
+def _indexed(found: ExpertMap) -> tuple[tuple[int, ExpertLayer], ...]:
+    return tuple((layer_index(found, i), layer) for i, layer in enumerate(found.layers))
+
+
+def expert_modules(model: torch.nn.Module, found: Optional[ExpertMap] = None) -> list[tuple[int, torch.nn.Module]]:
+    """``(index, experts container)`` for every MoE layer of ``model`` (rules 7, 8);
+    ``found``: ``expert_map(model)``, when the caller has it already."""
+    if not isinstance(model, torch.nn.Module):
+        raise ExpertDiscoveryError(f"expert_modules takes an nn.Module, got {type(model).__name__}")
+    found = expert_map(model) if found is None else found
+    return [(index, model.get_submodule(layer.module)) for index, layer in _indexed(found)]
