@@ -53,6 +53,7 @@ from .devices import Device
 from .arguments import check_flag
 from .errors import WorkbenchError
 from .experts import ExpertMap, find_experts
+from .graph_values import gc_paused
 from .place import module_paths, place, report_no_claim
 from .passes import Pass, run_passes, schedule_pass
 from .propagate import DeviceGraph, propagate
@@ -154,30 +155,31 @@ class Strategy:
         (``PlacementWarning``), or raises ``PlacementError`` with ``strict=True``.
         """
         self._check_program(program)
-        recipe = self.recipe(program)
-        if self.stream_constants and not recipe.streamed:
-            self._nothing_to_move(program, strict, "parameter")
-        if not isinstance(self.rules, ExpertRule):
-            placed = place(recipe.program, recipe.rules, strict=strict)
-        else:
-            rule, host_ops = recipe.rules, []
+        with gc_paused():  # rewrites, placement, propagation and passes all build large graphs
+            recipe = self.recipe(program)
+            if self.stream_constants and not recipe.streamed:
+                self._nothing_to_move(program, strict, "parameter")
+            if not isinstance(self.rules, ExpertRule):
+                placed = place(recipe.program, recipe.rules, strict=strict)
+            else:
+                rule, host_ops = recipe.rules, []
 
-            def counted(node: torch.fx.Node) -> Optional[str]:
-                answer = rule(node)
-                if answer is None:
-                    host_ops.append(node.name)
-                return answer
+                def counted(node: torch.fx.Node) -> Optional[str]:
+                    answer = rule(node)
+                    if answer is None:
+                        host_ops.append(node.name)
+                    return answer
 
-            placed = place(recipe.program, counted, strict=strict)
-            if not host_ops:
-                self._nothing_to_move(program, strict, "op's module path")
-        dg = propagate(
-            placed,
-            skip_h2d_for_method_inputs=self.skip_copies,
-            skip_d2h_for_method_outputs=self.skip_copies,
-            stream_constants=recipe.streamed,
-        )
-        return run_passes(dg, recipe.passes, check=check)
+                placed = place(recipe.program, counted, strict=strict)
+                if not host_ops:
+                    self._nothing_to_move(program, strict, "op's module path")
+            dg = propagate(
+                placed,
+                skip_h2d_for_method_inputs=self.skip_copies,
+                skip_d2h_for_method_outputs=self.skip_copies,
+                stream_constants=recipe.streamed,
+            )
+            return run_passes(dg, recipe.passes, check=check)
 
     def recipe(self, program: Program) -> Recipe:
         """This strategy's ``Recipe`` for ``program``: its rules (an ``ExpertRule`` bound to
