@@ -52,7 +52,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from .arguments import check_flag, check_optional_flag, describe
 from .capture_failures import CaptureError, export_failure, quiet_export_logs
 from .errors import WorkbenchError
-from .graph_values import aliased_input, is_inplace_op, value_of
+from .graph_values import aliased_input, gc_paused, is_inplace_op, value_of
 from .json_fields import JsonObject
 from .model_source import ModelChangedError, ModelSource
 from .node_facts import StoredFormat
@@ -282,7 +282,7 @@ def capture(
         inputs = tuple(_to_meta(x) for x in inputs)
         keywords = _to_meta(keywords)
     try:
-        with _recording_stack_traces(record), quiet_export_logs():
+        with _recording_stack_traces(record), quiet_export_logs(), gc_paused():
             exported = torch.export.export(
                 model, inputs, keywords, dynamic_shapes=dynamic_shapes, strict=strict
             )

@@ -38,6 +38,7 @@ from .capture import Program
 from .copy_ops import SELECT_ROWS
 from .devices import Device
 from .errors import WorkbenchError
+from .graph_values import gc_paused
 from .passes import Pass, run_passes, schedule_pass
 from .place import place, report_no_claim
 from .propagate import DeviceGraph, propagate
@@ -94,30 +95,31 @@ class Strategy:
         ``workbench.passes``). Rule 3: a strategy that moves nothing warns
         (``PlacementWarning``), or raises ``PlacementError`` with ``strict=True``."""
         self.check_program(program)
-        recipe = self.recipe(program)
-        if self.stream_constants and not recipe.streamed:
-            report_no_claim(self.nothing_moved(program, "parameter"), strict, stacklevel=2)
-        if not self.claims_ops:
-            placed = place(recipe.program, recipe.rules, strict=strict)
-        else:
-            rule, host_ops = recipe.rules, []
+        with gc_paused():  # rewrites, placement, propagation and passes all build large graphs
+            recipe = self.recipe(program)
+            if self.stream_constants and not recipe.streamed:
+                report_no_claim(self.nothing_moved(program, "parameter"), strict, stacklevel=2)
+            if not self.claims_ops:
+                placed = place(recipe.program, recipe.rules, strict=strict)
+            else:
+                rule, host_ops = recipe.rules, []
 
-            def counted(node: torch.fx.Node) -> Optional[str]:
-                answer = rule(node)
-                if answer is None:
-                    host_ops.append(node.name)
-                return answer
+                def counted(node: torch.fx.Node) -> Optional[str]:
+                    answer = rule(node)
+                    if answer is None:
+                        host_ops.append(node.name)
+                    return answer
 
-            placed = place(recipe.program, counted, strict=strict)
-            if not host_ops:
-                report_no_claim(self.nothing_moved(program, "op's module path"), strict, stacklevel=2)
-        dg = propagate(
-            placed,
-            skip_h2d_for_method_inputs=self.skip_copies,
-            skip_d2h_for_method_outputs=self.skip_copies,
-            stream_constants=recipe.streamed,
-        )
-        return run_passes(dg, recipe.passes, check=check)
+                placed = place(recipe.program, counted, strict=strict)
+                if not host_ops:
+                    report_no_claim(self.nothing_moved(program, "op's module path"), strict, stacklevel=2)
+            dg = propagate(
+                placed,
+                skip_h2d_for_method_inputs=self.skip_copies,
+                skip_d2h_for_method_outputs=self.skip_copies,
+                stream_constants=recipe.streamed,
+            )
+            return run_passes(dg, recipe.passes, check=check)
 
     def recipe(self, program: Program) -> Recipe:
         """This strategy's ``Recipe`` for ``program``: its rules, its streamed weights and

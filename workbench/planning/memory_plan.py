@@ -39,7 +39,7 @@ import torch
 from ..devices import Device, DeviceError, DeviceLike, host_first
 from ..arguments import check_optional_flag, describe, power_of_two
 from ..errors import ArgumentTypeError, WorkbenchError
-from ..graph_values import node_nbytes
+from ..graph_values import gc_paused, node_nbytes
 from ..json_fields import JsonObject
 from ..propagate import DeviceGraph
 from ..units import format_bytes
@@ -329,8 +329,9 @@ def plan(
     if alloc_graph_outputs is None:
         alloc_graph_outputs = not dg.skip_d2h_for_method_outputs
     caps = _parse_capacity(capacity)
-    lifetimes = tensor_lifetimes(dg, alloc_graph_inputs, alloc_graph_outputs)
-    allocations, arena_bytes, lower = _place(list(lifetimes.storages.values()), algorithm, alignment, dg.devices)
+    with gc_paused():
+        lifetimes = tensor_lifetimes(dg, alloc_graph_inputs, alloc_graph_outputs)
+        allocations, arena_bytes, lower = _place(list(lifetimes.storages.values()), algorithm, alignment, dg.devices)
     result = MemoryPlan(
         device_graph=dg,
         algorithm=algorithm,

@@ -65,16 +65,17 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_flatten
+from torch.fx.immutable_collections import immutable_dict, immutable_list
+from torch.utils._pytree import SUPPORTED_NODES, tree_flatten
 
 from ..copy_variants import copy_variant
 from ..devices import Device
 from ..errors import ArgumentTypeError
-from ..graph_values import node_nbytes, value_of
+from ..graph_values import gc_paused, node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
 from ..node_facts import stored_format
 from .cost_model import CostModel, CountedCost, Stored, check_launch, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
@@ -191,14 +192,32 @@ def cached_op_cost(
     return cost
 
 
+def _tensors(tree: Any) -> Iterator[torch.Tensor]:
+    """The tensors among ``tree``'s leaves in ``tree_flatten``'s order, without building a
+    tree spec: the plain containers of node arguments (tuples, lists, dicts and their fx
+    immutable forms, which pytree flattens item by item, a dict by its values) are walked
+    here, any other pytree node is flattened by pytree itself. Every op's facts ask this
+    of its arguments, so it stays cheap."""
+    kind = type(tree)
+    if kind is tuple or kind is list or kind is immutable_list:
+        for item in tree:
+            yield from _tensors(item)
+    elif kind is dict or kind is immutable_dict:
+        for item in tree.values():
+            yield from _tensors(item)
+    elif kind in SUPPORTED_NODES or isinstance(tree, tuple):  # a namedtuple, an OrderedDict …
+        yield from (t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor))
+    elif isinstance(tree, torch.Tensor):
+        yield tree
+
+
 def step_dtype(args: Any, out: Any) -> torch.dtype:
     """Rule 2's dtype: the first floating-point input's, else the first output's, else fp32."""
-    for t in tree_flatten(args)[0]:
-        if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+    for t in _tensors(args):
+        if t.dtype.is_floating_point:
             return t.dtype
-    for t in tree_flatten(out)[0]:
-        if isinstance(t, torch.Tensor):
-            return t.dtype
+    for t in _tensors(out):
+        return t.dtype
     return torch.float32
 
 
@@ -397,6 +416,15 @@ def estimate(
     model = cost_model if cost_model is not None else default_cost_model()
     if not isinstance(model, CostModel):
         raise ArgumentTypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
+    uncounted = UncountedOps()
+    with gc_paused():  # tens of thousands of events and cost records, and no cycles among them
+        timeline = _schedule(plan, model, in_place_writes, launch, uncounted)
+    uncounted.warn("estimate")
+    return timeline
+
+
+def _schedule(plan: MemoryPlan, model: CostModel, in_place_writes: bool, launch: Optional[str], uncounted: UncountedOps) -> Timeline:
+    """``estimate``'s schedule; ops whose FLOPs cannot be counted go to ``uncounted``."""
     steps = steps_of(plan)
     uncaptured: frozenset[str] = frozenset()
     if launch is not None:
@@ -406,7 +434,6 @@ def estimate(
             uncaptured = graph_segments(plan, steps).uncaptured | {w.step.name for w in state_writes(plan, steps)}
     clock = SimClock(model, uncaptured)
     nodes = {node.name: node for node in plan.device_graph.graph.nodes}
-    uncounted = UncountedOps()
     facts = _plan_facts(plan)
     for step in steps.steps:  # one step per node, in order
         if step.event is not None:
@@ -415,7 +442,6 @@ def estimate(
                 clock.add_slot_copy(step, step.slot_copy_bytes)
     for write in state_writes(plan, steps):  # a program's state, written back after the call
         clock.add(write.step, _write_back_cost(model, write.step, write.device, node_nbytes(nodes[write.value], unbounded="hint")))
-    uncounted.warn("estimate")
     return clock.timeline()
 
 

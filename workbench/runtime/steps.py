@@ -57,7 +57,7 @@ from typing import Mapping, Optional
 
 import torch.fx
 
-from ..graph_values import aliased_input, is_inplace_op, is_view_op, node_nbytes, produces_tensors, value_of
+from ..graph_values import aliased_input, gc_paused, is_inplace_op, is_view_op, node_nbytes, produces_tensors, value_of
 from ..devices import CPU, CopyKind, Device
 from ..errors import WorkbenchError
 from ..planning.memory_plan import MemoryPlan
@@ -215,7 +215,8 @@ def steps_of(plan: MemoryPlan) -> Steps:
         return _CACHE[plan]
     except (KeyError, TypeError):
         pass
-    result = _Analysis(plan).run()
+    with gc_paused():  # one record per node of a large graph, and no cycles among them
+        result = _Analysis(plan).run()
     try:
         _CACHE[plan] = result
     except TypeError:  # an object that cannot be weakly referenced: just do not cache

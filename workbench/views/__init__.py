@@ -23,10 +23,12 @@ and DataFrame tables.
 from ._buffer_data import BufferPanel, BufferRect, ResidentWeights, buffer_panels, byte_ticks, live_steps, resident_weights
 from ._buffer_scene import buffer_scene
 from ._canvas import FRONT_END, FRONT_END_STYLES, ViewCanvas
+from ._collapse import layer_path
 from ._graph_scene import graph_scene
 from ._graphviz import GraphvizUnavailable
 from ._inputs import UnknownNameError, ViewIndexError, ViewInputError, ViewOptionError
-from ._layout import CopyBadge, GraphLayout, GroupBox, LayoutEdge, LayoutNode, LayoutWarning, graph_layout, layer_path
+from ._layout import GraphLayout, GroupBox, LayoutEdge, LayoutNode, LayoutWarning, graph_layout
+from ._node_content import CopyBadge
 from ._spec import NodeSpec, node_spec
 from ._timeline_data import TimelineBar, TimelineData, TimelineSummary, step_starts, timeline_data, visible_bars
 from ._timeline_scene import timeline_scene

@@ -33,7 +33,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..devices import Device
-from ._layout import GROUP_KINDS, GraphLayout, LayoutNode
+from ._layout import GraphLayout, LayoutNode
+from ._node_content import GROUP_KINDS
 from ._spec import NodeSpec, node_specs
 from ._style import COPY_COLOURS, CONSTANT_COLOUR, colour_for_key, copies_text, copy_colour, device_colour, format_bytes, tint
 from ._upstream import DeviceGraph, op_name

@@ -26,9 +26,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Ellipse, FancyBboxPatch, Patch, Rectangle
 from matplotlib.path import Path as MplPath
 
+from ._collapse import natural_key
 from ._graph_scene import drawn_id, format_copies, graph_scene, group_rows, group_title, own_edges, search_terms
 from ._inputs import UnknownNameError, as_graph_and_plan
-from ._layout import COLLAPSE_MODES, GraphLayout, graph_layout, metadata_check, natural_key
+from ._layout import COLLAPSE_MODES, GraphLayout, graph_layout, metadata_check
 from ._spec import NodeSpec, find_node, node_spec
 from ._widget import NO_CHOICE, FigureView, as_choice, detail, new_figure
 
