@@ -130,14 +130,13 @@ def test_process_pool_gives_the_same_tables():
 @pytest.mark.slow
 def test_dask_executor_gives_the_same_tables():
     """A Dask LocalCluster's client.get_executor() runs the same sweep unchanged and gives
-    the same tables."""
+    the same tables, with the workers' statistical profiler on (Dask's default): it holds
+    the frames of the task threads it samples, which made torch.export in a task thread
+    lift a traced torch.arange as a fake constant (``sweeps.source``, rule 3)."""
     distributed = pytest.importorskip("distributed")
     import dask
 
-    # The workers' statistical profiler samples the task thread's stack every 10 ms; with it
-    # on, torch.export in a worker was seen (about 1 sweep in 10) to lift a traced
-    # torch.arange as a constant. Off, 10 sweeps out of 10 were clean.
-    with dask.config.set({"distributed.worker.profile.enabled": False}), distributed.LocalCluster(
+    with dask.config.set({"distributed.worker.profile.enabled": True}), distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster, distributed.Client(cluster) as client:
         result = sweep(TINY, BUDGETS, LINKS, GRID, client.get_executor(), prefetch_hit_rate=0.5)

@@ -7,11 +7,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
+import threading
+import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from workbench.models import MoEConfig
 from workbench.sweeps import InlineExecutor, SweepError, SweepResult, SweepWarning, expand, sweep
@@ -179,3 +183,56 @@ def test_a_capture_that_lifts_a_traced_value_as_a_fake_constant_is_made_again(mo
     with pytest.raises(CaptureError, match="some other error"):
         ModelSource(TINY).program(False)
     assert len(calls) == 1
+
+
+class FrameHoldingSampler:
+    """Like Dask's worker profiler, but holding each frame longer: every millisecond it
+    takes the watched thread's current frame and keeps it for ``hold`` seconds."""
+
+    def __init__(self, thread_id: int, hold: float = 0.005) -> None:
+        self.thread_id, self.hold = thread_id, hold
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        held: list = []
+        while not self._stop.wait(0.001):
+            frame = sys._current_frames().get(self.thread_id)
+            if frame is not None:
+                held.append((time.perf_counter() + self.hold, frame))
+                self.samples += 1
+            del frame
+            while held and held[0][0] <= time.perf_counter():
+                held.pop(0)
+
+    def __enter__(self) -> "FrameHoldingSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hinted", [False, True])
+def test_capture_under_a_frame_holding_profiler_lists_no_fake_constant(monkeypatch, hinted):
+    """The Dask workers' intermittent failure, made certain: Dask's profiler holds the
+    frames of the task thread it samples, and torch.export in that thread lifted what
+    ``torch.arange`` returned as a fake constant. With a sampler holding the calling
+    thread's frames throughout, one
+    capture attempt (no retry) gives the model's program: its constants are the
+    model's own, none lifted from inside ``forward`` (the tiny decoder calls
+    ``torch.arange`` in its rotary tables and its attention mask)."""
+    from workbench.sweeps import ModelSource, source
+
+    monkeypatch.setattr(source, "CAPTURE_ATTEMPTS", 1)
+    monkeypatch.setattr(source, "_CACHE", {})
+    with FrameHoldingSampler(threading.get_ident()) as sampler:
+        program = ModelSource(TINY).program(hinted)
+    assert sampler.samples > 10  # the sampler really watched the capture
+    lifted = [name for name in program.exported.constants if "lifted_tensor" in name]
+    assert lifted == []
+    fake = [n for n, t in program.exported.constants.items() if isinstance(t, torch._subclasses.FakeTensor)]
+    assert fake == []

@@ -9,22 +9,30 @@ Rules:
   2. ``ProgramSource(program)`` wraps a ``Program`` captured by the caller. It lives in
      the caller's process only (an exported program is not shipped to workers); it has
      no hinted twin, so prefetching strategies need a program captured with hints.
+  3. The capture runs in a thread of its own, started for it and joined. A sampling
+     profiler (Dask's worker samples its task threads every 10 ms) holds frame objects
+     of the thread it samples; a frame that outlives its call makes every caller's
+     frame outlive its call too (CPython hands the locals over to the frame object).
+     Under that torch.export loses track of what ``torch.arange`` (``torch.zeros``,
+     ``torch.ones_like``…) returns: the fake tensor it traced stays alive in a held
+     frame while the model receives another Python object for it, which the tracer
+     does not know, so it is lifted as a constant (``lifted_tensor_N``, a
+     ``CaptureError``). No profiler watches the new thread, so its frames end with
+     their calls. Grad mode, which is per thread, is carried over.
   4. ``weights`` (``((format, (pattern, ...)), ...)``: ``quantize`` rules, hashable) stores
      the program's constants in those weight formats; the capture is shared with the
      same config's unquantized recipe and quantized per call (a few milliseconds).
-  3. A shape-only capture whose exported program lists a fake tensor among its constants
-     (``lifted_tensor_N``: a value traced inside ``forward`` lifted as a constant) is not
-     the model's program: it was seen in Dask workers, whose sampling profiler thread
-     holds the capturing thread's frames, about once in 15 captures. The capture is
-     deterministic, so it is made again, at most ``CAPTURE_ATTEMPTS`` times in all; any
-     other capture error, or the same one every time, is raised.
+  5. A capture whose program still lists a fake constant (a sampler that reads every
+     thread's frames at once can catch the capture's thread for a moment) is made
+     again, at most ``CAPTURE_ATTEMPTS`` times in all: the capture is deterministic;
+     any other capture error, or the same one every time, is raised.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Callable, TypeVar, Union
 
 import torch
 
@@ -37,6 +45,7 @@ __all__ = ["ModelSource", "ProgramSource", "Source"]
 CAPTURE_ATTEMPTS = 3
 _CACHE: dict[tuple["ModelSource", bool], Program] = {}
 _LOCK = threading.Lock()
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,7 @@ class ModelSource:
         return quantize(found, {f: list(p) for f, p in self.weights}) if self.weights else found
 
     def _capture(self, hinted: bool) -> Program:
-        """Rule 3."""
+        """Rule 5."""
         for _ in range(CAPTURE_ATTEMPTS - 1):
             try:
                 return self._capture_once(hinted)
@@ -68,7 +77,7 @@ class ModelSource:
         with torch.device("meta"):  # build only: export must not run under the meta device
             model = QwenMoEDecoder(self.config, expert_prefetch=hinted)
             inputs = model.example_inputs()
-        return capture(model, inputs, shape_only=True)
+        return _in_own_thread(capture, model, inputs, shape_only=True)  # rule 3
 
     @property
     def label(self) -> str:
@@ -77,8 +86,29 @@ class ModelSource:
         return f"QwenMoEDecoder({c.num_hidden_layers} layers, {c.num_experts} experts, {c.dtype}{stored})"
 
 
+def _in_own_thread(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """Rule 3: ``fn(*args, **kwargs)`` in a new thread, under the caller's grad mode;
+    returns its result or raises its exception."""
+    grad = torch.is_grad_enabled()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            with torch.set_grad_enabled(grad):
+                outcome["result"] = fn(*args, **kwargs)
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="workbench-capture", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
 def _lifted_fake_constant(exc: CaptureError) -> bool:
-    """Rule 3: the capture error of a traced value lifted as a (fake) constant."""
+    """Rule 5: the capture error of a traced value lifted as a (fake) constant."""
     text = str(exc)
     return "lifted_tensor" in text and "fake tensor" in text.lower()
 
