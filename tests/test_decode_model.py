@@ -139,7 +139,7 @@ def test_rows_the_model_cannot_express_say_why(runs, model):
     experts and an all-on-GPU model larger than the card are not modeled, each with its
     reason."""
     reasons = {r["id"]: model.predict(r.to_dict()).why for _, r in runs.iterrows()}
-    assert "host CPU not stated" in reasons["ik1593_qwen35_5060ti_q4km_ncmoe14_ik"]
+    assert "host CPU not stated" in reasons["codacus5_qwen36_3060_ncmoe99"]
     assert "bits per weight not stated" in reasons["moeinf_legacy_accel_mixtral_a5000"]
     assert "several GPUs" in reasons["lcpp15077_gptoss120b_2x5090_ncmoe3"]
     assert "cannot all be on" in reasons["lucebox289_qwen36_2080ti_allgpu"]
