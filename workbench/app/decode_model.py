@@ -454,7 +454,7 @@ def fit_regime_model(runs: Optional[pd.DataFrame] = None, profiles: Optional[tup
             held_out = _solve(rows[:i] + rows[i + 1:], term, field_, fits, profiles)
             predicted = predict_decode(row, {**fits, term: held_out}, profiles).tok_s
             errors.append(abs(float(predicted) / float(row["decode_tok_s"]) - 1))  # type: ignore[arg-type]
-        terms.append(FittedTerm(f"{term} ({field_})", fits[term], tuple(r["id"] for r in rows), tuple(errors)))
+        terms.append(FittedTerm(term if term == field_ else f"{term} ({field_})", fits[term], tuple(r["id"] for r in rows), tuple(errors)))
     return RegimeModel(dict(fits), tuple(terms), profiles)
 
 
