@@ -126,6 +126,43 @@ def test_family_transformers_cannot_build_is_named_as_such(model_type, line):
     assert not isinstance(info.value, hf.TransformersBuildError) and "defaults do" in str(info.value)
 
 
+def test_experts_switched_off_by_a_flag_are_switched_on():
+    """Gemma 4 (``enable_moe_block``, with top-k and expert width unset) and Doge
+    (``is_moe``) default to dense layers: their tiny configurations switch the experts on,
+    so Gemma 4's tiny model has 8 stacked experts per layer, 2 chosen; Inkling 2's
+    unpadded vocabulary (its LM head's width) is shrunk with the vocabulary."""
+    config = hf.tiny_family_config("gemma4_text")
+    assert config.enable_moe_block and config.top_k_experts == 2 and config.moe_intermediate_size == 32
+    experts = find_experts(family_model("gemma4_text"))
+    assert len(experts) == config.num_hidden_layers and all(layer.num_experts == 8 for layer in experts)
+    assert hf.tiny_family_config("doge").is_moe
+    assert hf.tiny_family_config("inkling2_text").unpadded_vocab_size == 128
+
+
+def test_static_cache_without_a_static_layer_for_a_kind_is_refused():
+    """DeepSeek-V4's compressed-attention layer kinds have no static cache layer in
+    transformers: a static cache is an HFError naming those kinds and the dynamic cache,
+    not transformers' bare KeyError."""
+    with pytest.raises(hf.HFError, match=r"heavily_compressed_attention.*cache='dynamic'"):
+        hf.prefill_cache(family_model("deepseek_v4"), "static", past=2, max_cache_len=4)
+
+
+def test_experts_in_a_form_discovery_does_not_express_are_named():
+    """Doge's experts are rows of two [E, H] embedding tables and ZAYA's router (an MLP of
+    its own width) scores E + 1 experts: neither is found, and instead of a generic
+    "no routed experts" every stage that moves or caches experts fails with one paragraph
+    naming the parameters that hold them (and ZAYA's router of 9), while the stages that
+    keep every expert on the device still equal eager."""
+    doge = hf.unexpressed_experts(family_model("doge"))
+    assert "mlp.down_embed.weight (8, 64)" in doge and "does not express" in doge and "\n" not in doge
+    zaya = hf.unexpressed_experts(family_model("zaya"))
+    assert "mlp.experts stacks them" in zaya and "(9, 256)" in zaya
+    assert hf.unexpressed_experts(family_model("jamba")) == ""
+    report = hf.try_stages(family_model("doge"), stages=("prefill/all_on_device", "prefill/experts_on_host"))
+    (on_device, on_host) = report.results
+    assert on_device.ok and on_host.status == "error" and "down_embed" in on_host.detail
+
+
 def test_unknown_family_is_refused():
     """A model type transformers does not have is an HFError naming the lister."""
     with pytest.raises(hf.HFError, match="moe_families"):

@@ -14,7 +14,8 @@ Rules:
    one family, named by the text type.
 2. ``tiny_family_config(model_type)`` starts from the config class's defaults and shrinks
    every size it recognises by key name: width 64, 4 heads of 16, 8 routed experts of
-   which 2 are chosen, a vocabulary of 128, a state-space dt rank of 8, and as few layers as show every kind of each
+   which 2 are chosen (switched on where a flag turns them off: ``enable_moe_block``,
+   ``is_moe``), a vocabulary of 128, a state-space dt rank of 8, and as few layers as show every kind of each
    of the default's per-layer kind lists (``layer_types``, ``mlp_layer_types``, the
    layers named by ``moe_layers``/``mlp_only_layers``: a dense first layer must not hide
    the sparse ones, nor linear-attention layers the full-attention one): the first two
@@ -51,7 +52,7 @@ TINY_EXPERTS, TINY_TOP_K, TINY_VOCAB, TINY_WIDTH, TINY_HEAD, TINY_DT_RANK = 8, 2
 _SIZES: tuple[tuple[str, int], ...] = (
     (r"(num_experts|num_local_experts|n_routed_experts|moe_num_experts)", TINY_EXPERTS),
     (r"zero_expert_num", 2),
-    (r"(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)", TINY_TOP_K),
+    (r"(num_experts_per_tok|num_experts_per_token|top_k_experts|moe_topk|moe_k|top_k|num_selected_experts)", TINY_TOP_K),
     (r"(n_group|topk_group|num_expert_group)", 1),
     (r"hidden_size", TINY_WIDTH),
     (r"(moe|expert|shared).*(intermediate_size|ffn_hidden_size)|(intermediate_size|ffn_hidden_size).*(moe|expert|shared)", 32),
@@ -62,13 +63,15 @@ _SIZES: tuple[tuple[str, int], ...] = (
     (r".*(head_dim|kv_channels|head_size)", TINY_HEAD),
     (r"kv_lora_rank", 16),
     (r"q_lora_rank", 32),
-    (r"vocab_size", TINY_VOCAB),
+    (r"(unpadded_)?vocab_size", TINY_VOCAB),
     (r"max_position_embeddings", 256),
     (r"(sliding_window|attention_chunk_size|block_size)", 16),
 )
 #: Keys set even when the default leaves them unset (None): routing needs them.
-_SET_WHEN_UNSET = frozenset({"num_experts_per_tok", "num_experts_per_token", "n_group", "topk_group", *EXPERT_COUNT_KEYS})
+_SET_WHEN_UNSET = frozenset({"num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_intermediate_size", "n_group", "topk_group", *EXPERT_COUNT_KEYS})
 _LAYER_COUNT_KEYS = ("num_hidden_layers", "num_layers")
+#: Flags that switch a family's routed experts on (rule 2: off by default in Gemma 4, Doge).
+_MOE_FLAGS = ("enable_moe_block", "is_moe", "use_moe")
 #: Per-layer lists of layer indices rather than kinds (rule 2).
 _LAYER_INDEX_KEYS = ("moe_layers", "mlp_only_layers")
 #: Layer kinds that keep no keys and values (rule 3).
@@ -119,6 +122,7 @@ def tiny_family_config(model_type: str, **overrides: Any) -> Any:
         # not "auto" (width / 16 = 4, the convolution's kernel): a (C, 4) projection beside a
         # [C, 1, 4] convolution weight would read as a router and its experts in a program
         keys[key] = TINY_DT_RANK
+    keys.update({key: True for key in _MOE_FLAGS if default.get(key) is False})
     keys.update(_tiny_layers(default))
     for i, key in enumerate(("pad_token_id", "bos_token_id", "eos_token_id")):
         value = default.get(key)
