@@ -99,6 +99,16 @@ def test_hybrid_tiny_configs_keep_an_attention_layer(model_type):
     assert max(config_ints(config, ("num_experts_per_tok", "num_experts_per_token"))) == 2
 
 
+def test_state_space_groups_divide_their_heads():
+    """Nemotron-H's Mamba-2 layers repeat each of n_groups groups over heads // n_groups
+    heads: the tiny configuration keeps that a positive whole number, so an eager prefill
+    fills a cache (8 groups over 4 heads repeated each group zero times and failed)."""
+    config = hf.tiny_family_config("nemotron_h")
+    assert config.mamba_num_heads % config.n_groups == 0 and config.mamba_num_heads // config.n_groups >= 1
+    cache = hf.prefill_cache(family_model("nemotron_h"), "static", past=2, max_cache_len=4)
+    assert cache.get_seq_length() == 2
+
+
 def test_state_space_layers_are_not_experts_in_a_program():
     """Jamba's tiny decode program has one expert layer: its Mamba layer's depthwise
     convolution weight [C, 1, K] and dt projection (C, rank) are not read as stacked

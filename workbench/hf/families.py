@@ -15,7 +15,7 @@ Rules:
 2. ``tiny_family_config(model_type)`` starts from the config class's defaults and shrinks
    every size it recognises by key name: width 64, 4 heads of 16, 8 routed experts of
    which 2 are chosen (switched on where a flag turns them off: ``enable_moe_block``,
-   ``is_moe``), a vocabulary of 128, a state-space dt rank of 8, and as few layers as show every kind of each
+   ``is_moe``), a vocabulary of 128, a state-space dt rank of 8 and 2 groups, and as few layers as show every kind of each
    of the default's per-layer kind lists (``layer_types``, ``mlp_layer_types``, the
    layers named by ``moe_layers``/``mlp_only_layers``: a dense first layer must not hide
    the sparse ones, nor linear-attention layers the full-attention one): the first two
@@ -54,6 +54,7 @@ _SIZES: tuple[tuple[str, int], ...] = (
     (r"zero_expert_num", 2),
     (r"(num_experts_per_tok|num_experts_per_token|top_k_experts|moe_topk|moe_k|top_k|num_selected_experts)", TINY_TOP_K),
     (r"(n_group|topk_group|num_expert_group)", 1),
+    (r"n_groups", 2),  # a state-space layer's groups: they must divide its 4 heads
     (r"hidden_size", TINY_WIDTH),
     (r"(moe|expert|shared).*(intermediate_size|ffn_hidden_size)|(intermediate_size|ffn_hidden_size).*(moe|expert|shared)", 32),
     (r".*(intermediate_size|ffn_hidden_size).*", 128),

@@ -263,19 +263,21 @@ def capture_decode(
 
 
 def _static_cache(config: Any, length: int) -> Any:
-    """transformers' ``StaticCache`` for ``config``, or an ``HFError`` naming the layer kinds
+    """transformers' ``StaticCache`` for ``config``, or an ``HFError`` naming the layer kind
     it has no static layer for (DeepSeek-V4's compressed attention)."""
     from transformers import StaticCache
     from transformers.cache_utils import STATIC_LAYER_TYPE_MAPPING
 
-    kinds = getattr(config.get_text_config(decoder=True), "layer_types", None) or []
-    missing = sorted({k for k in kinds if isinstance(k, str)} - set(STATIC_LAYER_TYPE_MAPPING))
-    if missing:
+    try:
+        return StaticCache(config=config, max_cache_len=length)
+    except KeyError as exc:
+        kind = exc.args[0] if exc.args else None
+        if not isinstance(kind, str) or kind in STATIC_LAYER_TYPE_MAPPING:
+            raise
         raise HFError(
-            f"transformers' StaticCache has no static layer for this model's layer kinds {missing} (it has "
+            f"transformers' StaticCache has no static layer for this model's layer kind {kind!r} (it has "
             f"{', '.join(sorted(STATIC_LAYER_TYPE_MAPPING))}); decode with a dynamic cache (cache='dynamic')"
-        )
-    return StaticCache(config=config, max_cache_len=length)
+        ) from None
 
 
 def prefill_cache(
