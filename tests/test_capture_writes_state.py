@@ -32,6 +32,20 @@ class Rotary(nn.Module):
         return torch.matmul(x, torch.diag(freq)).cos()
 
 
+class Scaled(nn.Module):
+    """Scales a fresh tensor in place by a buffer (Gemma 4's ``hidden *= self.layer_scalar``):
+    the buffer is the op's operand, not what it writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("layer_scalar", torch.full((1,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = x + 1
+        hidden *= self.layer_scalar
+        return hidden
+
+
 class Norm(nn.Module):
     """BatchNorm in training mode: running statistics updated by a composite op."""
 
@@ -47,11 +61,13 @@ def _exported(model: nn.Module) -> torch.export.ExportedProgram:
     return torch.export.export(model, (torch.randn(3, 4),))
 
 
-@pytest.mark.parametrize(("model", "writes"), [(Counter(), True), (Norm().train(), True), (Rotary(), False)])
+@pytest.mark.parametrize(("model", "writes"), [(Counter(), True), (Norm().train(), True), (Rotary(), False), (Scaled(), False)])
 def test_only_programs_that_write_state_are_seen_as_writing_it(model, writes):
     """A declared in-place write of a buffer and BatchNorm's silent update of its running
     statistics count as writing state; a buffer only read by composite ops (to, matmul)
-    does not, so its program is not re-traced for nothing."""
+    does not, so its program is not re-traced for nothing; nor does a buffer that is only
+    the operand of an in-place op on a fresh tensor (only the arguments the op's schema
+    marks written count)."""
     assert writes_state(_exported(model)) is writes
 
 
@@ -74,3 +90,16 @@ def test_batchnorm_statistics_are_still_captured_as_mutations():
     program = wb.capture(Norm().train(), (torch.randn(3, 4),))
     kinds = {s.kind.name for s in program.exported.graph_signature.output_specs}
     assert "BUFFER_MUTATION" in kinds
+
+
+def test_an_in_place_op_reading_a_buffer_captures_and_runs_as_eager():
+    """An in-place multiply of a fresh tensor by a buffer captures (no write of the buffer
+    is reported), leaves the buffer as it was, and its planned run equals eager."""
+    model = Scaled().eval()
+    x = torch.randn(3, 4)
+    program = wb.capture(model, (x,))
+    plan = wb.plan(wb.propagate(wb.place(program, {"cuda:0": ["*"]})), "greedy")
+    got = wb.run(plan, x, backend="sim").outputs
+    out = got[0] if isinstance(got, (tuple, list)) else got
+    assert torch.allclose(wb.runtime.to_host(out), model(x))
+    assert torch.equal(model.layer_scalar, torch.full((1,), 0.5))

@@ -476,11 +476,26 @@ def _unrecorded_writes(exported: ExportedProgram) -> list[str]:
             continue
         if not (is_inplace_op(node.target) or node.target._schema.is_mutable):
             continue
-        for arg in node.all_input_nodes:
+        for arg in _written_arguments(node):
             base = _base_placeholder(arg)
             if base is not None and kinds.get(base.name) in watched:
                 found.append(f"{node.name} ({node.target}) writes {base.name!r}")
     return found
+
+
+def _written_arguments(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes an op writes: the arguments its schema marks written (``self`` of
+    ``x.mul_(scale)``, not ``scale``; every tensor of a written list)."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    bound = dict(zip((a.name for a in schema.arguments), node.args))
+    bound.update(node.kwargs)
+    written: list[torch.fx.Node] = []
+    for argument in schema.arguments:
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            value = bound.get(argument.name)
+            values = value if isinstance(value, (list, tuple)) else (value,)
+            written += [v for v in values if isinstance(v, torch.fx.Node)]
+    return written
 
 
 #: Arguments through which a composite op updates a buffer without its schema saying so:
@@ -504,7 +519,7 @@ def writes_state(exported: ExportedProgram) -> bool:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         if is_inplace_op(node.target) or node.target._schema.is_mutable:
-            for arg in node.all_input_nodes:
+            for arg in _written_arguments(node):
                 base = _base_placeholder(arg)
                 if base is not None and kinds.get(base.name) in watched:
                     return True

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 import workbench as wb  # noqa: E402
 from workbench import hf  # noqa: E402
-from workbench.experts import find_experts  # noqa: E402
+from workbench.experts import config_ints, find_experts  # noqa: E402
 from workbench.moe.strategies import expert_cache  # noqa: E402
 
 #: A few stages that reach every part: prefill, a static and a dynamic decode step, an
@@ -30,23 +30,21 @@ QUICK_STAGES = (
 )
 #: Families the issue found failing, which must now pass every quick stage.
 NAMED = ("phimoe", "minimax")
+#: Hybrids whose tiny configuration once kept no attention layer (only the quickest is run).
+HYBRIDS = ("bailing_hybrid", "granitemoehybrid", "jamba", "kimi_linear")
 SHIPPED = {hf.load_config(name).model_type for name, fam in hf.FAMILIES.items() if fam.moe}
 
 
 @functools.lru_cache(maxsize=None)
 def family_model(model_type: str):
-    from transformers import AutoModelForCausalLM
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return AutoModelForCausalLM.from_config(hf.tiny_family_config(model_type)).eval()
+    return hf.tiny_family_model(model_type)
 
 
 def _held_out() -> tuple[str, ...]:
     """Two families drawn (seeded) from those the workbench ships no configuration for
     and the issue did not name — families no code here was written against — among
     those transformers itself can build from their tiny configuration and run with a cache."""
-    others = sorted(set(hf.moe_families()) - SHIPPED - set(NAMED) - {"jetmoe", "longcat_flash", "llama4_text"})
+    others = sorted(set(hf.moe_families()) - SHIPPED - set(NAMED) - set(HYBRIDS) - {"jetmoe", "longcat_flash", "llama4_text"})
     random.Random(24).shuffle(others)
     chosen: list[str] = []
     for model_type in others:
@@ -83,6 +81,98 @@ def test_tiny_layers_keep_a_sparse_layer_behind_dense_ones():
     assert find_experts(family_model("deepseek_v32")).layers
 
 
+@pytest.mark.parametrize("model_type", ["bailing_hybrid", "kimi_linear", "granitemoehybrid", "jamba"])
+def test_hybrid_tiny_configs_keep_an_attention_layer(model_type):
+    """A hybrid family whose first layers are linear attention or state-space layers
+    (Bailing-hybrid and Kimi-Linear: a full-attention layer every 4 or 6; Jamba: one every
+    8 by period and offset; Granite-MoE-hybrid: none by default) keeps a full-attention
+    layer beside them and a sparse layer: a cache filled by prefill has a length, and
+    the tiny model still has routed experts (and a top-k below their count)."""
+    config = hf.tiny_family_config(model_type)
+    kinds = list(config.layer_types)
+    assert "full_attention" in kinds and "linear_attention" in kinds and len(kinds) == config.num_hidden_layers <= 4
+    model = family_model(model_type)
+    cache = hf.prefill_cache(model, "static", past=2, max_cache_len=4)
+    assert cache.get_seq_length() == 2
+    experts = find_experts(model)
+    assert experts.layers and all(layer.num_experts == 8 for layer in experts)
+    assert max(config_ints(config, ("num_experts_per_tok", "num_experts_per_token"))) == 2
+
+
+def test_state_space_groups_divide_their_heads():
+    """Nemotron-H's Mamba-2 layers repeat each of n_groups groups over heads // n_groups
+    heads: the tiny configuration keeps that a positive whole number, so an eager prefill
+    fills a cache (8 groups over 4 heads repeated each group zero times and failed)."""
+    config = hf.tiny_family_config("nemotron_h")
+    assert config.mamba_num_heads % config.n_groups == 0 and config.mamba_num_heads // config.n_groups >= 1
+    cache = hf.prefill_cache(family_model("nemotron_h"), "static", past=2, max_cache_len=4)
+    assert cache.get_seq_length() == 2
+
+
+def test_state_space_layers_are_not_experts_in_a_program():
+    """Jamba's tiny decode program has one expert layer: its Mamba layer's depthwise
+    convolution weight [C, 1, K] and dt projection (C, rank) are not read as stacked
+    experts and their router (the tiny dt rank is not the kernel size)."""
+    step = hf.capture_decode(family_model("jamba"), "static", past=2, max_cache_len=4)
+    assert [layer.module for layer in find_experts(step.program)] == ["model.layers.1.feed_forward.experts"]
+
+
+@pytest.mark.parametrize("model_type, line", [("hunyuan_v1_moe", "modeling_hunyuan_v1_moe.py:"), ("lfm2_moe", "modeling_lfm2_moe.py:")])
+def test_family_transformers_cannot_build_is_named_as_such(model_type, line):
+    """A family whose config class's own defaults do not build in transformers (a size
+    left None that the model requires) is a TransformersBuildError naming transformers'
+    version, the failing model line, and that the defaults fail too; a tiny
+    configuration broken by the caller's override, where the defaults build, is a plain
+    HFError that blames the configuration, not transformers."""
+    import transformers
+
+    with pytest.raises(hf.TransformersBuildError) as info:
+        hf.tiny_family_model(model_type)
+    message = str(info.value)
+    assert f"transformers {transformers.__version__} cannot build {model_type!r}" in message
+    assert line in message and "own defaults" in message and "\n" not in message
+    with pytest.raises(hf.HFError) as info:
+        hf.tiny_family_model("qwen3_moe", hidden_act="no_such_activation")
+    assert not isinstance(info.value, hf.TransformersBuildError) and "defaults do" in str(info.value)
+
+
+def test_experts_switched_off_by_a_flag_are_switched_on():
+    """Gemma 4 (``enable_moe_block``, with top-k and expert width unset) and Doge
+    (``is_moe``) default to dense layers: their tiny configurations switch the experts on,
+    so Gemma 4's tiny model has 8 stacked experts per layer, 2 chosen; Inkling 2's
+    unpadded vocabulary (its LM head's width) is shrunk with the vocabulary."""
+    config = hf.tiny_family_config("gemma4_text")
+    assert config.enable_moe_block and config.top_k_experts == 2 and config.moe_intermediate_size == 32
+    experts = find_experts(family_model("gemma4_text"))
+    assert len(experts) == config.num_hidden_layers and all(layer.num_experts == 8 for layer in experts)
+    assert hf.tiny_family_config("doge").is_moe
+    assert hf.tiny_family_config("inkling2_text").unpadded_vocab_size == 128
+
+
+def test_static_cache_without_a_static_layer_for_a_kind_is_refused():
+    """DeepSeek-V4's compressed-attention layer kinds have no static cache layer in
+    transformers: a static cache is an HFError naming those kinds and the dynamic cache,
+    not transformers' bare KeyError."""
+    with pytest.raises(hf.HFError, match=r"heavily_compressed_attention.*cache='dynamic'"):
+        hf.prefill_cache(family_model("deepseek_v4"), "static", past=2, max_cache_len=4)
+
+
+def test_experts_in_a_form_discovery_does_not_express_are_named():
+    """Doge's experts are rows of two [E, H] embedding tables and ZAYA's router (an MLP of
+    its own width) scores E + 1 experts: neither is found, and instead of a generic
+    "no routed experts" every stage that moves or caches experts fails with one paragraph
+    naming the parameters that hold them (and ZAYA's router of 9), while the stages that
+    keep every expert on the device still equal eager."""
+    doge = hf.unexpressed_experts(family_model("doge"))
+    assert "mlp.down_embed.weight (8, 64)" in doge and "does not express" in doge and "\n" not in doge
+    zaya = hf.unexpressed_experts(family_model("zaya"))
+    assert "mlp.experts stacks them" in zaya and "(9, 256)" in zaya
+    assert hf.unexpressed_experts(family_model("jamba")) == ""
+    report = hf.try_stages(family_model("doge"), stages=("prefill/all_on_device", "prefill/experts_on_host"))
+    (on_device, on_host) = report.results
+    assert on_device.ok and on_host.status == "error" and "down_embed" in on_host.detail
+
+
 def test_unknown_family_is_refused():
     """A model type transformers does not have is an HFError naming the lister."""
     with pytest.raises(hf.HFError, match="moe_families"):
@@ -90,7 +180,7 @@ def test_unknown_family_is_refused():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", NAMED + _held_out())
+@pytest.mark.parametrize("model_type", NAMED + ("jamba",) + _held_out())
 def test_family_stages_equal_eager(model_type):
     """Prefill, static and dynamic decode steps under expert strategies, and a 4-token
     decode through an LRU expert cache, each equal eager (logits and every cache state)."""

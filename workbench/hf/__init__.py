@@ -19,9 +19,9 @@ import it; the functions do.
 
 from .cache import CacheSlot, cache_slots
 from .configs import FAMILIES, Family, HFError, config_file, family, load_config, published_config, tiny_config
-from .families import moe_families, tiny_family_config
+from .families import TransformersBuildError, moe_families, tiny_family_config, tiny_family_model
 from .models import EXPERT_IMPLEMENTATIONS, load_model
-from .stages import STAGES, StageReport, StageResult, try_stages
+from .stages import STAGES, StageReport, StageResult, try_stages, unexpressed_experts
 from .steps import CapturedStep, DecodeStep, HFCaptureError, PrefillStep, capture_decode, capture_prefill, prefill_cache
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "STAGES",
     "StageReport",
     "StageResult",
+    "TransformersBuildError",
     "cache_slots",
     "capture_decode",
     "capture_prefill",
@@ -49,5 +50,7 @@ __all__ = [
     "published_config",
     "tiny_config",
     "tiny_family_config",
+    "tiny_family_model",
     "try_stages",
+    "unexpressed_experts",
 ]

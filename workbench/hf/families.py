@@ -14,13 +14,25 @@ Rules:
    one family, named by the text type.
 2. ``tiny_family_config(model_type)`` starts from the config class's defaults and shrinks
    every size it recognises by key name: width 64, 4 heads of 16, 8 routed experts of
-   which 2 are chosen, a vocabulary of 128, and as few layers (2 to 4) as show every
-   kind of each of the default's per-layer kind lists (``layer_types``, ``mlp_layer_types``:
-   a dense first layer must not hide the sparse ones); per-layer lists of the default's
-   length are cut to the same layers, and ``first_k_dense_replace`` counts the leading
-   dense layers kept. Keys it does not recognise keep the default; ``overrides`` replace
-   keys last.
-3. Nothing is downloaded: a configuration is ``AutoConfig.for_model(model_type, …)``.
+   which 2 are chosen (switched on where a flag turns them off: ``enable_moe_block``,
+   ``is_moe``), a vocabulary of 128, a state-space dt rank of 8 and 2 groups, and as few layers as show every kind of each
+   of the default's per-layer kind lists (``layer_types``, ``mlp_layer_types``, the
+   layers named by ``moe_layers``/``mlp_only_layers``: a dense first layer must not hide
+   the sparse ones, nor linear-attention layers the full-attention one): the first two
+   layers and the first layer of each kind not yet kept. Per-layer lists of the default's
+   length keep the same layers, ``first_k_dense_replace`` counts the leading dense layers
+   kept, and kinds set by a period and an offset (``attn_layer_period``/``_offset``) are
+   wrapped into the kept layers. Keys it does not recognise keep the default;
+   ``overrides`` replace keys last.
+3. A tiny model keeps at least one attention layer: a cache reads its length from one
+   (a hybrid whose default layers are all linear attention or state-space gets a last
+   ``full_attention`` layer).
+4. Nothing is downloaded: a configuration is ``AutoConfig.for_model(model_type, …)``.
+5. ``tiny_family_model(model_type)`` builds the tiny model with seeded weights. When
+   transformers' ``from_config`` fails, the config class's own defaults are built too
+   (on the meta device: no memory): if they fail as well, the family cannot be built by
+   this transformers at all — a ``TransformersBuildError`` that says so, naming both
+   failing lines; otherwise the tiny configuration is at fault — an ``HFError``.
 """
 
 from __future__ import annotations
@@ -30,18 +42,19 @@ from typing import Any
 
 from .configs import HFError
 
-__all__ = ["EXPERT_COUNT_KEYS", "moe_families", "tiny_family_config"]
+__all__ = ["EXPERT_COUNT_KEYS", "TransformersBuildError", "moe_families", "tiny_family_config", "tiny_family_model"]
 
 #: Config keys that declare the routed-expert count (rule 1).
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-TINY_EXPERTS, TINY_TOP_K, TINY_VOCAB, TINY_WIDTH, TINY_HEAD = 8, 2, 128, 64, 16
+TINY_EXPERTS, TINY_TOP_K, TINY_VOCAB, TINY_WIDTH, TINY_HEAD, TINY_DT_RANK = 8, 2, 128, 64, 16, 8
 
 #: Rule 2: (key pattern, tiny value); the first pattern that matches a key sets it.
 _SIZES: tuple[tuple[str, int], ...] = (
     (r"(num_experts|num_local_experts|n_routed_experts|moe_num_experts)", TINY_EXPERTS),
     (r"zero_expert_num", 2),
-    (r"(num_experts_per_tok|moe_topk|moe_k|top_k|num_selected_experts)", TINY_TOP_K),
+    (r"(num_experts_per_tok|num_experts_per_token|top_k_experts|moe_topk|moe_k|top_k|num_selected_experts)", TINY_TOP_K),
     (r"(n_group|topk_group|num_expert_group)", 1),
+    (r"n_groups", 2),  # a state-space layer's groups: they must divide its 4 heads
     (r"hidden_size", TINY_WIDTH),
     (r"(moe|expert|shared).*(intermediate_size|ffn_hidden_size)|(intermediate_size|ffn_hidden_size).*(moe|expert|shared)", 32),
     (r".*(intermediate_size|ffn_hidden_size).*", 128),
@@ -51,13 +64,19 @@ _SIZES: tuple[tuple[str, int], ...] = (
     (r".*(head_dim|kv_channels|head_size)", TINY_HEAD),
     (r"kv_lora_rank", 16),
     (r"q_lora_rank", 32),
-    (r"vocab_size", TINY_VOCAB),
+    (r"(unpadded_)?vocab_size", TINY_VOCAB),
     (r"max_position_embeddings", 256),
     (r"(sliding_window|attention_chunk_size|block_size)", 16),
 )
 #: Keys set even when the default leaves them unset (None): routing needs them.
-_SET_WHEN_UNSET = frozenset({"num_experts_per_tok", "n_group", "topk_group", *EXPERT_COUNT_KEYS})
+_SET_WHEN_UNSET = frozenset({"num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_intermediate_size", "n_group", "topk_group", *EXPERT_COUNT_KEYS})
 _LAYER_COUNT_KEYS = ("num_hidden_layers", "num_layers")
+#: Flags that switch a family's routed experts on (rule 2: off by default in Gemma 4, Doge).
+_MOE_FLAGS = ("enable_moe_block", "is_moe", "use_moe")
+#: Per-layer lists of layer indices rather than kinds (rule 2).
+_LAYER_INDEX_KEYS = ("moe_layers", "mlp_only_layers")
+#: Layer kinds that keep no keys and values (rule 3).
+_RECURRENT_KINDS = frozenset({"linear_attention", "mamba", "conv"})
 
 
 def moe_families() -> tuple[str, ...]:
@@ -97,9 +116,14 @@ def tiny_family_config(model_type: str, **overrides: Any) -> Any:
             continue
         tiny = next((size for pattern, size in _SIZES if re.fullmatch(pattern, key)), None)
         if tiny is not None:
-            keys[key] = min(value, tiny) if key in ("num_experts_per_tok", "zero_expert_num") and value else tiny
+            keys[key] = min(value, tiny) if key in ("num_experts_per_tok", "num_experts_per_token", "zero_expert_num") and value else tiny
     if isinstance(default.get("qk_rope_head_dim"), int):  # latent attention: the head is its rope part
         keys.update(head_dim=8, qk_head_dim=16, num_key_value_heads=keys.get("num_attention_heads", 4))
+    for key in [k for k, v in default.items() if k.endswith("dt_rank") and (v == "auto" or isinstance(v, int))]:
+        # not "auto" (width / 16 = 4, the convolution's kernel): a (C, 4) projection beside a
+        # [C, 1, 4] convolution weight would read as a router and its experts in a program
+        keys[key] = TINY_DT_RANK
+    keys.update({key: True for key in _MOE_FLAGS if default.get(key) is False})
     keys.update(_tiny_layers(default))
     for i, key in enumerate(("pad_token_id", "bos_token_id", "eos_token_id")):
         value = default.get(key)
@@ -114,30 +138,84 @@ def tiny_family_config(model_type: str, **overrides: Any) -> Any:
         raise HFError(f"transformers cannot build a tiny {model_type!r} configuration: {type(exc).__name__}: {exc}") from None
 
 
+class TransformersBuildError(HFError):
+    """Rule 5: transformers cannot build this family from its own config class's defaults."""
+
+
+def tiny_family_model(model_type: str, *, seed: int = 0, **overrides: Any) -> Any:
+    """Rule 5: the tiny ``model_type`` model (``tiny_family_config``), weights seeded
+    with ``seed``, in eval mode; the global random state is left as it was."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from ..capture_failures import model_line
+
+    config = tiny_family_config(model_type, **overrides)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return AutoModelForCausalLM.from_config(config).eval()
+    except Exception as exc:  # noqa: BLE001 - transformers' own failure, judged below
+        failure = f"{type(exc).__name__}: {_first_line(exc)} at {model_line(exc) or 'an unknown line'}"
+    try:
+        with torch.device("meta"):
+            AutoModelForCausalLM.from_config(_text_config(CONFIG_MAPPING[model_type]()))
+    except Exception as exc:  # noqa: BLE001
+        default = f"{type(exc).__name__}: {_first_line(exc)} at {model_line(exc) or 'an unknown line'}"
+        unset = " (it leaves unset, None, a value the model requires)" if "NoneType" in failure + default else ""
+        raise TransformersBuildError(
+            f"transformers {_version()} cannot build {model_type!r} at this version: from_config fails with its "
+            f"config class's own defaults{unset}, " + (f"as with the tiny configuration: {failure}" if default == failure
+            else f"{default}; with the tiny configuration, {failure}") + "; give the missing values with "
+            "overrides=, or use a transformers version that builds this family"
+        ) from None
+    raise HFError(
+        f"the tiny {model_type!r} configuration does not build ({failure}), though the config class's defaults "
+        "do: give the key that line reads with overrides="
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else ""
+
+
 def _tiny_layers(default: dict[str, Any]) -> dict[str, Any]:
-    """Rule 2's layers: the shortest prefix (2 to 4 layers) that shows every layer kind,
-    and every per-layer list cut to it."""
+    """Rule 2's layers: the first two layers and the first layer of every kind not yet
+    kept, every per-layer list cut to the kept layers, and (rule 3) one attention layer."""
     key = next((k for k in _LAYER_COUNT_KEYS if isinstance(default.get(k), int)), None)
     if key is None:
         return {}
     total = default[key]
-    kinds = [v for k, v in default.items() if k.endswith("layer_types") and isinstance(v, list) and v]
-    count = 2
-    while any(count < min(4, len(v)) and set(v[:count]) != set(v) for v in kinds):
-        count += 1
-    count = min(count, total) if total > 0 else count
-    keys: dict[str, Any] = {key: count}
-    for name, value in default.items():
-        if isinstance(value, list) and len(value) == total and name != "architectures":
-            keys[name] = value[:count]
-        elif name in ("moe_layers", "mlp_only_layers") and isinstance(value, list):
-            keys[name] = [i for i in value if isinstance(i, int) and i < count]
-        elif name == "first_k_dense_replace" and isinstance(value, int):
-            keys[name] = min(value, 1)
-    mlp_kinds = keys.get("mlp_layer_types")
-    if isinstance(mlp_kinds, list) and isinstance(default.get("first_k_dense_replace"), int):
+    per_layer = {k: v for k, v in default.items() if isinstance(v, list) and len(v) == total and k != "architectures"}
+    indexed = {k: v for k, v in default.items() if k in _LAYER_INDEX_KEYS and isinstance(v, list)}
+    kinds = [v for k, v in per_layer.items() if k.endswith("layer_types") and v]
+    kinds += [[i in v for i in range(total)] for v in indexed.values()]
+    kept = list(range(min(2, total) if total > 0 else 2))
+    for kind in kinds:
+        for i, value in enumerate(kind):
+            if value not in {kind[j] for j in kept}:
+                kept.append(i)
+    kept.sort()
+    keys: dict[str, Any] = {key: len(kept)}
+    keys.update({name: [value[i] for i in kept] for name, value in per_layer.items()})
+    keys.update({name: [kept.index(i) for i in value if i in kept] for name, value in indexed.items()})
+    layer_types = keys.get("layer_types")
+    if isinstance(layer_types, list) and layer_types and all(k in _RECURRENT_KINDS for k in layer_types):
+        keys["layer_types"] = [*layer_types[:-1], "full_attention"]  # rule 3
+    if isinstance(default.get("first_k_dense_replace"), int):
+        mlp_kinds = keys.get("mlp_layer_types")
         # the two must agree: the leading dense layers of the kept kinds
-        keys["first_k_dense_replace"] = next((i for i, k in enumerate(mlp_kinds) if k != "dense"), len(mlp_kinds))
+        keys["first_k_dense_replace"] = next((i for i, k in enumerate(mlp_kinds) if k != "dense"), len(mlp_kinds)) \
+            if isinstance(mlp_kinds, list) else min(default["first_k_dense_replace"], 1)
+    count = len(kept)
+    for name, value in default.items():  # layer kinds set by a period and an offset (Jamba's)
+        match = re.fullmatch(r"(\w+)_layer_period", name)
+        offset = f"{match.group(1)}_layer_offset" if match else ""
+        if match and isinstance(value, int) and isinstance(default.get(offset), int) and default[offset] >= count:
+            keys[name] = count
+            keys[offset] = default[offset] % count
     return keys
 
 

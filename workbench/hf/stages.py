@@ -19,7 +19,10 @@ Rules:
    whose expert ops read every expert each step (Llama 4's dense batched matmul) holds
    all E: a step's experts are resident together (``workbench.moe.expert_reads``).
 3. A stage that fails is a row, never an exception: the table says what failed where; a
-   capture that fails fails every stage built on it, each row quoting it.
+   capture that fails fails every stage built on it, each row quoting it. A model whose
+   config declares routed experts that ``find_experts`` cannot find fails every stage
+   that moves or caches experts with one ``HFError`` saying which parameters hold them
+   and why they are not in a form the workbench expresses (``unexpressed_experts``).
 4. The model is left as it was: its weights, its experts implementation, its config.
 """
 
@@ -35,7 +38,7 @@ import torch
 
 from ..moe.decode import decode
 from ..moe.expert_reads import dense_layers
-from ..moe.discovery import expert_layers
+from ..moe.discovery import config_expert_count, expert_layers, find_experts
 from ..moe.strategies import expert_cache, partial_offload
 from ..planning.memory_plan import plan as make_plan
 from ..runtime import stage_inputs, to_host
@@ -48,7 +51,7 @@ from .steps import capture_decode, capture_prefill
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["STAGES", "StageReport", "StageResult", "try_stages"]
+__all__ = ["STAGES", "StageReport", "StageResult", "try_stages", "unexpressed_experts"]
 
 STRATEGY_NAMES = ("all_on_device", "experts_on_host", "expert_streaming")
 CACHE_VARIANTS = tuple((policy, miss) for policy in ("lru", "lfu", "static_hot") for miss in ("copy", "host_compute"))
@@ -161,16 +164,45 @@ def try_stages(
     runs["decode_4_tokens/partial_offload"] = lambda: tokens(partial_offload(1), False)
     for p, m in CACHE_VARIANTS:
         runs[f"decode_4_tokens/expert_cache_{p}_{m}"] = functools.partial(_cache_stage, step_of, tokens, p, m)
+    unexpressed = unexpressed_experts(model)
     results = []
     for stage in stages:
         start = time.perf_counter()
         try:
+            if unexpressed and (stage.startswith("decode_4") or not stage.endswith("/all_on_device")):
+                raise HFError(unexpressed)
             difference = runs[stage]()
             status, detail = ("equal", "") if not difference else ("differs", difference)
         except Exception as exc:  # rule 3
             status, detail = "error", _first_line(exc)
         results.append(StageResult(stage, status, detail, time.perf_counter() - start))
     return StageReport(label, tuple(results))
+
+
+def unexpressed_experts(model: "PreTrainedModel") -> str:
+    """Rule 3: why the routed experts ``model``'s config declares are not found ("" when
+    they are, or when it declares none): the parameters that hold them and what is
+    missing — a router of their count, or slabs of three or more dims."""
+    count = config_expert_count(model.config)
+    if not count or find_experts(model):
+        return ""
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    stacked = [n for n, shape in shapes.items() if len(shape) >= 3 and shape[0] == count]
+    head = f"{type(model).__name__}'s config declares {count} routed experts, but "
+    if stacked:
+        container = stacked[0].rpartition(".")[0]
+        parent = container.rpartition(".")[0] + "."
+        near = sorted((n for n in shapes if n.startswith(parent) and not n.startswith(container + ".")
+                       and len(shapes[n]) == 2 and shapes[n][0] != count), key=lambda n: abs(shapes[n][0] - count))
+        routers = [f"{n} {shapes[n]}" for n in near[:2]]
+        return (head + f"no router scores exactly those {count}: {container} stacks them, while its block's "
+                f"router-like parameters score another count ({'; '.join(routers) or 'none'}): experts that the "
+                "router scores beyond the stacked ones (computing nothing) or a router of its own width are a form "
+                "workbench.experts.find_experts does not express, so no strategy can move or cache them")
+    rows = [f"{n} {shapes[n]}" for n, shape in shapes.items() if len(shape) == 2 and shape[0] == count][:2]
+    return (head + "none is a stacked slab or module: " + (f"{'; '.join(rows)} hold one vector per expert (experts "
+            "as rows of tables, looked up by index rather than multiplied slab by slab), " if rows else "") +
+            "a kind of expert workbench.experts.find_experts does not express, so no strategy can move or cache them")
 
 
 def _cache_stage(step_of: Callable[[str], Any], tokens: Callable[[Any, bool], str], policy: str, on_miss: str) -> str:

@@ -262,6 +262,24 @@ def capture_decode(
     return CapturedStep("decode", program, step, inputs, step.state_names)
 
 
+def _static_cache(config: Any, length: int) -> Any:
+    """transformers' ``StaticCache`` for ``config``, or an ``HFError`` naming the layer kind
+    it has no static layer for (DeepSeek-V4's compressed attention)."""
+    from transformers import StaticCache
+    from transformers.cache_utils import STATIC_LAYER_TYPE_MAPPING
+
+    try:
+        return StaticCache(config=config, max_cache_len=length)
+    except KeyError as exc:
+        kind = exc.args[0] if exc.args else None
+        if not isinstance(kind, str) or kind in STATIC_LAYER_TYPE_MAPPING:
+            raise
+        raise HFError(
+            f"transformers' StaticCache has no static layer for this model's layer kind {kind!r} (it has "
+            f"{', '.join(sorted(STATIC_LAYER_TYPE_MAPPING))}); decode with a dynamic cache (cache='dynamic')"
+        ) from None
+
+
 def prefill_cache(
     model: "PreTrainedModel",
     kind: str = "static",
@@ -273,7 +291,7 @@ def prefill_cache(
 ) -> Any:
     """Rule 1: a ``kind`` cache filled by an eager prefill of ``past`` seeded tokens (of
     the model's own cache class when it has one, rule 5)."""
-    from transformers import DynamicCache, StaticCache
+    from transformers import DynamicCache
 
     if kind not in CACHE_KINDS:
         raise HFError(f"cache must be one of {', '.join(CACHE_KINDS)} or a transformers Cache, got {kind!r}")
@@ -287,7 +305,7 @@ def prefill_cache(
     try:
         if meta and previous == "grouped_mm":
             model.set_experts_implementation("batched_mm")
-        cache = StaticCache(config=config, max_cache_len=length) if kind == "static" else DynamicCache(config=config)
+        cache = _static_cache(config, length) if kind == "static" else DynamicCache(config=config)
         try:
             _fill(model, ids, cache)
         except Exception as exc:  # a model with a cache class of its own refuses these (rule 5)
