@@ -40,6 +40,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import torch
+
+from ..capture_failures import model_line
 from .configs import HFError
 
 __all__ = ["EXPERT_COUNT_KEYS", "TransformersBuildError", "moe_families", "tiny_family_config", "tiny_family_model"]
@@ -145,11 +148,8 @@ class TransformersBuildError(HFError):
 def tiny_family_model(model_type: str, *, seed: int = 0, **overrides: Any) -> Any:
     """Rule 5: the tiny ``model_type`` model (``tiny_family_config``), weights seeded
     with ``seed``, in eval mode; the global random state is left as it was."""
-    import torch
     from transformers import AutoModelForCausalLM
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    from ..capture_failures import model_line
 
     config = tiny_family_config(model_type, **overrides)
     try:
