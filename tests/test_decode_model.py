@@ -19,7 +19,7 @@ from workbench.app.decode_model import (
 )
 from workbench.errors import WorkbenchError
 from workbench.runtime.parts import part_facts
-from workbench.runtime.runtime_profiles import (
+from workbench.app.runtime_profiles import (
     FIT_PREFIX,
     RuntimeProfileError,
     profile_for,

@@ -56,7 +56,7 @@ import pandas as pd
 
 from ..file_reading import parse_json, read_regular_file
 from ..runtime.parts import part_facts, part_figures, part_names
-from ..runtime.runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
+from .runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
 from ..weight_formats import weight_formats
 from .published_runs import AnchorError, FittedTerm, gpu_part, published_decode_runs, published_dir
 

@@ -5,7 +5,7 @@ onto the device. ``load(plan, backend, weights=SeededWeights(seed))`` (``session
 10) allocates the plan's resident regions as usual and fills each constant where it is
 resident with seeded random values, on the device itself: tens of gigabytes of weights
 never exist in host memory and never cross the link. Constants the plan keeps on the
-host (experts a streaming strategy reads over the link) are filled in the session's
+host (weights a streaming strategy reads over the link) are filled in the session's
 host memory, which on ``cuda`` is pinned.
 
 Rules:

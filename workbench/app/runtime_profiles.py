@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Mapping, Optional, Union
 
 from ..file_reading import read_csv_table
-from .cost_model import LAUNCH_MODES
-from .op_cost import CostModelError
+from ..runtime.cost_model import LAUNCH_MODES
+from ..runtime.op_cost import CostModelError
 
 __all__ = ["FIT_PREFIX", "PROFILE_FIELDS", "RuntimeProfile", "RuntimeProfileError", "profile_for", "runtime_profiles",
            "runtime_profiles_path"]  # fmt: skip
