@@ -19,6 +19,7 @@ Rules:
 from __future__ import annotations
 
 import json
+import math
 import os
 import io
 import stat
@@ -30,7 +31,7 @@ from typing import Any, Optional, Union
 
 import pandas as pd
 
-__all__ = ["open_zip", "parse_json", "read_csv_table", "read_regular_file", "read_zip_member"]
+__all__ = ["finite_number", "open_zip", "parse_json", "read_csv_table", "read_regular_file", "read_zip_member"]
 
 #: A shipped or user-given data table is a few megabytes at most.
 _MAX_TABLE_BYTES = 16 << 20
@@ -137,3 +138,12 @@ def read_csv_table(path: Union[str, os.PathLike], what: str, error: type[Excepti
         raise error(f"{path}: columns {list(table.columns)} differ from the {what}'s; valid columns, in order: "
                     f"{', '.join(columns)}")
     return table
+
+
+def finite_number(value: Any) -> Optional[float]:
+    """A table cell read as a finite float, or None (empty, text, NaN or infinite)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

@@ -36,7 +36,6 @@ Rules:
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -49,7 +48,7 @@ from .capture import Program
 from .copy_ops import SELECT_ROWS
 from .copy_variants import is_copy_target
 from .errors import WorkbenchError
-from .file_reading import read_csv_table
+from .file_reading import finite_number, read_csv_table
 from .graph_values import aliased_input, is_view_op, op_name, packet_name, value_of
 from .node_facts import StoredFormat, mark_stored_format, stored_format
 from .place import PlacementError, most_specific, parse_patterns, pattern_rank, report_no_claim
@@ -140,14 +139,6 @@ def formats_path() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "formats" / "weight_formats.csv"
 
 
-def _number(value: Any) -> Optional[float]:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def weight_formats_table(path: Optional[Path] = None) -> pd.DataFrame:
     """The table of weight formats as a data frame, checked (rule 4)."""
     path = Path(path) if path is not None else formats_path()
@@ -162,7 +153,7 @@ def weight_formats_table(path: Optional[Path] = None) -> pd.DataFrame:
             if n in seen:
                 problems.append(f"name {n!r} is given twice")
             seen.add(n)
-        bits, block, ops = _number(row.bits_per_weight), _number(row.block_size), _number(row.dequant_ops)
+        bits, block, ops = finite_number(row.bits_per_weight), finite_number(row.block_size), finite_number(row.dequant_ops)
         if bits is None or not 0 < bits <= 64:
             problems.append(f"{row.name}: bits_per_weight {row.bits_per_weight!r} is not a number in (0, 64]")
         if block is None or block < 0 or not block.is_integer():

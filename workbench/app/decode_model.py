@@ -54,7 +54,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from ..file_reading import parse_json, read_regular_file
+from ..file_reading import finite_number, parse_json, read_regular_file
 from ..runtime.parts import part_facts, part_figures, part_names
 from .runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
 from ..weight_formats import weight_formats
@@ -117,11 +117,6 @@ def model_families(path: Optional[Path] = None) -> tuple[ModelFamily, ...]:
     return tuple(families)
 
 
-def _number(value: object) -> Optional[float]:
-    number = pd.to_numeric(value, errors="coerce")
-    return float(number) if np.isfinite(number) else None
-
-
 def _family(run: Run) -> Optional[ModelFamily]:
     text = run["model"] if isinstance(run["model"], str) else ""
     return next((f for f in model_families() if re.search(f.matches, text)), None)
@@ -136,7 +131,7 @@ def weight_bits(run: Run, family: ModelFamily, expert_params: float, other_param
     if stated:
         size = float(stated.group(1)) * (2**30 if stated.group(2) == "GiB" else 1e9)
         return size * 8 / total, size * 8 / total, f"file size stated ({stated.group(0)[1:-1]})"
-    bits = _number(run["bits_per_weight"])
+    bits = finite_number(run["bits_per_weight"])
     file = next(((fmt, b, p) for fmt, b, p in family.files if re.search(rf"\b{re.escape(fmt)}\b", text)), None)
     if bits is not None and file is not None:
         scale = file[2] / total  # the file's own parameter count
@@ -232,10 +227,10 @@ def _run_key(run: Any) -> tuple[tuple[str, object], ...]:
 def _layout(key: tuple[tuple[str, object], ...]) -> tuple[Optional[DecodeLayout], str]:
     """The run's layout, or None and why it cannot be modeled (rule 6)."""
     run = dict(key)
-    if (_number(run["gpu_count"]) or 1) > 1:
+    if (finite_number(run["gpu_count"]) or 1) > 1:
         return None, "split over several GPUs: not modeled"
     family = _family(run)
-    total, active = _number(run["total_params_b"]), _number(run["active_params_b"])
+    total, active = finite_number(run["total_params_b"]), finite_number(run["active_params_b"])
     if total is None or active is None:
         return None, "model sizes (total and active parameters) not stated"
     if family is None:

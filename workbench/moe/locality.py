@@ -54,7 +54,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import pandas as pd
 
-from ..file_reading import read_csv_table
+from ..file_reading import finite_number, read_csv_table
 from .compiled import njit_cached
 from .routing import RoutingTrace, TraceError
 
@@ -94,14 +94,6 @@ def locality_path() -> Path:
     return Path(__file__).resolve().parents[2] / "data" / "routing" / "locality.csv"
 
 
-def _number(text: str) -> Optional[float]:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
 def _layer_range(text: str) -> Optional[tuple[int, int]]:
     """``"15"`` → (15, 15); ``"0-31"`` → (0, 31); anything else None."""
     lo, sep, hi = text.partition("-")
@@ -125,7 +117,7 @@ def _published(path: Path) -> pd.DataFrame:
     values, firsts, lasts = [], [], []
     for i, row in enumerate(table.itertuples(index=False)):
         where = f"row {i + 2} ({row.model}/{row.subset}/{row.layers}/{row.statistic})"
-        shape = [_number(x) for x in (row.num_layers, row.num_experts, row.top_k)]
+        shape = [finite_number(x) for x in (row.num_layers, row.num_experts, row.top_k)]
         num_layers = 1
         if any(v is None or v < 1 or v != int(v) for v in shape):
             problems.append(f"{where}: num_layers, num_experts and top_k must be positive integers")
@@ -137,7 +129,7 @@ def _published(path: Path) -> pd.DataFrame:
         if layers is None or layers[1] >= num_layers:
             problems.append(f"{where}: layers must be a layer or a range 'a-b' within [0, {num_layers})")
             layers = (0, 0)
-        value = _number(row.value)
+        value = finite_number(row.value)
         if row.statistic not in STATISTICS:
             problems.append(f"{where}: statistic is none of {', '.join(STATISTICS)}")
         elif value is None or value < 0 or (row.statistic != "zipf_exponent" and value > 1):

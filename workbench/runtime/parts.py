@@ -22,13 +22,12 @@ Rules:
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 from typing import Any, Optional
 
 import pandas as pd
 
-from ..file_reading import read_csv_table
+from ..file_reading import finite_number, read_csv_table
 from .op_cost import CostModelError
 
 __all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "part_facts", "part_figures", "part_names", "parts", "parts_path"]
@@ -76,7 +75,7 @@ def _parts(path: Path) -> pd.DataFrame:
         if row.field == "launch_mode":
             if row.value not in ("eager", "graph"):
                 problems.append(f"{where}: launch_mode must be eager or graph")
-        elif _number(row.value) is None:
+        elif finite_number(row.value) is None:
             problems.append(f"{where}: value {row.value!r} is not a finite number")
         if not row.source.strip():
             problems.append(f"{where}: no source")
@@ -89,14 +88,6 @@ def _parts(path: Path) -> pd.DataFrame:
     if problems:
         raise CostModelError(f"{path}: " + "; ".join(problems))
     return table
-
-
-def _number(text: str) -> Optional[float]:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def part_names(kind: str) -> tuple[str, ...]:
