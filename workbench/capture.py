@@ -49,6 +49,11 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
+try:  # torch's own switch (torch.compile uses it): a graph module writes its Python code on first use
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
+except ImportError:  # a torch without it: the code is written at once, as before
+    _use_lazy_graph_module = None  # type: ignore[assignment]
+
 from .arguments import check_flag, check_optional_flag, describe
 from .capture_failures import CaptureError, export_failure, quiet_export_logs
 from .errors import WorkbenchError
@@ -282,7 +287,7 @@ def capture(
         inputs = tuple(_to_meta(x) for x in inputs)
         keywords = _to_meta(keywords)
     try:
-        with _recording_stack_traces(record), quiet_export_logs(), gc_paused():
+        with _recording_stack_traces(record), quiet_export_logs(), gc_paused(), _code_on_first_use():
             exported = torch.export.export(
                 model, inputs, keywords, dynamic_shapes=dynamic_shapes, strict=strict
             )
@@ -297,6 +302,13 @@ def capture(
         raise export_failure(type(model).__name__, exc) from exc
     source = None if shape_only else ModelSource(model, _shared_weights(exported))
     return Program(exported, shape_only, source=source)
+
+
+def _code_on_first_use() -> Any:
+    """Export builds several graph modules on the way, each of which writes and compiles
+    Python source for every node when made: about a quarter of a full-size export, for
+    code a shape-only program never runs. Deferred, the code is written if it is called."""
+    return _use_lazy_graph_module(True) if _use_lazy_graph_module is not None else contextlib.nullcontext()
 
 
 #: Higher-order ops torch.export wraps a region in when the model switches a global mode

@@ -43,7 +43,7 @@ from .passes import Pass, run_passes, schedule_pass
 from .place import place, report_no_claim
 from .propagate import DeviceGraph, propagate
 
-__all__ = ["Recipe", "Strategy", "StrategyError", "all_on_device"]
+__all__ = ["EveryOpOn", "Recipe", "Strategy", "StrategyError", "all_on_device"]
 
 
 class StrategyError(WorkbenchError, ValueError):
@@ -166,8 +166,19 @@ class Strategy:
         )
 
 
+@dataclass(frozen=True)
+class EveryOpOn:
+    """The placement rule "every op on ``device``". A value, not a closure: two strategies
+    built with the same arguments compare equal, so a plan made for one serves the other."""
+
+    device: str  # the device every op is placed on, e.g. "cuda:0"
+
+    def __call__(self, node: torch.fx.Node) -> str:
+        return self.device
+
+
 def all_on_device(device: str = "cuda:0", skip_copies: bool = True) -> Strategy:
     """Rule 4: everything on ``device``: weights resident, only inputs/outputs cross."""
     check_flag(skip_copies, "skip_copies")
     dev = str(Device.parse(device))
-    return Strategy("all_on_device", f"every op and weight on {dev}", lambda node: dev, skip_copies, device=dev)
+    return Strategy("all_on_device", f"every op and weight on {dev}", EveryOpOn(dev), skip_copies, device=dev)

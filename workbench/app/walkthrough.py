@@ -48,11 +48,12 @@ from ..planning.memory_plan import MemoryPlan, plan
 from ..devices import CPU, Device
 from ..propagate import DeviceGraph
 from ..runtime.cost_model import CostModel, dtype_class, op_cost
-from ..runtime.default_model import default_device_preset
+from ..runtime.default_model import default_cost_model, default_device_preset
 from ..runtime.executor import RunResult, estimate, run
 from ..runtime.tensors import stage_inputs, to_host
 from ..moe.strategies import Strategy, expert_streaming, strategy_variants
 from ..sweeps import InlineExecutor, ModelSource, SweepResult, default_grid, quick_grid, sweep
+from ..sweeps.reuse import estimated, planned
 
 __all__ = [
     "LINKS",
@@ -275,6 +276,9 @@ def full_size_results(
     its default strategies are ``strategy_variants()``.
     """
     progress = progress or _quiet
+    # the default model itself when no preset is named: the capacity sweep times its
+    # points with it, so the timelines made here serve the sweep (sweeps.reuse rule 2)
+    base = default_cost_model() if device_preset is None else CostModel.preset(device_preset)
     device_preset = device_preset or default_device_preset()
     if captured is not None:
         strategies = strategies or strategy_variants()
@@ -291,12 +295,12 @@ def full_size_results(
 
     results = []
     for strategy in progress(chosen, "full size: strategies"):
-        memory = plan(strategy.apply(programs(strategy)), algorithm)
-        models = {link: CostModel.preset(device_preset, link=link) for link in links}
+        memory = planned(programs(strategy), strategy, algorithm)  # the sweep reuses it (sweeps.reuse)
+        models = {link: base.with_link(link) for link in links}
         if strategy.prefetch:
             assert rate is not None  # set above whenever a strategy prefetches
             models = {link: m.with_prefetch_hit_rate(rate) for link, m in models.items()}
-        estimates = {link: estimate(memory, m) for link, m in models.items()}
+        estimates = {link: estimated(memory, m) for link, m in models.items()}
         results.append(
             StrategyResult(
                 strategy,

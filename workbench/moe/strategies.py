@@ -86,7 +86,7 @@ from ..capture import Program
 from ..devices import Device
 from ..passes import FunctionPass, schedule_pass
 from ..place import module_paths
-from ..strategy import Recipe, Strategy, StrategyError, all_on_device
+from ..strategy import EveryOpOn, Recipe, Strategy, StrategyError, all_on_device
 from .cache_graph import CacheGraphError, CacheSpec, cached_program, rewrite_reads
 from .cache_policies import ON_MISS, POLICIES
 from .discovery import ExpertMap, expert_map, find_experts
@@ -248,7 +248,7 @@ def expert_streaming(
     return ExpertStrategy(
         "expert_streaming",
         f"every op on {dev}; {what}",
-        lambda node: dev,
+        EveryOpOn(dev),
         skip_copies,
         stream_constants=streamed,
         device=dev,
@@ -290,7 +290,7 @@ def partial_offload(n_host_layers: int, device: str = "cuda:0", skip_copies: boo
     return PartialOffload(
         "partial_offload",
         f"routed experts of the first {n} MoE layers run on the host; everything else on {dev}",
-        lambda node: dev,  # bound per program by apply: the layers are found there
+        EveryOpOn(dev),  # bound per program by apply: the layers are found there
         skip_copies,
         device=dev,
         n_host_layers=n,
@@ -392,7 +392,7 @@ def expert_cache(
     return ExpertCache(
         "expert_cache",
         f"every op on {dev}; each layer caches {slots_per_layer} expert slabs ({policy}), {missed}{ahead}",
-        lambda node: dev,
+        EveryOpOn(dev),
         skip_copies,
         device=dev,
         prefetch=prefetch,

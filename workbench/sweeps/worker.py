@@ -5,7 +5,8 @@ Rules:
      ``CostModel``, the planning algorithm and the expected hit rate of the strategy's
      reuse copies — so it pickles to a few hundred bytes for any executor.
   2. ``evaluate(task)`` applies the strategy to the source's program (captured once per
-     process, ``source`` rule 1), plans it once and estimates it once per link; it
+     process, ``source`` rule 1), plans it once and estimates it once per link (a plan or
+     timeline this process made already is reused, ``reuse`` rules 1-2); it
      returns one row per link, plus the process id, its peak resident memory so far and
      the seconds it took, so the caller can report memory per worker.
   3. A row's device figures are for ``strategy.device``: ``device_bytes`` = resident
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..devices import CPU, Device
-from ..planning.memory_plan import plan
-from ..runtime import CostModel, estimate
+from ..runtime import CostModel
+from .reuse import estimated, planned
 from .source import Source
 from .spec import StrategySpec
 
@@ -69,7 +70,7 @@ def evaluate(task: SweepTask) -> TaskResult:
     start = time.perf_counter()
     strategy = task.spec.build()
     program = task.source.program(strategy.prefetch)
-    memory = plan(strategy.apply(program), task.algorithm)
+    memory = planned(program, strategy, task.algorithm)  # made once per process (reuse rule 1)
     device = Device.parse(strategy.device)
     resident = int(memory.constant_bytes.get(device, 0))
     arena = int(memory.arena_bytes.get(device, 0))
@@ -79,7 +80,7 @@ def evaluate(task: SweepTask) -> TaskResult:
         model = task.cost_model.with_link(link)
         if task.expected_hit_rate is not None:
             model = model.with_prefetch_hit_rate(task.expected_hit_rate)
-        timeline = estimate(memory, model)
+        timeline = estimated(memory, model)
         moved = timeline.bytes_moved()
         rows.append(
             {
