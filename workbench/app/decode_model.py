@@ -74,7 +74,7 @@ CACHE_RESERVE = 0.1
 _HOST_PARTS: tuple[tuple[str, str], ...] = (
     (r"2 x AMD EPYC 9355", "epyc_9355_2s"), (r"EPYC 9355", "epyc_9355"), (r"2 x AMD EPYC 9654", "epyc_9654_2s"),
     (r"i3-8100", "core_i3_8100"), (r"E5-2650 v4", "xeon_e5_2650v4"), (r"i9-10900X", "core_i9_10900x"),
-    (r"i5-14600KF", "core_i5_14600kf"),
+    (r"i5-14600KF", "core_i5_14600kf"), (r"i9-14900KF", "core_i9_14900kf_ddr5_4200"),
 )  # fmt: skip
 
 
