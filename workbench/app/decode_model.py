@@ -56,12 +56,12 @@ import pandas as pd
 
 from ..file_reading import finite_number, parse_json, read_regular_file
 from ..runtime.parts import part_facts, part_figures, part_names
-from .runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
+from .runtime_profiles import RuntimeProfile, RuntimeProfileError, profile_for, runtime_profiles
 from ..weight_formats import weight_formats
 from .published_runs import AnchorError, FittedTerm, gpu_part, published_decode_runs, published_dir
 
 __all__ = ["CACHE_RESERVE", "DecodeLayout", "DecodePrediction", "decode_layout", "ModelFamily", "RegimeModel", "fit_regime_model", "host_part",
-           "link_part", "model_families", "predict_decode", "regime_model", "time_decode", "regime_model_tok_s", "weight_bits"]  # fmt: skip
+           "link_part", "model_families", "predict_decode", "regime_model", "runtime_profile", "time_decode", "regime_model_tok_s", "weight_bits"]  # fmt: skip
 
 #: A published run: a row of ``published_decode_runs()`` or a dict of its columns.
 Run = Mapping[str, Any]
@@ -457,6 +457,19 @@ def fit_regime_model(runs: Optional[pd.DataFrame] = None, profiles: Optional[tup
 def regime_model() -> RegimeModel:
     """The model fitted on the shipped published table and runtime profiles."""
     return fit_regime_model()
+
+
+def runtime_profile(name: str, fits: Optional[Mapping[str, float]] = None,
+                    profiles: Optional[tuple[RuntimeProfile, ...]] = None) -> RuntimeProfile:
+    """The runtime profile ``name`` with its fitted terms filled in — from ``fits``, by
+    default the shipped regime model's — ready for ``CostModel.compose(gpu=, host=, link=,
+    runtime=runtime_profile("executorch_graph"))``. An unknown name is refused with a
+    ``RuntimeProfileError`` listing the valid ones."""
+    table = profiles if profiles is not None else runtime_profiles()
+    found = next((p for p in table if p.name == name), None)
+    if found is None:
+        raise RuntimeProfileError(f"no runtime profile {name!r}; valid: {', '.join(p.name for p in table)}")
+    return found.resolved(fits if fits is not None else regime_model().fits)
 
 
 def regime_model_tok_s(run: Run) -> tuple[Optional[float], str, str, str]:
