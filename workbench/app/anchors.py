@@ -169,8 +169,9 @@ def memory_bound_tok_s(row: pd.Series) -> tuple[Optional[float], str]:
 
 #: The columns of a ``modeled_vs_published`` table.
 MODELED_COLUMNS = ("id", "regime", "published tok/s", "modeled tok/s", "ratio", "not modeled because", "runtime profile",
-                   "parts")  # fmt: skip
-ModelAnswer = Union[tuple[Optional[float], str], tuple[Optional[float], str, str, str]]
+                   "parts", "routing")  # fmt: skip
+ModelAnswer = Union[tuple[Optional[float], str], tuple[Optional[float], str, str, str],
+                    tuple[Optional[float], str, str, str, str]]
 
 
 def modeled_vs_published(
@@ -179,12 +180,13 @@ def modeled_vs_published(
 ) -> pd.DataFrame:
     """One row per published run: id, regime, published tok/s, modeled tok/s (NaN when
     ``model`` cannot express it), ratio (modeled / published), why a row is not modeled,
-    and the runtime profile and parts the model used (names; "" when it says none).
+    the runtime profile and parts the model used (names; "" when it says none), and the
+    routing its expert cache's hit rate assumed ("" when there is no cache).
 
     ``model`` defaults to the regime model (``workbench.app.decode_model``: every regime,
     its terms fitted on the shipped table); it may be any callable returning
     ``(tok/s or None, why)`` — such as ``memory_bound_tok_s`` — or
-    ``(tok/s or None, why, runtime profile, parts)``."""
+    ``(tok/s or None, why, runtime profile, parts[, routing])``."""
     if model is None:
         model = regime_model_tok_s
     runs = runs if runs is not None else published_decode_runs()
@@ -192,11 +194,13 @@ def modeled_vs_published(
     for _, run in runs.iterrows():
         answer = model(run)
         modeled, why = answer[0], answer[1]
-        profile, parts_used = (answer[2], answer[3]) if len(answer) == 4 else ("", "")
+        profile, parts_used = (answer[2], answer[3]) if len(answer) >= 4 else ("", "")
+        routing = answer[4] if len(answer) == 5 else ""
         rows.append({"id": run["id"], "regime": run["regime"], "published tok/s": float(run["decode_tok_s"]),
                      "modeled tok/s": np.nan if modeled is None else float(modeled),
                      "ratio": np.nan if modeled is None else float(modeled) / float(run["decode_tok_s"]),
-                     "not modeled because": why, "runtime profile": profile, "parts": parts_used})  # fmt: skip
+                     "not modeled because": why, "runtime profile": profile, "parts": parts_used,
+                     "routing": routing})  # fmt: skip
     return pd.DataFrame(rows, columns=list(MODELED_COLUMNS))
 
 
