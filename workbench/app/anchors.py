@@ -40,12 +40,26 @@ written and read again). The eager anchor checks the host issue rate
 (``launch_overhead``), the graph anchor the per-kernel floor of replay (``kernel_gap +
 min_kernel_time``) together with the memory time. The PR does not say which A100; the
 80 GB SXM part is modeled (the 40 GB part has 24% less memory bandwidth).
+
+The same two ExecuTorch runs are rows of the published table too, modeled there by the
+regime model (``workbench.app.decode_model``). The two paths agree in direction — both
+model ExecuTorch as slower than published (this table's ratio is modeled/published
+*time*, the regime table's modeled/published *speed*) — and differ in how: this table
+charges the bf16 graph's 10.5 GB per token and a per-kernel floor of replay of 1.4 µs
+(``kernel_gap + min_kernel_time``, estimates) to 3,110 kernels; the regime model charges
+the int4 bytes ExecuTorch read (1.6 GB) and its fitted per-kernel time (2.9 µs) to the
+same 3,110. Quantized to int4 (``full_size_plan(formats={"int4_g128": ["module:*"]})``,
+as ``benchmarks/anchors.py`` shows), this table's graph replay falls to ~5.3 ms: its match at
+bf16 rests on bytes ExecuTorch did not read. ExecuTorch's replayed step implies ~2.2 µs
+per kernel beyond the bytes if it ran 3,110 kernels; it ran fewer (AOTInductor fuses
+pointwise chains, and the experts are one fused kernel), so each cost more — ExecuTorch's
+launch count is not published, and neither model can pin its per-kernel time closer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -57,6 +71,7 @@ from ..planning.memory_plan import MemoryPlan, plan
 from ..runtime.cost_model import CostModel
 from ..runtime.sim_timing import estimate
 from ..strategy import all_on_device
+from ..weight_formats import quantize
 from .decode_model import DecodePrediction, RegimeModel, fit_regime_model, predict_decode, regime_model, regime_model_tok_s
 from .published_runs import (
     GPU_PARTS,
@@ -109,14 +124,19 @@ UNMODELED_ANCHORS: tuple[Anchor, ...] = (
 )  # fmt: skip
 
 
-def full_size_plan(config: Optional[MoEConfig] = None, algorithm: str = "greedy") -> MemoryPlan:
+def full_size_plan(config: Optional[MoEConfig] = None, algorithm: str = "greedy",
+                   formats: Optional[Mapping[str, Any]] = None) -> MemoryPlan:
     """The decode step of ``config`` (default: the published 35B-A3B), captured shape-only
-    with every op and weight on ``cuda:0`` and inputs/outputs already there (no copies)."""
+    with every op and weight on ``cuda:0`` and inputs/outputs already there (no copies);
+    ``formats``: weight-format rules for ``quantize`` (default: the captured bf16)."""
     config = config or MoEConfig.full()
     with torch.device("meta"):
         model = QwenMoEDecoder(config)
         inputs = model.example_inputs()
-    return plan(all_on_device(skip_copies=True).apply(capture(model, inputs, shape_only=True)), algorithm)
+    program = capture(model, inputs, shape_only=True)
+    if formats is not None:
+        program = quantize(program, formats)
+    return plan(all_on_device(skip_copies=True).apply(program), algorithm)
 
 
 def anchors_table(
