@@ -35,8 +35,9 @@ Rules:
       dimension Z, those are shared experts the router weights (Inkling's
       ``shared_experts [Z, …]``, always computed): ``scored_shared``; otherwise they
       compute nothing (ZAYA's skip expert, masked to a zero weight before the experts
-      run): ``zero_experts``, as in rule 1c. Either way the ids that select the
-      container's slabs stay below E, so strategies and caches move only the E experts.
+      run): ``zero_experts``, as in rule 1c. Strategies and caches move only the E
+      experts: the ids that select slabs stay below E (ZAYA masks a skip to expert 0
+      with weight 0; Inkling's top-k ranks only the routed columns).
 3. When the expert count is known — ``num_experts=``, or the model's config
    (``num_experts``, ``num_local_experts`` or ``n_routed_experts``, also under
    ``text_config``) — E must equal it.
@@ -354,10 +355,8 @@ def _router(shapes: Mapping[str, tuple[tuple[int, ...], int]], module: str, coun
     """Rule 2: ``(router, Z)``: the parameter in the container's parent, outside the
     container, that scores its ``count`` experts and ``zero`` zero-computation ones
     (rule 1c), or else (rule 2b) the fewest more, Z."""
-    parent, inside = _parent(module), module + "."
-    scope = parent + "." if parent else ""
-    near = {fqn: shape for fqn, (shape, _nbytes) in shapes.items()
-            if fqn.startswith(scope) and not fqn.startswith(inside) and len(shape) == 2}
+    scope = _parent(module) + "." if _parent(module) else ""
+    near = {fqn: shape for fqn, shape in _beside(shapes, module).items() if len(shape) == 2}
     extras = range(1, count // 2 + 1) if not zero else ()
     for extra in (0, *extras):
         for fqn, shape in near.items():
@@ -375,10 +374,14 @@ def _router_widths(near: Mapping[str, tuple[int, ...]], scope: str, dims: set[in
 
 def _holds_slabs(shapes: Mapping[str, tuple[tuple[int, ...], int]], module: str, count: int) -> bool:
     """Rule 2b: the container's parent holds, outside it, slabs of leading dimension ``count``."""
+    return any(len(shape) >= 3 and shape[0] == count for shape in _beside(shapes, module).values())
+
+
+def _beside(shapes: Mapping[str, tuple[tuple[int, ...], int]], module: str) -> dict[str, tuple[int, ...]]:
+    """Shapes of the parameters in the container's parent module, outside the container."""
     parent, inside = _parent(module), module + "."
     scope = parent + "." if parent else ""
-    return any(fqn.startswith(scope) and not fqn.startswith(inside) and len(shape) >= 3 and shape[0] == count
-               for fqn, (shape, _nbytes) in shapes.items())
+    return {fqn: shape for fqn, (shape, _nbytes) in shapes.items() if fqn.startswith(scope) and not fqn.startswith(inside)}
 
 
 # --- MoE layers by index, as the rest of workbench.moe names them ---------------------
