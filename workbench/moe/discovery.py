@@ -25,6 +25,19 @@ Rules:
    states, H being one of the experts' weight dimensions. The router is what tells
    experts apart from a stack of decoder layers, a depthwise convolution's ``[C, 1, K]``
    weight, or a shared expert (which has no router of its own width).
+   a. The router may be the last layer of a small network of its own width D (ZAYA's
+      ``gate.router_mlp.out_proj (E+1, D)``): its ``(·, D)`` parameter counts when its
+      own module (the parent's child that holds it) also holds a ``(D, H)`` parameter
+      that reads the hidden states.
+   b. It may score Z more columns than the container holds experts (1 <= Z <= E // 2),
+      when no router scores exactly E: columns for experts that hold no weights in the
+      container. When the parent holds, outside the container, slabs of leading
+      dimension Z, those are shared experts the router weights (Inkling's
+      ``shared_experts [Z, …]``, always computed): ``scored_shared``; otherwise they
+      compute nothing (ZAYA's skip expert, masked to a zero weight before the experts
+      run): ``zero_experts``, as in rule 1c. Strategies and caches move only the E
+      experts: the ids that select slabs stay below E (ZAYA masks a skip to expert 0
+      with weight 0; Inkling's top-k ranks only the routed columns).
 3. When the expert count is known — ``num_experts=``, or the model's config
    (``num_experts``, ``num_local_experts`` or ``n_routed_experts``, also under
    ``text_config``) — E must equal it.
@@ -102,7 +115,8 @@ class ExpertLayer:
     layout: str  # "stacked" (weights [E, ...]) or "modules" (one submodule per expert)
     expert_nbytes: int  # bytes of one expert's weights (what streaming one expert moves)
     kind: str = "mlp"  # "mlp", or "attention" for experts inside an attention module (rule 6)
-    zero_experts: int = 0  # experts the router scores that compute nothing (rule 1c)
+    zero_experts: int = 0  # experts the router scores that compute nothing (rules 1c, 2b)
+    scored_shared: int = 0  # shared experts beside the container that the router also scores (rule 2b)
 
     @property
     def nbytes(self) -> int:
@@ -181,6 +195,7 @@ class ExpertMap:
                 "layout": layer.layout,
                 "num_experts": layer.num_experts,
                 "zero_experts": layer.zero_experts,
+                "scored_shared": layer.scored_shared,
                 "router": layer.router,
                 "weights": ", ".join(w.removeprefix(layer.module + ".") for w in layer.weights),
                 "KiB_per_expert": round(layer.expert_nbytes / 2**10, 2),
@@ -188,7 +203,7 @@ class ExpertMap:
             }
             for layer in self.layers
         ]
-        columns = ["layer", "module", "kind", "layout", "num_experts", "zero_experts", "router", "weights", "KiB_per_expert", "MiB_all_experts"]
+        columns = ["layer", "module", "kind", "layout", "num_experts", "zero_experts", "scored_shared", "router", "weights", "KiB_per_expert", "MiB_all_experts"]
         return pd.DataFrame(rows, columns=columns)
 
 
@@ -232,37 +247,53 @@ def find_experts(model: torch.nn.Module | Program, num_experts: Optional[int] = 
         )
     candidates = _stacked(shapes) + _module_lists(shapes)
     order = {fqn: i for i, fqn in enumerate(shapes)}
-    found: list[tuple[str, int, list[str], str, str, int]] = []
+    found: list[_Found] = []
     for module, count, weights, dims, layout, zero in candidates:
         if num_experts is not None and count != num_experts:
             continue
-        router = _router(shapes, module, count + zero, dims)
-        if router is not None:
-            found.append((module, count, weights, router, layout, zero))
+        scored = _router(shapes, module, count, zero, dims)
+        if scored is not None:
+            router, extra = scored
+            shared = extra if extra and _holds_slabs(shapes, module, extra) else 0
+            found.append(_Found(module, count, weights, router, layout, zero + extra - shared, shared))
     layers = []
-    for module, count, weights, router, layout, zero in _merge_siblings(found):
-        nbytes = sum(shapes[w][1] // shapes[w][0][0] for w in weights) if layout == "stacked" else \
-            sum(shapes[w][1] for w in weights) // count
-        index = _LAYER_INDEX.findall(module)
+    for f in _merge_siblings(found):
+        nbytes = sum(shapes[w][1] // shapes[w][0][0] for w in f.weights) if f.layout == "stacked" else \
+            sum(shapes[w][1] for w in f.weights) // f.count
+        index = _LAYER_INDEX.findall(f.module)
         layer = int(index[-1]) if index else None
-        kind = "attention" if any(_ATTENTION.search(part) for part in module.split(".")) else "mlp"
-        layers.append(ExpertLayer(layer, module, tuple(weights), count, router, layout, nbytes, kind, zero))
+        kind = "attention" if any(_ATTENTION.search(part) for part in f.module.split(".")) else "mlp"
+        layers.append(ExpertLayer(layer, f.module, tuple(f.weights), f.count, f.router, f.layout, nbytes, kind, f.zero, f.shared))
     layers.sort(key=lambda layer: order[layer.weights[0]])
     return ExpertMap(tuple(layers))
 
 
-def _merge_siblings(found: list[tuple[str, int, list[str], str, str, int]]) -> list[tuple[str, int, list[str], str, str, int]]:
+@dataclass(frozen=True)
+class _Found:
+    """One container with its router, before siblings merge (rule 1d)."""
+
+    module: str
+    count: int
+    weights: list[str]
+    router: str
+    layout: str
+    zero: int
+    shared: int
+
+
+def _merge_siblings(found: list[_Found]) -> list[_Found]:
     """Rule 1d: stacked containers that share a parent and a router, as one container (the parent)."""
-    groups: dict[tuple[str, str], list[tuple[str, int, list[str], str, str, int]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[_Found]] = defaultdict(list)
     for item in found:
-        groups[(_parent(item[0]), item[3])].append(item)
+        groups[(_parent(item.module), item.router)].append(item)
     merged = []
     for (parent, router), items in groups.items():
-        if len(items) == 1 or any(item[4] != "stacked" or item[1] != items[0][1] for item in items) or not parent:
+        if len(items) == 1 or any(item.layout != "stacked" or item.count != items[0].count for item in items) or not parent:
             merged += items
             continue
-        weights = [w for item in items for w in item[2]]
-        merged.append((parent, items[0][1], weights, router, "stacked", max(item[5] for item in items)))
+        weights = [w for item in items for w in item.weights]
+        merged.append(_Found(parent, items[0].count, weights, router, "stacked",
+                             max(item.zero for item in items), max(item.shared for item in items)))
     return merged
 
 
@@ -319,15 +350,38 @@ def _module_lists(shapes: Mapping[str, tuple[tuple[int, ...], int]]) -> list[tup
     return found
 
 
-def _router(shapes: Mapping[str, tuple[tuple[int, ...], int]], module: str, count: int, dims: set[int]) -> Optional[str]:
-    """Rule 2: the (E, H) parameter in the container's parent, outside the container."""
+def _router(shapes: Mapping[str, tuple[tuple[int, ...], int]], module: str, count: int, zero: int,
+            dims: set[int]) -> Optional[tuple[str, int]]:
+    """Rule 2: ``(router, Z)``: the parameter in the container's parent, outside the
+    container, that scores its ``count`` experts and ``zero`` zero-computation ones
+    (rule 1c), or else (rule 2b) the fewest more, Z."""
+    scope = _parent(module) + "." if _parent(module) else ""
+    near = {fqn: shape for fqn, shape in _beside(shapes, module).items() if len(shape) == 2}
+    extras = range(1, count // 2 + 1) if not zero else ()
+    for extra in (0, *extras):
+        for fqn, shape in near.items():
+            if shape[0] == count + zero + extra and shape[1] in _router_widths(near, scope, dims, fqn):
+                return fqn, extra
+    return None
+
+
+def _router_widths(near: Mapping[str, tuple[int, ...]], scope: str, dims: set[int], fqn: str) -> set[int]:
+    """Rule 2a: the widths a router at ``fqn`` may read: the experts' dims, and D for each
+    ``(D, H)`` parameter (H one of those dims) in its own module (the parent's child)."""
+    own = scope + fqn[len(scope):].split(".", 1)[0] + "."
+    return dims | {shape[0] for name, shape in near.items() if name != fqn and name.startswith(own) and shape[1] in dims}
+
+
+def _holds_slabs(shapes: Mapping[str, tuple[tuple[int, ...], int]], module: str, count: int) -> bool:
+    """Rule 2b: the container's parent holds, outside it, slabs of leading dimension ``count``."""
+    return any(len(shape) >= 3 and shape[0] == count for shape in _beside(shapes, module).values())
+
+
+def _beside(shapes: Mapping[str, tuple[tuple[int, ...], int]], module: str) -> dict[str, tuple[int, ...]]:
+    """Shapes of the parameters in the container's parent module, outside the container."""
     parent, inside = _parent(module), module + "."
     scope = parent + "." if parent else ""
-    for fqn, (shape, _nbytes) in shapes.items():
-        if fqn.startswith(scope) and not fqn.startswith(inside) and len(shape) == 2:
-            if shape[0] == count and shape[1] in dims:
-                return fqn
-    return None
+    return {fqn: shape for fqn, (shape, _nbytes) in shapes.items() if fqn.startswith(scope) and not fqn.startswith(inside)}
 
 
 # --- MoE layers by index, as the rest of workbench.moe names them ---------------------
