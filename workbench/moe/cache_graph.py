@@ -94,7 +94,6 @@ from ..capture import Program
 from ..copy_ops import GATHER_REUSE
 from ..devices import CPU, CopyKind, Device
 from ..graph_values import value_of
-from ..place import module_paths
 from ..propagate import CopyRecord, CopyRole, DeviceGraph
 from ..node_facts import mark_copy_stream, mark_row_share, mark_tag, tagged
 from .cache_ops import ADMIT, HITS, ORDERED_AFTER, POSITIONS
@@ -392,8 +391,7 @@ def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, layer:
             continue
         if node.op != "call_function" or not any(a in region for a in node.all_input_nodes):
             continue
-        inside = any(layer.holds(p) for p in module_paths(node))
-        if inside and _row_wise(node, region, rows):
+        if layer.owns(node) and _row_wise(node, region, rows):
             region.add(node)
             order.append(node)
     return order
