@@ -415,7 +415,8 @@ def _host_compute(
         outside = [u.name for u in node.users if u not in members]
         if outside:
             raise CacheGraphError(f"{layer.module}: the selected expert rows {node.name} are read by {outside}, which "
-                                  "are not row-wise: host_compute would have to copy weights to the device")  # fmt: skip
+                                  "are not row-wise (one row per routed row): host_compute would have to copy weights to the "
+                                  "device; cache these experts with on_miss='copy'")  # fmt: skip
     with graph.inserting_before(region[0]):  # the region, in graph order, starts with a selection
         hits = _call(graph, HITS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_hits")
         positions = _call(graph, POSITIONS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_positions")

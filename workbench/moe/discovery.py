@@ -34,7 +34,9 @@ Rules:
       parameters (the shared expert's output is where the experts end). In an
       ``nn.Module`` (no graph) they are the tables of the lookup modules
       (``nn.Embedding``) with exactly the declared expert count of rows (rule 3: a
-      count must be known), grouped by parent; the router is then not named ("").
+      count must be known), grouped by parent; the router is then not named (""). A
+      parameter of a layer found by rules 1a-1d (a stacked layer's per-expert bias
+      ``[E, I]``, read by the same ids) is not a table.
 2. They are routed: a router — a two-dim parameter of shape ``(E, H)`` outside the
    container but inside its parent module — scores the E experts from width-H hidden
    states, H being one of the experts' weight dimensions. The router is what tells
@@ -261,9 +263,11 @@ def find_experts(model: torch.nn.Module | Program, num_experts: Optional[int] = 
         raise ExpertDiscoveryError(
             f"find_experts takes an nn.Module or a Program from workbench.capture, got {type(model).__name__}"
         )
-    tables = _program_tables(model, shapes, num_experts) if isinstance(model, Program) else \
-        _module_tables(model, shapes, num_experts)
-    found_layers = _shaped_layers(shapes, num_experts) + tables
+    shaped = _shaped_layers(shapes, num_experts)
+    taken = {w for layer in shaped for w in layer.weights}  # a stacked layer's per-expert biases are no tables
+    tables = _program_tables(model, shapes, num_experts, taken) if isinstance(model, Program) else \
+        _module_tables(model, shapes, num_experts, taken)
+    found_layers = shaped + tables
     order = {fqn: i for i, fqn in enumerate(shapes)}
     found_layers.sort(key=lambda layer: order[layer.weights[0]])
     return ExpertMap(tuple(found_layers))
@@ -305,13 +309,14 @@ def _table_layer(module: str, tables: list[str], router: str, shapes: Mapping[st
 
 
 def _module_tables(model: torch.nn.Module, shapes: Mapping[str, tuple[tuple[int, ...], int]],
-                   num_experts: Optional[int]) -> list[ExpertLayer]:  # fmt: skip
+                   num_experts: Optional[int], taken: set[str]) -> list[ExpertLayer]:  # fmt: skip
     """Rule 1e in a module: lookup tables of exactly ``num_experts`` rows, by parent."""
     if num_experts is None:
         return []
     by_parent: dict[str, list[str]] = defaultdict(list)
     for path, module in model.named_modules():
-        if isinstance(module, torch.nn.Embedding) and path and module.weight.shape[0] == num_experts:
+        if isinstance(module, torch.nn.Embedding) and path and module.weight.shape[0] == num_experts \
+                and f"{path}.weight" not in taken:
             by_parent[_parent(path)].append(f"{path}.weight")
     return [_table_layer(parent, names, "", shapes) for parent, names in by_parent.items() if parent and all(n in shapes for n in names)]
 
@@ -351,7 +356,7 @@ def _ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
 
 
 def _program_tables(program: Program, shapes: Mapping[str, tuple[tuple[int, ...], int]],
-                    num_experts: Optional[int]) -> list[ExpertLayer]:  # fmt: skip
+                    num_experts: Optional[int], taken: set[str]) -> list[ExpertLayer]:  # fmt: skip
     """Rule 1e in a program: tables gathered by ids a ``topk`` chose, by ids, with their ops."""
     params = {name: fqn for name, fqn in program.constants.items() if program.constant_kinds[name] == "parameter"}
     reads: dict[torch.fx.Node, list[tuple[torch.fx.Node, str]]] = defaultdict(list)  # ids → (gather, table FQN)
@@ -360,6 +365,8 @@ def _program_tables(program: Program, shapes: Mapping[str, tuple[tuple[int, ...]
         if gathered is None or gathered[0].name not in params:
             continue
         fqn = params[gathered[0].name]
+        if fqn in taken:
+            continue
         shape = shapes[fqn][0]
         if len(shape) == 2 and shape[0] >= 2 and (num_experts is None or shape[0] == num_experts):
             reads[gathered[1]].append((node, fqn))
