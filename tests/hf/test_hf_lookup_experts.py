@@ -111,3 +111,36 @@ def test_lookup_experts_on_host_compute_are_refused():
     StrategyError saying the rows are not read row-wise (no weight would be copied silently)."""
     with pytest.raises(StrategyError, match="not row-wise"):
         expert_cache(2, "lru", on_miss="host_compute").apply(decode_step().program)
+
+
+def test_per_expert_biases_of_stacked_experts_are_not_tables():
+    """GPT-OSS's per-expert biases [E, I] are two-dim parameters gathered by the router's
+    ids too (batched_mm): they stay weights of the stacked layer, never a second layer of
+    lookup tables (each MoE layer found once)."""
+    model = hf.load_model("gpt_oss", experts_implementation="batched_mm")
+    experts = find_experts(hf.capture_prefill(model, tokens=2).program)
+    assert experts.modules == ("model.layers.0.mlp.experts", "model.layers.1.mlp.experts")
+    assert all(not layer.ops and f"{layer.module}.down_proj_bias" in layer.weights for layer in experts)
+
+
+def test_routing_of_lookup_experts_is_recorded_and_pins_a_static_cache():
+    """A RoutingRecorder reads each layer's ids at its first table's lookup (the ids the
+    router chose: k distinct experts per token, among the num_keys² the product keys
+    reach); the trace's counts pin a static_hot cache whose 4-token decode equals eager."""
+    from workbench.hf.steps import example_tokens
+    from workbench.moe import RoutingRecorder
+    from workbench.moe.decode import decode
+
+    model = doge()
+    tokens = example_tokens(model.config.vocab_size, 1, 6, seed=3)
+    with RoutingRecorder(model) as recorder, torch.no_grad():
+        model(tokens)
+    trace = recorder.trace()
+    assert trace.experts.shape == (6, 2, 2)
+    reachable = int(model.config.num_experts**0.5) ** 2
+    assert ((trace.experts >= 0) & (trace.experts < reachable)).all()
+    assert all(len(set(row)) == 2 for row in trace.experts.reshape(-1, 2).tolist())
+    step = decode_step()
+    memory = make_plan(expert_cache(2, "static_hot", popularity=trace.counts()).apply(step.program), "greedy")
+    result = decode(memory, 4, first_token=5, reference=step.module, atol=1e-4)
+    assert all(result.matches_eager)

@@ -34,7 +34,8 @@ Rules:
       parameters (the shared expert's output is where the experts end). In an
       ``nn.Module`` (no graph) they are the tables of the lookup modules
       (``nn.Embedding``) with exactly the declared expert count of rows (rule 3: a
-      count must be known), grouped by parent; the router is then not named (""). A
+      count must be known), grouped by parent; the router is then not named (""). Their
+      layout is ``"stacked"`` (a table is a stack of one-row slabs, read by row). A
       parameter of a layer found by rules 1a-1d (a stacked layer's per-expert bias
       ``[E, I]``, read by the same ids) is not a table.
 2. They are routed: a router — a two-dim parameter of shape ``(E, H)`` outside the
@@ -201,7 +202,7 @@ class ExpertMap:
         return {op: layer for layer in self.layers for op in layer.ops}
 
     def contains(self, node: torch.fx.Node) -> bool:
-        """True when ``node`` is an op of a routed experts' container."""
+        """True when ``node`` is one of the routed experts' ops (``layer_of``)."""
         return self.layer_of(node) is not None
 
     def to_dataframe(self) -> pd.DataFrame:
