@@ -35,21 +35,18 @@ class _LookupMoE(nn.Module):
         scores, ids = self.router(x).topk(TOP_K, dim=-1)  # (N, k)
         gates = torch.softmax(scores, -1)
         act = torch.relu((self.keys(ids) * x.unsqueeze(1)).sum(-1)) * gates  # (N, k)
-        return self.shared(x) + (act.unsqueeze(-1) * self.values(ids)).sum(1)
+        return x + self.shared(x) + (act.unsqueeze(-1) * self.values(ids)).sum(1)
 
 
 class _Model(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, HIDDEN)  # a lookup too, by the input's ids: no expert
-        self.layers = nn.ModuleList(_LookupMoE() for _ in range(LAYERS))
+        self.layers = nn.Sequential(*(_LookupMoE() for _ in range(LAYERS)))
         self.head = nn.Linear(HIDDEN, VOCAB)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.embed(ids)
-        for layer in self.layers:
-            x = x + layer(x)
-        return self.head(x)
+        return self.head(self.layers(self.embed(ids)))
 
 
 @functools.lru_cache(maxsize=None)
