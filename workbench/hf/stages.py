@@ -203,8 +203,8 @@ def unexpressed_experts(model: "PreTrainedModel") -> str:
                 "hidden state or a layer of its own module that does; without one no strategy can move or cache them, so "
                 "run this model with all_on_device")
     rows = [f"{n} {shapes[n]}" for n, shape in shapes.items() if len(shape) == 2 and shape[0] == count][:2]
-    return (head + "none is a stacked slab or module: " + (f"{'; '.join(rows)} hold one vector per expert (experts "
-            "as rows of tables, looked up by index rather than multiplied slab by slab), " if rows else "") +
+    return (head + "none is a stacked slab or module: " + (f"{'; '.join(rows)} hold one vector per expert, but not as "
+            "the table of a lookup module (nn.Embedding) whose rows the router's ids pick, " if rows else "") +
             "a kind of expert workbench.experts.find_experts does not express, so no strategy can move or cache them")
 
 
