@@ -51,7 +51,7 @@ import torch
 from torch.export.graph_signature import OutputKind
 
 from ..capture import CaptureError, Program, capture
-from .cache import CacheSlot, cache_slots, read_states, rebuild
+from .cache import CacheSlot, cache_slots, check_carried, read_states, rebuild
 from .configs import HFError
 from .expert_forms import batched_experts
 from .models import check_model, experts_hint
@@ -75,6 +75,8 @@ def _capture_step(model: "PreTrainedModel", step: torch.nn.Module, inputs: tuple
         with batched_experts(model):  # rule 4: the workbench's batched form of experts that only loop
             program = capture(step, inputs, **options)
     except CaptureError as exc:
+        if isinstance(exc.__cause__, HFError):  # the step's own refusal (an uncarried cache state), already one paragraph
+            raise exc.__cause__ from None
         data_dependent = "data-dependent" in exc.torch_message.lower() or "DataDependent" in exc.torch_message
         hint = experts_hint(model) if data_dependent else ""
         text = str(exc) if not hint else str(exc).split(" What to do: ")[0] + f" What to do: {hint}."
@@ -159,6 +161,7 @@ class DecodeStep(_ModelStep):
             )
         cache = rebuild(self.template, self.slots, states)
         out = self.hf_model(input_ids=input_ids, cache=cache, use_cache=True, cache_position=cache_position)
+        check_carried(cache, self.slots)
         return (out.logits, *read_states(cache, self.slots))  # (B, 1, V), states
 
     def example_states(self) -> tuple[torch.Tensor, ...]:
