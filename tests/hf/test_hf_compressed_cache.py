@@ -121,3 +121,57 @@ def test_state_the_step_would_create_is_refused():
         hf.capture_decode(model, cache)
     assert not isinstance(info.value, wb.CaptureError)
     assert _same(_snapshot(cache), before)
+
+
+def _transformers_decode(model, tokens):
+    """transformers' own logits for ``tokens`` fed one at a time into its dynamic cache."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    out = []
+    with torch.no_grad():
+        for token in tokens:
+            out.append(model(input_ids=torch.tensor([[token]]), cache=cache, use_cache=True).logits)
+    return out
+
+
+def test_static_form_decodes_like_transformers_token_by_token():
+    """transformers keeps compressed attention dynamic only; the workbench's static form
+    makes one captured step serve every position: an 8-token ``wb.decode`` from zero states
+    (the sparse layer's 4-token windows closing twice, its overlap carried from the first
+    to the second) equals the step run eagerly at every step, and every step's logits equal
+    transformers' own dynamic-cache decode of the same tokens. The caller's static cache is
+    unchanged by capture."""
+    model = v4_model()
+    cache = hf.prefill_cache(model, "static", past=4, max_cache_len=8)
+    before = _snapshot(cache)
+    step = hf.capture_decode(model, cache)
+    assert _same(_snapshot(cache), before)
+    shapes = dict(zip(step.state_names, (tuple(t.shape) for t in step.inputs[2:])))
+    assert shapes["layers.2.compressed_kv.compressor"] == (1, 2, 8) and shapes["layers.2.buffer_kv.indexer"] == (1, 4, 32)
+    out = dict(zip(step.state_names, step.eager()[1:]))
+    assert all(out[name].shape == shape for name, shape in shapes.items())  # fixed shapes: outputs feed the next step
+    memory = wb.plan(all_on_device().apply(step.program), "greedy")
+    result = wb.decode(memory, 8, first_token=5, reference=step.module)
+    assert result.matches_eager == (True,) * 8
+    want = _transformers_decode(model, result.tokens)
+    for i, (run, logits) in enumerate(zip(result.steps, want)):
+        got = to_host(run.outputs[0])
+        assert torch.allclose(got.reshape(logits.shape), logits, atol=1e-5), (i, float((got.reshape(logits.shape) - logits).abs().max()))
+
+
+def test_static_form_refuses_what_it_cannot_hold():
+    """Static compressed caches are refused, saying what is valid: over the sliding
+    window; a heavily-compressed layer (no indexer to mask unwritten entries) that could
+    close a window within max_cache_len; more than one token per step."""
+    model = v4_model()
+    window = model.config.sliding_window
+    with pytest.raises(hf.HFError, match=rf"max_cache_len={window + 1} is over .* sliding window \({window}\)"):
+        hf.prefill_cache(model, "static", past=2, max_cache_len=window + 1)
+    config = hf.tiny_family_config("deepseek_v4")
+    config.compress_rates = {**config.compress_rates, "heavily_compressed_attention": 8}
+    with pytest.raises(hf.HFError, match=r"compresses every 8 tokens without an indexer.*fewer than 8 positions"):
+        hf.prefill_cache(hf.load_model(config), "static", past=2, max_cache_len=8)
+    cache = hf.prefill_cache(model, "static", past=2, max_cache_len=8)
+    with pytest.raises(hf.HFError, match="one token per step, got 2"), torch.no_grad():
+        model(input_ids=torch.tensor([[1, 2]]), cache=cache, use_cache=True)

@@ -39,6 +39,10 @@ Rules:
    layer's state) gets one: a dynamic cache is the one its prefill returns; a static one
    is its class holding a static cache's layers. Every state it holds is carried as a
    tensor (``cache`` rule 1), and the caller's cache is never written (``cache`` rule 3).
+6. A model whose layers are all compressed attention (DeepSeek-V4), which transformers
+   caches in dynamic form only, gets a static cache of the workbench's
+   (``compressed_cache``): filled by a dynamic prefill, then made static, so one captured
+   step decodes every position up to ``max_cache_len``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import torch
 from torch.export.graph_signature import OutputKind
 
 from ..capture import CaptureError, Program, capture
+from .compressed_cache import is_compressed_kind, static_compressed_cache
 from .cache import CacheSlot, cache_slots, check_carried, read_states, rebuild
 from .configs import HFError
 from .expert_forms import batched_experts
@@ -266,10 +271,11 @@ def capture_decode(
 
 
 def _static_cache(config: Any, length: int) -> Any:
-    """transformers' ``StaticCache`` for ``config``, or an ``HFError`` naming the layer kind
-    it has no static layer for (DeepSeek-V4's compressed attention)."""
+    """transformers' ``StaticCache`` for ``config``; None when its layer kinds are
+    compressed attention, which transformers keeps dynamic only (rule 6); an ``HFError``
+    naming another layer kind it has no static layer for."""
     from transformers import StaticCache
-    from transformers.cache_utils import STATIC_LAYER_TYPE_MAPPING
+    from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, STATIC_LAYER_TYPE_MAPPING
 
     try:
         return StaticCache(config=config, max_cache_len=length)
@@ -277,6 +283,9 @@ def _static_cache(config: Any, length: int) -> Any:
         kind = exc.args[0] if exc.args else None
         if not isinstance(kind, str) or kind in STATIC_LAYER_TYPE_MAPPING:
             raise
+        kinds = set(getattr(config, "layer_types", None) or ())
+        if kinds and all(is_compressed_kind(DYNAMIC_LAYER_TYPE_MAPPING.get(k)) for k in kinds):
+            return None
         raise HFError(
             f"transformers' StaticCache has no static layer for this model's layer kind {kind!r} (it has "
             f"{', '.join(sorted(STATIC_LAYER_TYPE_MAPPING))}); decode with a dynamic cache (cache='dynamic')"
@@ -309,6 +318,10 @@ def prefill_cache(
         if meta and previous == "grouped_mm":
             model.set_experts_implementation("batched_mm")
         cache = _static_cache(config, length) if kind == "static" else DynamicCache(config=config)
+        if cache is None:  # rule 6: filled in transformers' dynamic form, then made static
+            filled = DynamicCache(config=config)
+            _fill(model, ids, filled)
+            return static_compressed_cache(filled, length)
         try:
             _fill(model, ids, cache)
         except Exception as exc:  # a model with a cache class of its own refuses these (rule 5)
