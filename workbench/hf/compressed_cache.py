@@ -31,6 +31,9 @@ Rules:
    mask over the entries, so an entry not yet written would be attended.
 4. Every method is functional (new tensors, never written in place) except the sliding
    window's, which transformers writes in place (``cache`` rule 3 clones it).
+
+Importing this module imports transformers (its layer is a transformers static sliding
+layer); ``steps`` imports it only when it builds such a cache.
 """
 
 from __future__ import annotations
@@ -163,7 +166,7 @@ def _static_layer(i: int, dynamic: Any, max_cache_len: int) -> StaticCompressedL
     layer.lazy_initialization(keys, keys)
     layer.keys = layer.keys.clone()
     layer.values = layer.values.clone()
-    layer.keys[:, :, :past] = keys[:, :, -past:] if past else keys[:, :, :0]
+    layer.keys[:, :, :past] = keys[:, :, keys.shape[2] - past :]
     layer.values[:, :, :past] = layer.keys[:, :, :past]
     layer.cumulative_length = torch.tensor(past, dtype=torch.long, device=keys.device)
     layer.cumulative_length_int = past
