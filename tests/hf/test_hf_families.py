@@ -149,12 +149,17 @@ def test_experts_switched_off_by_a_flag_are_switched_on():
     assert hf.tiny_family_config("inkling2_text").unpadded_vocab_size == 128
 
 
-def test_static_cache_without_a_static_layer_for_a_kind_is_refused():
+def test_static_cache_without_a_static_layer_for_a_kind_is_the_workbenchs():
     """DeepSeek-V4's compressed-attention layer kinds have no static cache layer in
-    transformers: a static cache is an HFError naming those kinds and the dynamic cache,
-    not transformers' bare KeyError."""
-    with pytest.raises(hf.HFError, match=r"heavily_compressed_attention.*cache='dynamic'"):
-        hf.prefill_cache(family_model("deepseek_v4"), "static", past=2, max_cache_len=4)
+    transformers: a static cache is the workbench's static form of them (filled from a
+    dynamic prefill), and one it cannot hold is an HFError, not transformers' bare KeyError."""
+    from workbench.hf.compressed_cache import StaticCompressedLayer
+
+    model = family_model("deepseek_v4")
+    cache = hf.prefill_cache(model, "static", past=2, max_cache_len=4)
+    assert all(isinstance(layer, StaticCompressedLayer) for layer in cache.layers)
+    with pytest.raises(hf.HFError, match=r"sliding window"):
+        hf.prefill_cache(model, "static", past=2, max_cache_len=model.config.sliding_window + 1)
 
 
 def test_families_once_unexpressed_are_expressed():
