@@ -153,11 +153,11 @@ def test_static_cache_without_a_static_layer_for_a_kind_is_the_workbenchs():
     """DeepSeek-V4's compressed-attention layer kinds have no static cache layer in
     transformers: a static cache is the workbench's static form of them (filled from a
     dynamic prefill), and one it cannot hold is an HFError, not transformers' bare KeyError."""
-    from workbench.hf.compressed_cache import StaticCompressedLayer
+    from workbench.hf.compressed_cache import layer_class
 
     model = family_model("deepseek_v4")
     cache = hf.prefill_cache(model, "static", past=2, max_cache_len=4)
-    assert all(isinstance(layer, StaticCompressedLayer) for layer in cache.layers)
+    assert all(isinstance(layer, layer_class()) for layer in cache.layers)
     with pytest.raises(hf.HFError, match=r"sliding window"):
         hf.prefill_cache(model, "static", past=2, max_cache_len=model.config.sliding_window + 1)
 

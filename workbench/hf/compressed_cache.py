@@ -11,7 +11,7 @@ shapes change with the position.
 
 Rules:
 1. ``static_compressed_cache(dynamic, max_cache_len)`` turns a filled dynamic cache of such
-   layers into ``StaticCompressedLayer``s: the sliding window as a static sliding layer of
+   layers into ``StaticCompressedLayer``s (``layer_class()``): the sliding window as a static sliding layer of
    ``max_cache_len`` positions; each buffer ``compress_rate`` slots (the token at position
    ``p`` in slot ``p % compress_rate``); ``max_cache_len // compress_rate`` compressed
    entries; the overlap as is (zeros before the first window closes). The dynamic cache is
@@ -32,19 +32,20 @@ Rules:
 4. Every method is functional (new tensors, never written in place) except the sliding
    window's, which transformers writes in place (``cache`` rule 3 clones it).
 
-Importing this module imports transformers (its layer is a transformers static sliding
-layer); ``steps`` imports it only when it builds such a cache.
+The layer class (``layer_class()``) subclasses transformers' static sliding layer; it is
+defined on first use, so importing this module does not import transformers.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 
 from .configs import HFError
 
-__all__ = ["StaticCompressedLayer", "is_compressed_kind", "static_compressed_cache"]
+__all__ = ["is_compressed_kind", "layer_class", "static_compressed_cache"]
 
 #: The per-compressor state dicts of a compressed-attention layer (rule 1).
 BUFFERS = ("buffer_kv", "buffer_gate")
@@ -58,71 +59,73 @@ def is_compressed_kind(layer_class: Any) -> bool:
     )
 
 
-def _static_sliding() -> type:
+@functools.cache
+def layer_class() -> type:
+    """``StaticCompressedLayer``, defined on first use: it subclasses transformers' static
+    sliding layer, and this module imports without transformers."""
     from transformers.cache_utils import StaticSlidingWindowLayer
 
-    return StaticSlidingWindowLayer
+    class StaticCompressedLayer(StaticSlidingWindowLayer):
+        """A compressed-attention layer of fixed shapes (module rules)."""
 
+        def __init__(self, dynamic: Any, max_cache_len: int) -> None:
+            super().__init__(max_cache_len=max_cache_len, sliding_window=dynamic.sliding_window)
+            self.compress_rate = int(dynamic.compress_rate)
+            self.entries = max_cache_len // self.compress_rate
+            self.buffer_kv: dict[str, torch.Tensor] = {}
+            self.buffer_gate: dict[str, torch.Tensor] = {}
+            self.compressed_kv: dict[str, torch.Tensor] = {}
+            self.sparse = hasattr(dynamic, "overlap_kv")
+            if self.sparse:
+                self.overlap_kv: dict[str, torch.Tensor] = {}
+                self.overlap_gate: dict[str, torch.Tensor] = {}
 
-class StaticCompressedLayer(_static_sliding()):  # type: ignore[misc]
-    """A compressed-attention layer of fixed shapes (module rules)."""
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            _one_token(key_states)
+            return super().update(key_states, value_states, *args, **kwargs)
 
-    def __init__(self, dynamic: Any, max_cache_len: int) -> None:
-        super().__init__(max_cache_len=max_cache_len, sliding_window=dynamic.sliding_window)
-        self.compress_rate = int(dynamic.compress_rate)
-        self.entries = max_cache_len // self.compress_rate
-        self.buffer_kv: dict[str, torch.Tensor] = {}
-        self.buffer_gate: dict[str, torch.Tensor] = {}
-        self.compressed_kv: dict[str, torch.Tensor] = {}
-        self.sparse = hasattr(dynamic, "overlap_kv")
-        if self.sparse:
-            self.overlap_kv: dict[str, torch.Tensor] = {}
-            self.overlap_gate: dict[str, torch.Tensor] = {}
+        def get_seq_length(self) -> Any:
+            """The position counter as a tensor (transformers' static sliding layer gives its
+            Python count, which the model would bake in as the new token's position)."""
+            return self.cumulative_length
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        _one_token(key_states)
-        return super().update(key_states, value_states, *args, **kwargs)
+        def _position(self) -> torch.Tensor:
+            """The new token's position: the sliding window has counted it already (it is
+            updated before the compressors run)."""
+            return self.cumulative_length - 1
 
-    def get_seq_length(self) -> Any:
-        """The position counter as a tensor (transformers' static sliding layer gives its
-        Python count, which the model would bake in as the new token's position)."""
-        return self.cumulative_length
+        def _closes(self) -> torch.Tensor:
+            return (self._position() + 1) % self.compress_rate == 0
 
-    def _position(self) -> torch.Tensor:
-        """The new token's position: the sliding window has counted it already (it is
-        updated before the compressors run)."""
-        return self.cumulative_length - 1
+        def store_compression_weights(self, name: str, kv: torch.Tensor, gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            """Rule 2: the buffer with the new token in its slot, as one window, and the window's first position."""
+            _one_token(kv)
+            position = self._position()
+            slot = (torch.arange(self.compress_rate, device=kv.device) == position % self.compress_rate).view(1, -1, 1)
+            self.buffer_kv[name] = torch.where(slot, kv, self.buffer_kv[name])
+            self.buffer_gate[name] = torch.where(slot, gate, self.buffer_gate[name])
+            first = torch.div(position, self.compress_rate, rounding_mode="floor") * self.compress_rate
+            return self.buffer_kv[name], self.buffer_gate[name], first
 
-    def _closes(self) -> torch.Tensor:
-        return (self._position() + 1) % self.compress_rate == 0
+        def update_compressor_states(self, name: str, compressed: torch.Tensor) -> torch.Tensor:
+            """Rule 2: the entry is kept, in its place, only when this step closes its window."""
+            entry = torch.div(self._position(), self.compress_rate, rounding_mode="floor")
+            at = (torch.arange(self.entries, device=compressed.device) == entry) & self._closes()
+            self.compressed_kv[name] = torch.where(at.view(1, -1, 1), compressed, self.compressed_kv[name])
+            return self.compressed_kv[name]
 
-    def store_compression_weights(self, name: str, kv: torch.Tensor, gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Rule 2: the buffer with the new token in its slot, as one window, and the window's first position."""
-        _one_token(kv)
-        position = self._position()
-        slot = (torch.arange(self.compress_rate, device=kv.device) == position % self.compress_rate).view(1, -1, 1)
-        self.buffer_kv[name] = torch.where(slot, kv, self.buffer_kv[name])
-        self.buffer_gate[name] = torch.where(slot, gate, self.buffer_gate[name])
-        first = torch.div(position, self.compress_rate, rounding_mode="floor") * self.compress_rate
-        return self.buffer_kv[name], self.buffer_gate[name], first
+        def update_overlap_state(self, name: str, chunk_kv: torch.Tensor, chunk_gate: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+            """Rule 2: the last closed window's first half (gate ``-inf`` before any closed),
+            replaced by this window's when this step closes it."""
+            closes = self._closes()
+            seen = self._position() >= self.compress_rate
+            prior_kv = torch.where(seen, self.overlap_kv[name], torch.zeros_like(self.overlap_kv[name]))
+            prior_gate = torch.where(seen, self.overlap_gate[name], torch.full_like(self.overlap_gate[name], float("-inf")))
+            self.overlap_kv[name] = torch.where(closes, chunk_kv[:, -1, :, :head_dim], self.overlap_kv[name])
+            self.overlap_gate[name] = torch.where(closes, chunk_gate[:, -1, :, :head_dim], self.overlap_gate[name])
+            return prior_kv, prior_gate
 
-    def update_compressor_states(self, name: str, compressed: torch.Tensor) -> torch.Tensor:
-        """Rule 2: the entry is kept, in its place, only when this step closes its window."""
-        entry = torch.div(self._position(), self.compress_rate, rounding_mode="floor")
-        at = (torch.arange(self.entries, device=compressed.device) == entry) & self._closes()
-        self.compressed_kv[name] = torch.where(at.view(1, -1, 1), compressed, self.compressed_kv[name])
-        return self.compressed_kv[name]
-
-    def update_overlap_state(self, name: str, chunk_kv: torch.Tensor, chunk_gate: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rule 2: the last closed window's first half (gate ``-inf`` before any closed),
-        replaced by this window's when this step closes it."""
-        closes = self._closes()
-        seen = self._position() >= self.compress_rate
-        prior_kv = torch.where(seen, self.overlap_kv[name], torch.zeros_like(self.overlap_kv[name]))
-        prior_gate = torch.where(seen, self.overlap_gate[name], torch.full_like(self.overlap_gate[name], float("-inf")))
-        self.overlap_kv[name] = torch.where(closes, chunk_kv[:, -1, :, :head_dim], self.overlap_kv[name])
-        self.overlap_gate[name] = torch.where(closes, chunk_gate[:, -1, :, :head_dim], self.overlap_gate[name])
-        return prior_kv, prior_gate
+    return StaticCompressedLayer
 
 
 def _one_token(states: torch.Tensor) -> None:
@@ -146,7 +149,7 @@ def static_compressed_cache(dynamic: Any, max_cache_len: int) -> Any:
     return Cache(layers=layers)
 
 
-def _static_layer(i: int, dynamic: Any, max_cache_len: int) -> StaticCompressedLayer:
+def _static_layer(i: int, dynamic: Any, max_cache_len: int) -> Any:
     """Rules 1 and 3 for one layer."""
     past = int(dynamic.get_seq_length())
     if max_cache_len > dynamic.sliding_window:
@@ -154,7 +157,7 @@ def _static_layer(i: int, dynamic: Any, max_cache_len: int) -> StaticCompressedL
             f"max_cache_len={max_cache_len} is over the compressed-attention layers' sliding window "
             f"({dynamic.sliding_window}); a static cache of these layers holds at most the window"
         )
-    layer = StaticCompressedLayer(dynamic, max_cache_len)
+    layer = layer_class()(dynamic, max_cache_len)
     if not layer.sparse and layer.entries:
         raise HFError(
             f"cache layer {i} ({type(dynamic).__name__}) compresses every {layer.compress_rate} tokens without an "

@@ -56,6 +56,7 @@ from torch.export.graph_signature import OutputKind
 
 from ..capture import CaptureError, Program, capture
 from .cache import CacheSlot, cache_slots, check_carried, read_states, rebuild
+from .compressed_cache import is_compressed_kind, static_compressed_cache
 from .configs import HFError
 from .expert_forms import batched_experts
 from .models import check_model, experts_hint
@@ -276,8 +277,6 @@ def _static_cache(config: Any, length: int) -> Any:
     from transformers import StaticCache
     from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, STATIC_LAYER_TYPE_MAPPING
 
-    from .compressed_cache import is_compressed_kind  # imports transformers (its layers subclass one)
-
     try:
         return StaticCache(config=config, max_cache_len=length)
     except KeyError as exc:
@@ -320,8 +319,6 @@ def prefill_cache(
             model.set_experts_implementation("batched_mm")
         cache = _static_cache(config, length) if kind == "static" else DynamicCache(config=config)
         if cache is None:  # rule 6: filled in transformers' dynamic form, then made static
-            from .compressed_cache import static_compressed_cache
-
             filled = DynamicCache(config=config)
             _fill(model, ids, filled)
             return static_compressed_cache(filled, length)
