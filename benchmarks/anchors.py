@@ -9,11 +9,13 @@ device, and prints:
   ms/token and their ratio, on the A100 80 GB preset the anchors are modeled with, then
   on the A100 40 GB preset (the PR does not say which A100) and on the H200 preset (no
   published H200 figure: what the model predicts);
+- the same anchors on the A100 80 GB preset with every weight int4 (group 128), the format
+  ExecuTorch ran: what the bf16 match rests on;
 - what the modeled step is made of: kernels, bytes touched, FLOPs, and the two terms of
   the usual decode fit, n_kernels × per-kernel cost + bytes / bandwidth;
 - the published anchors the built-in model cannot express, with the reason.
 
-Takes about a minute on a laptop CPU (the shape-only capture dominates).
+Takes about two minutes on a laptop CPU (the two shape-only captures dominate).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from workbench.anchors import ANCHORS, UNMODELED_ANCHORS, anchors_table, full_size_plan  # noqa: E402
 from workbench.runtime import CostModel  # noqa: E402
 from workbench.runtime.executor import estimate  # noqa: E402
+
+
+#: ExecuTorch's qwen3_5_moe README: linear layers and experts exported 4-bit (``--qlinear 4w``), the
+#: prequantized HQQ checkpoint made with ``--qlinear-group-size 128`` (the embedding, 8-bit there,
+#: is int4 here too: one row of it is read per token).
+INT4 = {"int4_g128": ["module:*"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         other = anchors_table(plan, anchors=[dataclasses.replace(a, preset=preset) for a in ANCHORS])
         print(f"\n# the same anchors modeled on the {preset} preset")
         print(other[["anchor", "published ms/token", "modeled ms/token", "ratio"]].to_string(index=False))
+
+    quantized = full_size_plan(formats=INT4)
+    int4 = anchors_table(quantized)
+    print("\n# the same anchors on the int4 weights ExecuTorch ran (every weight int4_g128)")
+    print(int4[["anchor", "published ms/token", "modeled ms/token", "ratio"]].to_string(index=False))
 
     print("\n# what the modeled step is made of (A100 80 GB preset)")
     model = CostModel.preset("a100_80gb", link="pcie_gen4")

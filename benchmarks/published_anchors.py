@@ -7,6 +7,8 @@ and prints:
 
 - the per-row table (``workbench.anchors.modeled_vs_published``): published and modeled
   tok/s, their ratio, the runtime profile and parts used, or why a row is not modeled;
+- for the rows with an expert cache, the routing its hit rate assumed (published per-model
+  routing statistics, or uniform routing);
 - the ratios by regime (``ratios_by_regime``) against the targets: every regime's median
   within 0.8-1.25, every row within 0.5-2.0;
 - every fitted term: its value, the runs it was fitted on and its leave-one-out errors
@@ -48,6 +50,10 @@ def main() -> None:
     print("== modeled vs published (regime model)")
     print(shown[["id", "regime", "published tok/s", "modeled tok/s", "ratio", "runtime profile", "parts"]]
           .to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    cached = table[table["routing"].str.len() > 0]
+    print("\n== routing assumed by the expert cache (experts copied in)")
+    for row in cached.itertuples(index=False):
+        print(f"{row.id[:42]:<42} {row.routing}")
     print("\n== not modeled")
     left = shown[shown["modeled tok/s"].isna()]
     print(left[["id", "not modeled because"]].to_string(index=False))

@@ -58,3 +58,17 @@ def test_the_35b_decode_on_the_a100_preset_is_within_20_percent_of_executorch():
     assert table["ratio"].between(0.8, 1.2).all(), table.to_string()
     eager, graph = table["modeled ms/token"]
     assert graph < eager
+
+
+def test_a_plan_quantized_to_int4_holds_its_weights_at_int4_bytes():
+    """``full_size_plan(formats=...)`` quantizes before planning: every weight of the int4
+    plan is stored at 4.25 bits, so its resident weight bytes are 4.25 over the captured
+    dtype's bits of the unquantized plan's, and its modeled graph replay is no slower
+    (fewer bytes, the same kernels)."""
+    unquantized, int4 = _tiny_plan(), full_size_plan(MoEConfig.tiny(), formats={"int4_g128": ["module:*"]})
+    weights = lambda p: sum(p.constant_bytes.values())  # noqa: E731
+    bits = 8 * MoEConfig.tiny().torch_dtype.itemsize  # the captured dtype's
+    assert weights(int4) == pytest.approx(weights(unquantized) * 4.25 / bits, rel=0.02)
+    graph = dataclasses.replace(ANCHORS[0], launch_mode="graph")
+    t_full, t_int4 = (anchors_table(p, anchors=[graph])["modeled ms/token"].iloc[0] for p in (unquantized, int4))
+    assert t_int4 <= t_full

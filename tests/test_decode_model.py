@@ -4,6 +4,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -18,6 +19,7 @@ from workbench.app.decode_model import (
     weight_bits,
 )
 from workbench.errors import WorkbenchError
+from workbench.moe.routing import RoutingTrace
 from workbench.runtime.parts import part_facts
 from workbench.app.runtime_profiles import (
     FIT_PREFIX,
@@ -260,3 +262,48 @@ def test_a_facts_file_that_is_not_a_regular_file_or_not_json_is_refused(tmp_path
     bad.write_text('{"families": [{"name": "x"}]}')
     with pytest.raises(AnchorError, match="not a readable model facts file"):
         model_families(bad)
+
+
+def test_the_expert_cache_names_its_routing_and_uses_published_locality(runs, model):
+    """A copied-regime run of a family with published routing statistics (Mixtral) takes
+    its cache hit rate from an LRU replayed over a trace matching them, and says so; a
+    family without statistics says it assumed uniform routing; runs without a cache name
+    none."""
+    mixtral = model.predict(_run(runs, "moeinf_mixtral_a5000"))
+    assert "mixtral_8x7b's published routing statistics" in mixtral.routing
+    qwen = model.predict(_run(runs, "moeinf_qwen3_30b_a5000"))
+    assert qwen.routing.startswith("uniform routing")
+    assert model.predict(_run(runs, "lcpp16834_gptoss20b_4090")).routing == ""
+    table = modeled_vs_published(runs)
+    assert table.set_index("id").loc["moeinf_mixtral_a5000", "routing"] == mixtral.routing
+
+
+def test_a_recorded_trace_plugs_in_and_its_reuse_sets_the_copies(runs, model):
+    """A trace the caller passes (recorded, not generated) sets the cache's hit rate: on a
+    trace whose tokens keep choosing the same two experts, an LRU of c experts per layer
+    (1 < c < 2) hits exactly on the share c - 1 of layers that hold two (each expert
+    comes back after one other), more than on independent uniform routing, so the run
+    copies less and is faster; the prediction names the trace."""
+    run = _run(runs, "moeinf_mixtral_a5000")
+    T, L, k, E = 256, 32, 2, 8
+    steady = RoutingTrace(np.tile(np.array([3, 5]), (T, L, 1)), E, False, "recorded: same experts every token")
+    rng = np.random.default_rng(0)
+    uniform = RoutingTrace(np.argsort(rng.random((T, L, E)), axis=2)[:, :, :k], E, False, "recorded: uniform")
+    fast, slow = model.predict(run, routing=steady), model.predict(run, routing=uniform)
+    assert "recorded: same experts every token" in fast.routing
+    c = decode_layout(run)[0].cache_share * E
+    assert 1 < c < 2
+    assert decode_layout(run, steady)[0].copy_miss == pytest.approx(1 - (c - 1) * (1 - 2 / (T * k)))  # first requests miss
+    assert fast.seconds["copy"] < 0.6 * slow.seconds["copy"]
+    assert fast.tok_s > slow.tok_s
+
+
+def test_a_routing_trace_of_another_model_is_refused(runs, model):
+    """A trace whose layers, experts or top-k are not the run's model's is an AnchorError
+    naming both shapes; a non-trace is refused too."""
+    run = _run(runs, "moeinf_mixtral_a5000")
+    other = RoutingTrace(np.zeros((4, 48, 8), dtype=np.int64) + np.arange(8), 128, False, "recorded: another model")
+    with pytest.raises(AnchorError, match="48 layers of 128 experts, top-8; mixtral_8x7b has 32 MoE layers of 8"):
+        model.predict(run, routing=other)
+    with pytest.raises(AnchorError, match="RoutingTrace"):
+        model.predict(run, routing=np.zeros((4, 32, 2)))

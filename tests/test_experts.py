@@ -179,3 +179,65 @@ def test_two_groups_of_one_kind_in_a_layer_are_refused():
     assert len(find_experts(model)) == 2
     with pytest.raises(ExpertDiscoveryError, match=r"share a name \['layers.0', 'layers.0'\].*one of attention"):
         expert_map(model)
+
+
+class _ScoredBeyond(nn.Module):
+    """A block of 4 stacked experts (width 16) whose router scores ``scored`` columns; with
+    ``shared``, a stack of that many shared experts beside them; with ``mlp_width``, the
+    router is the last layer of a small network of that width (``gate.read`` reads the
+    hidden state, ``gate.out`` scores); ``reader=False`` leaves that network without its
+    reading layer."""
+
+    def __init__(self, scored: int, shared: int = 0, mlp_width: int = 0, reader: bool = True, exact: bool = False) -> None:
+        super().__init__()
+        self.experts = nn.Module()
+        self.experts.gate_up_proj = nn.Parameter(torch.zeros(4, 8, 16))
+        self.experts.down_proj = nn.Parameter(torch.zeros(4, 16, 4))
+        self.gate = nn.Module()
+        if mlp_width:
+            if reader:
+                self.gate.read = nn.Linear(16, mlp_width)
+            self.gate.out = nn.Linear(mlp_width, scored, bias=False)
+        else:
+            self.gate.weight = nn.Parameter(torch.zeros(scored, 16))
+        if exact:
+            self.exact = nn.Parameter(torch.zeros(4, 16))
+        if shared:
+            self.shared_experts = nn.Module()
+            self.shared_experts.up_proj = nn.Parameter(torch.zeros(shared, 8, 16))
+
+
+@pytest.mark.parametrize(
+    "block, router, zero, shared",
+    [
+        (_ScoredBeyond(5), "gate.weight", 1, 0),  # a skip expert the router scores (ZAYA's)
+        (_ScoredBeyond(6, shared=2), "gate.weight", 0, 2),  # shared experts it weights (Inkling's)
+        (_ScoredBeyond(5, mlp_width=12), "gate.out.weight", 1, 0),  # a router network of its own width
+        (_ScoredBeyond(5, exact=True), "exact", 0, 0),  # a router of exactly E comes first
+    ],
+)
+def test_router_scoring_more_than_the_experts(block, router, zero, shared):
+    """Rule 2: a router may score Z <= E // 2 columns beyond the container's E experts —
+    recorded as zero-computation experts, or as shared experts when the block holds a
+    stack of Z slabs beside the container — and may read the hidden state through a
+    layer of its own module; E stays the container's count, the bytes its slabs'."""
+    (layer,) = find_experts(block)
+    assert (layer.module, layer.num_experts, layer.router) == ("experts", 4, router)
+    assert (layer.zero_experts, layer.scored_shared) == (zero, shared)
+    assert layer.expert_nbytes == (8 * 16 + 16 * 4) * 4
+    assert list(find_experts(block).to_dataframe()[["zero_experts", "scored_shared"]].iloc[0]) == [zero, shared]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        _ScoredBeyond(7),  # 3 extra columns for 4 experts: more than E // 2
+        _ScoredBeyond(5, mlp_width=12, reader=False),  # width 12 read from nothing the block holds
+        _ScoredBeyond(3),  # fewer columns than experts
+    ],
+)
+def test_router_look_alikes_beyond_the_experts(block):
+    """Rule 2 bounds: a parameter scoring more than E + E // 2 columns, or a network whose
+    width no layer of its own module reads from the hidden state, or fewer than E
+    columns, is no router: nothing is found."""
+    assert not find_experts(block)

@@ -149,28 +149,27 @@ def test_experts_switched_off_by_a_flag_are_switched_on():
     assert hf.tiny_family_config("inkling2_text").unpadded_vocab_size == 128
 
 
-def test_static_cache_without_a_static_layer_for_a_kind_is_refused():
+def test_static_cache_without_a_static_layer_for_a_kind_is_the_workbenchs():
     """DeepSeek-V4's compressed-attention layer kinds have no static cache layer in
-    transformers: a static cache is an HFError naming those kinds and the dynamic cache,
-    not transformers' bare KeyError."""
-    with pytest.raises(hf.HFError, match=r"heavily_compressed_attention.*cache='dynamic'"):
-        hf.prefill_cache(family_model("deepseek_v4"), "static", past=2, max_cache_len=4)
+    transformers: a static cache is the workbench's static form of them (filled from a
+    dynamic prefill), and one it cannot hold is an HFError, not transformers' bare KeyError."""
+    from workbench.hf.compressed_cache import layer_class
+
+    model = family_model("deepseek_v4")
+    cache = hf.prefill_cache(model, "static", past=2, max_cache_len=4)
+    assert all(isinstance(layer, layer_class()) for layer in cache.layers)
+    with pytest.raises(hf.HFError, match=r"sliding window"):
+        hf.prefill_cache(model, "static", past=2, max_cache_len=model.config.sliding_window + 1)
 
 
-def test_experts_in_a_form_discovery_does_not_express_are_named():
-    """Doge's experts are rows of two [E, H] embedding tables and ZAYA's router (an MLP of
-    its own width) scores E + 1 experts: neither is found, and instead of a generic
-    "no routed experts" every stage that moves or caches experts fails with one paragraph
-    naming the parameters that hold them (and ZAYA's router of 9), while the stages that
-    keep every expert on the device still equal eager."""
-    doge = hf.unexpressed_experts(family_model("doge"))
-    assert "mlp.down_embed.weight (8, 64)" in doge and "does not express" in doge and "\n" not in doge
-    zaya = hf.unexpressed_experts(family_model("zaya"))
-    assert "mlp.experts stacks them" in zaya and "(9, 256)" in zaya
-    assert hf.unexpressed_experts(family_model("jamba")) == ""
-    report = hf.try_stages(family_model("doge"), stages=("prefill/all_on_device", "prefill/experts_on_host"))
-    (on_device, on_host) = report.results
-    assert on_device.ok and on_host.status == "error" and "down_embed" in on_host.detail
+def test_families_once_unexpressed_are_expressed():
+    """Doge (experts as rows of lookup tables) and ZAYA (a router network scoring E + 1)
+    were the families whose experts discovery could not express: both are found now, so
+    no stage refuses them for it. (The paragraph for a router discovery still cannot
+    read: tests/hf/test_hf_router_forms.py; both families through every stage:
+    test_hf_lookup_experts.py, test_hf_router_forms.py.)"""
+    for family in ("doge", "zaya", "jamba"):
+        assert hf.unexpressed_experts(family_model(family)) == "", family
 
 
 def test_unknown_family_is_refused():

@@ -13,6 +13,7 @@ from workbench.moe.locality import (
     LocalityError,
     locality_models,
     locality_trace,
+    lru_hit_rate,
     measure_locality,
     model_locality,
     published_locality,
@@ -158,3 +159,57 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(LocalityError, match="RoutingTrace"):
         measure_locality(np.zeros((4, 1, 1)))  # type: ignore[arg-type]
     assert issubclass(LocalityError, WorkbenchError)
+
+
+def _reference_lru(trace: RoutingTrace, slots: int) -> float:
+    """A plain per-layer LRU over the request stream (token by token, router order)."""
+    hits = total = 0
+    for layer in range(trace.num_layers):
+        cache: list[int] = []  # least recent first
+        for t in range(trace.num_tokens):
+            for e in trace.experts[t, layer]:
+                total += 1
+                if int(e) in cache:
+                    hits += 1
+                    cache.remove(int(e))
+                elif slots and len(cache) >= slots:
+                    cache.pop(0)
+                if slots:
+                    cache.append(int(e))
+    return hits / total
+
+
+def test_lru_hit_rate_matches_a_plain_lru_and_interpolates_fractional_sizes():
+    """Whole sizes give exactly a plain per-layer LRU's hit rate on the request stream;
+    a fractional size lies between its neighbours, weighted by nearness; more slots never
+    hit less; the whole expert set misses only first requests."""
+    trace = synthetic_trace(200, 3, 8, 2, zipf=0.8, reuse=0.4, seed=3)
+    E = trace.num_experts
+    rates = [lru_hit_rate(trace, s) for s in range(E + 1)]
+    assert rates == pytest.approx([_reference_lru(trace, s) for s in range(E + 1)])
+    assert all(a <= b + 1e-12 for a, b in zip(rates, rates[1:]))
+    assert lru_hit_rate(trace, 1.25) == pytest.approx(0.75 * rates[1] + 0.25 * rates[2])
+    firsts = sum(len(np.unique(trace.experts[:, layer])) for layer in range(trace.num_layers))
+    assert rates[E] == pytest.approx(1 - firsts / trace.experts.size)
+
+
+def test_lru_hit_rate_rises_with_published_reuse():
+    """On a trace matching Mixtral's published reuse, an LRU of a token's worth of experts
+    hits more often than on uniform independent routing of the same shape."""
+    fit = locality_trace("mixtral_8x7b", 1024, seed=0, fit_tokens=2048)
+    rng = np.random.default_rng(0)
+    T, L, k = fit.trace.experts.shape
+    uniform = RoutingTrace(np.argsort(rng.random((T, L, 8)), axis=2)[:, :, :k], 8, True, "synthetic uniform")
+    assert lru_hit_rate(fit.trace, 2) > lru_hit_rate(uniform, 2) + 0.03
+
+
+def test_lru_hit_rate_refuses_bad_arguments():
+    """A size outside [0, E] or not a number, or a trace that is not a RoutingTrace, is a
+    LocalityError (a WorkbenchError) saying what is valid."""
+    trace = synthetic_trace(8, 2, 8, 2, seed=0)
+    for bad in (-1, trace.num_experts + 1, "2", float("nan"), True):
+        with pytest.raises(LocalityError, match=r"experts_per_layer must be a number in \[0, "):
+            lru_hit_rate(trace, bad)
+    with pytest.raises(LocalityError, match="RoutingTrace") as info:
+        lru_hit_rate(trace.experts, 1)  # type: ignore[arg-type]
+    assert isinstance(info.value, WorkbenchError)

@@ -40,12 +40,26 @@ written and read again). The eager anchor checks the host issue rate
 (``launch_overhead``), the graph anchor the per-kernel floor of replay (``kernel_gap +
 min_kernel_time``) together with the memory time. The PR does not say which A100; the
 80 GB SXM part is modeled (the 40 GB part has 24% less memory bandwidth).
+
+The same two ExecuTorch runs are rows of the published table too, modeled there by the
+regime model (``workbench.app.decode_model``). The two paths agree in direction — both
+model ExecuTorch as slower than published (this table's ratio is modeled/published
+*time*, the regime table's modeled/published *speed*) — and differ in how: this table
+charges the bf16 graph's 10.5 GB per token and a per-kernel floor of replay of 1.4 µs
+(``kernel_gap + min_kernel_time``, estimates) to 3,110 kernels; the regime model charges
+the int4 bytes ExecuTorch read (1.6 GB) and its fitted per-kernel time (2.9 µs) to the
+same 3,110. Quantized to int4 (``full_size_plan(formats={"int4_g128": ["module:*"]})``,
+as ``benchmarks/anchors.py`` shows), this table's graph replay falls to ~5.3 ms: its match at
+bf16 rests on bytes ExecuTorch did not read. ExecuTorch's replayed step implies ~2.2 µs
+per kernel beyond the bytes if it ran 3,110 kernels; it ran fewer (AOTInductor fuses
+pointwise chains, and the experts are one fused kernel), so each cost more — ExecuTorch's
+launch count is not published, and neither model can pin its per-kernel time closer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -57,6 +71,7 @@ from ..planning.memory_plan import MemoryPlan, plan
 from ..runtime.cost_model import CostModel
 from ..runtime.sim_timing import estimate
 from ..strategy import all_on_device
+from ..weight_formats import quantize
 from .decode_model import DecodePrediction, RegimeModel, fit_regime_model, predict_decode, regime_model, regime_model_tok_s
 from .published_runs import (
     GPU_PARTS,
@@ -109,14 +124,19 @@ UNMODELED_ANCHORS: tuple[Anchor, ...] = (
 )  # fmt: skip
 
 
-def full_size_plan(config: Optional[MoEConfig] = None, algorithm: str = "greedy") -> MemoryPlan:
+def full_size_plan(config: Optional[MoEConfig] = None, algorithm: str = "greedy",
+                   formats: Optional[Mapping[str, Any]] = None) -> MemoryPlan:
     """The decode step of ``config`` (default: the published 35B-A3B), captured shape-only
-    with every op and weight on ``cuda:0`` and inputs/outputs already there (no copies)."""
+    with every op and weight on ``cuda:0`` and inputs/outputs already there (no copies);
+    ``formats``: weight-format rules for ``quantize`` (default: the captured bf16)."""
     config = config or MoEConfig.full()
     with torch.device("meta"):
         model = QwenMoEDecoder(config)
         inputs = model.example_inputs()
-    return plan(all_on_device(skip_copies=True).apply(capture(model, inputs, shape_only=True)), algorithm)
+    program = capture(model, inputs, shape_only=True)
+    if formats is not None:
+        program = quantize(program, formats)
+    return plan(all_on_device(skip_copies=True).apply(program), algorithm)
 
 
 def anchors_table(
@@ -169,8 +189,9 @@ def memory_bound_tok_s(row: pd.Series) -> tuple[Optional[float], str]:
 
 #: The columns of a ``modeled_vs_published`` table.
 MODELED_COLUMNS = ("id", "regime", "published tok/s", "modeled tok/s", "ratio", "not modeled because", "runtime profile",
-                   "parts")  # fmt: skip
-ModelAnswer = Union[tuple[Optional[float], str], tuple[Optional[float], str, str, str]]
+                   "parts", "routing")  # fmt: skip
+ModelAnswer = Union[tuple[Optional[float], str], tuple[Optional[float], str, str, str],
+                    tuple[Optional[float], str, str, str, str]]
 
 
 def modeled_vs_published(
@@ -179,12 +200,13 @@ def modeled_vs_published(
 ) -> pd.DataFrame:
     """One row per published run: id, regime, published tok/s, modeled tok/s (NaN when
     ``model`` cannot express it), ratio (modeled / published), why a row is not modeled,
-    and the runtime profile and parts the model used (names; "" when it says none).
+    the runtime profile and parts the model used (names; "" when it says none), and the
+    routing its expert cache's hit rate assumed ("" when there is no cache).
 
     ``model`` defaults to the regime model (``workbench.app.decode_model``: every regime,
     its terms fitted on the shipped table); it may be any callable returning
     ``(tok/s or None, why)`` — such as ``memory_bound_tok_s`` — or
-    ``(tok/s or None, why, runtime profile, parts)``."""
+    ``(tok/s or None, why, runtime profile, parts[, routing])``."""
     if model is None:
         model = regime_model_tok_s
     runs = runs if runs is not None else published_decode_runs()
@@ -192,11 +214,13 @@ def modeled_vs_published(
     for _, run in runs.iterrows():
         answer = model(run)
         modeled, why = answer[0], answer[1]
-        profile, parts_used = (answer[2], answer[3]) if len(answer) == 4 else ("", "")
+        profile, parts_used = (answer[2], answer[3]) if len(answer) >= 4 else ("", "")
+        routing = answer[4] if len(answer) == 5 else ""
         rows.append({"id": run["id"], "regime": run["regime"], "published tok/s": float(run["decode_tok_s"]),
                      "modeled tok/s": np.nan if modeled is None else float(modeled),
                      "ratio": np.nan if modeled is None else float(modeled) / float(run["decode_tok_s"]),
-                     "not modeled because": why, "runtime profile": profile, "parts": parts_used})  # fmt: skip
+                     "not modeled because": why, "runtime profile": profile, "parts": parts_used,
+                     "routing": routing})  # fmt: skip
     return pd.DataFrame(rows, columns=list(MODELED_COLUMNS))
 
 

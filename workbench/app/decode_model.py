@@ -22,10 +22,16 @@ Rules:
    partial offload; the host share of each layer's experts when some stay on the GPU)
    over ``host_bandwidth_fraction × the host's DRAM peak`` (channels × speed × 8 bytes).
 4. Copy part: misses × (active expert bytes / link bandwidth + copies × ``per_copy_cost``),
-   one copy per missed expert. The hit rate of a GPU expert cache is the share of all
-   expert bytes it holds (uniform routing): the stated resident experts, else the GPU's
-   memory less the non-expert weights and a tenth kept for context, activations and
-   the KV cache; a run that streams every expert has none.
+   one copy per missed expert. The GPU expert cache holds the stated resident experts,
+   else the GPU's memory less the non-expert weights and a tenth kept for context,
+   activations and the KV cache; a run that streams every expert has none. Its hit rate
+   depends on the routing, which the prediction names (``DecodePrediction.routing``):
+   a trace the caller passes (``RoutingRecorder`` or generated; its layers and experts
+   must be the model's) or, when the routing table (``data/routing/locality.csv``) has
+   the family's published statistics, a trace generated to match them
+   (``moe.locality.locality_trace``, ``ROUTING_TOKENS`` tokens, seed 0): an LRU cache of
+   the held share of each layer's experts replayed over it (``lru_hit_rate``); else
+   uniform routing, under which the hit rate is the share of all expert bytes held.
 5. Bytes: expert parameters = MoE layers × experts × ``expert_params`` (family facts,
    ``data/published/model_facts.json``), the rest of the published total is non-expert;
    active likewise with top-k. Bits per weight: a file size the run states (all weights
@@ -44,27 +50,33 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
 
 from ..file_reading import finite_number, parse_json, read_regular_file
+from ..moe.locality import LocalityFit, locality_models, locality_trace, lru_hit_rate
+from ..moe.routing import RoutingTrace
 from ..runtime.parts import part_facts, part_figures, part_names
-from .runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
+from .runtime_profiles import RuntimeProfile, RuntimeProfileError, profile_for, runtime_profiles
 from ..weight_formats import weight_formats
 from .published_runs import AnchorError, FittedTerm, gpu_part, published_decode_runs, published_dir
 
-__all__ = ["CACHE_RESERVE", "DecodeLayout", "DecodePrediction", "decode_layout", "ModelFamily", "RegimeModel", "fit_regime_model", "host_part",
-           "link_part", "model_families", "predict_decode", "regime_model", "time_decode", "regime_model_tok_s", "weight_bits"]  # fmt: skip
+__all__ = ["CACHE_RESERVE", "ROUTING_TOKENS", "UNIFORM_ROUTING", "routing_for", "DecodeLayout", "DecodePrediction", "decode_layout", "ModelFamily", "RegimeModel", "fit_regime_model", "host_part",
+           "link_part", "model_families", "predict_decode", "regime_model", "runtime_profile", "time_decode", "regime_model_tok_s", "weight_bits"]  # fmt: skip
 
 #: A published run: a row of ``published_decode_runs()`` or a dict of its columns.
 Run = Mapping[str, Any]
+
+#: Tokens of the trace generated to match a family's published routing statistics (rule 4).
+ROUTING_TOKENS = 2048
 
 #: The share of a GPU's memory an expert cache leaves for the CUDA context, activations
 #: and the KV cache (an estimate, rule 4).
@@ -74,7 +86,7 @@ CACHE_RESERVE = 0.1
 _HOST_PARTS: tuple[tuple[str, str], ...] = (
     (r"2 x AMD EPYC 9355", "epyc_9355_2s"), (r"EPYC 9355", "epyc_9355"), (r"2 x AMD EPYC 9654", "epyc_9654_2s"),
     (r"i3-8100", "core_i3_8100"), (r"E5-2650 v4", "xeon_e5_2650v4"), (r"i9-10900X", "core_i9_10900x"),
-    (r"i5-14600KF", "core_i5_14600kf"),
+    (r"i5-14600KF", "core_i5_14600kf"), (r"i9-14900KF", "core_i9_14900kf_ddr5_4200"),
 )  # fmt: skip
 
 
@@ -182,6 +194,7 @@ class DecodePrediction:
     parts: str = ""
     terms: tuple[str, ...] = ()  # the fitted terms the prediction depends on
     seconds: Mapping[str, float] = None  # type: ignore[assignment]  # gpu, host, copy parts
+    routing: str = ""  # the routing the expert cache's hit rate assumes (rule 4); "" when no cache
 
 
 def _offload_split(run: Run, family: ModelFamily) -> tuple[Optional[float], str]:
@@ -217,6 +230,9 @@ class DecodeLayout:
     moe_layers: int
     num_experts: int
     top_k: int
+    cache_share: float = 0.0  # share of the experts the GPU cache holds (copied regime; 0: none)
+    routing: str = ""  # the routing its hit rate assumed (rule 4)
+    family: str = ""
 
 
 def _run_key(run: Any) -> tuple[tuple[str, object], ...]:
@@ -245,7 +261,8 @@ def _layout(key: tuple[tuple[str, object], ...]) -> tuple[Optional[DecodeLayout]
     if bits is None:
         return None, "bits per weight not stated (no file size, no known format)"
     expert_bits, other_bits, _ = bits
-    host_share, copy_miss, host_peak, link_bandwidth = 0.0, 0.0, 0.0, 0.0
+    host_share, copy_miss, host_peak, link_bandwidth, cache_share = 0.0, 0.0, 0.0, 0.0, 0.0
+    routing_note = ""
     host: Optional[str] = None
     detail = run["offload_detail"] if isinstance(run["offload_detail"], str) else ""
     regime = run["regime"]
@@ -283,26 +300,75 @@ def _layout(key: tuple[tuple[str, object], ...]) -> tuple[Optional[DecodeLayout]
             return None, how
         used.append(f"link={link}")
         link_bandwidth = part_figures("link", link)["h2d_bandwidth"]
-        copy_miss = 1.0 - _cache_hit(run, gpu_facts, expert_total * expert_bits / 8, other_total * other_bits / 8)
+        cache_share = _cache_share(run, gpu_facts, expert_total * expert_bits / 8, other_total * other_bits / 8)
+        routing = routing_for(family.name)
+        hit, routing_note = _hit_rate(cache_share, family, routing)
+        copy_miss = 1.0 - hit
     else:
         raise AnchorError(f"run {run['id']}: unknown regime {regime!r}")
     return DecodeLayout(gpu, " ".join(used), expert_active * expert_bits / 8, other_active * other_bits / 8, host_share,
                         host_peak, part_figures("gpu", gpu)["device_memory_bandwidth"], link_bandwidth, copy_miss,
-                        family.layers, family.moe_layers, family.num_experts, family.top_k), ""  # fmt: skip
+                        family.layers, family.moe_layers, family.num_experts, family.top_k, cache_share,
+                        routing_note, family.name), ""  # fmt: skip
 
 
-def decode_layout(run: Run) -> tuple[Optional[DecodeLayout], str]:
-    """What ``run`` reads where per token (rules 2-5), or None and why it is not modeled."""
-    return _layout(_run_key(run))
+#: What ``routing_for`` answers for a family without published routing statistics.
+UNIFORM_ROUTING = "uniform"
 
 
-def predict_decode(run: Run, fits: Mapping[str, float], profiles: Optional[tuple[RuntimeProfile, ...]] = None) -> DecodePrediction:
+@functools.lru_cache(maxsize=16)
+def _published_routing(family: str) -> LocalityFit:
+    return locality_trace(family, ROUTING_TOKENS, seed=0)
+
+
+def routing_for(family: str) -> Union[LocalityFit, str]:
+    """The routing the regime model assumes for ``family`` (rule 4): a trace fitted to its
+    published statistics when the routing table has them, else ``UNIFORM_ROUTING``."""
+    return _published_routing(family) if family in locality_models() else UNIFORM_ROUTING
+
+
+def _hit_rate(share: float, family: ModelFamily, routing: Union[LocalityFit, RoutingTrace, str]) -> tuple[float, str]:
+    """The expert cache's hit rate holding ``share`` of every layer's experts, and the
+    routing it assumed, in words (rule 4)."""
+    if share <= 0:
+        return 0.0, "no expert cache"
+    if isinstance(routing, str):
+        return share, f"uniform routing (no published routing statistics for {family.name}): hit rate = share held {share:.3f}"
+    trace = routing.trace if isinstance(routing, LocalityFit) else routing
+    hit = lru_hit_rate(trace, share * family.num_experts)
+    where = (f"a trace matching {family.name}'s published routing statistics (largest gap {routing.max_abs_error:.3f})"
+             if isinstance(routing, LocalityFit) else f"the trace {trace.label!r}")  # fmt: skip
+    return hit, (f"LRU of {share * family.num_experts:.2f} of {family.num_experts} experts per layer over {where}: "
+                 f"hit rate {hit:.3f} (uniform routing: {share:.3f})")
+
+
+def decode_layout(run: Run, routing: Optional[RoutingTrace] = None) -> tuple[Optional[DecodeLayout], str]:
+    """What ``run`` reads where per token (rules 2-5), or None and why it is not modeled;
+    ``routing``: a trace of the run's model for the expert cache (rule 4)."""
+    layout, why = _layout(_run_key(run))
+    if routing is None or layout is None:
+        return layout, why
+    if not isinstance(routing, RoutingTrace):
+        raise AnchorError(f"routing must be a RoutingTrace (RoutingRecorder, locality_trace…), got {type(routing).__name__}")
+    family = next(f for f in model_families() if f.name == layout.family)
+    if (routing.num_layers, routing.num_experts, routing.top_k) != (family.moe_layers, family.num_experts, family.top_k):
+        raise AnchorError(f"the routing trace has {routing.num_layers} layers of {routing.num_experts} experts, top-"
+                          f"{routing.top_k}; {family.name} has {family.moe_layers} MoE layers of {family.num_experts}, "
+                          f"top-{family.top_k}: pass a trace of that model")
+    if layout.cache_share <= 0:
+        return layout, why
+    hit, note = _hit_rate(layout.cache_share, family, routing)
+    return dataclasses.replace(layout, copy_miss=1.0 - hit, routing=note), why
+
+
+def predict_decode(run: Run, fits: Mapping[str, float], profiles: Optional[tuple[RuntimeProfile, ...]] = None,
+                   routing: Optional[RoutingTrace] = None) -> DecodePrediction:
     """The modeled decode speed of one published run with the fitted terms ``fits``
-    (rules 1-6)."""
+    (rules 1-6); ``routing``: a trace of the run's model for its expert cache (rule 4)."""
     profile = profile_for(run["runtime"], profiles)
     if profile is None:
         return DecodePrediction(None, f"no runtime profile matches {run['runtime']!r}")
-    layout, why = decode_layout(run)
+    layout, why = decode_layout(run, routing)
     if layout is None:
         return DecodePrediction(None, why, profile.name)
     return time_decode(layout, profile, fits)
@@ -330,7 +396,7 @@ def time_decode(layout: DecodeLayout, profile: RuntimeProfile, fits: Mapping[str
     t = seconds["gpu"] + side - profile.value("overlap", fits) * min(seconds["gpu"], side)
     used = _fields_used(layout.host_share, layout.copy_miss)
     terms = tuple(sorted({profile.fitted[f] for f in used if f in profile.fitted}))
-    return DecodePrediction(1.0 / t, "", profile.name, layout.parts, terms, seconds)
+    return DecodePrediction(1.0 / t, "", profile.name, layout.parts, terms, seconds, layout.routing)
 
 
 def _fields_used(host_share: float, copy_miss: float) -> tuple[str, ...]:
@@ -342,8 +408,8 @@ def _fields_used(host_share: float, copy_miss: float) -> tuple[str, ...]:
     return tuple(fields)
 
 
-def _cache_hit(run: Run, gpu_facts: Mapping[str, float], expert_bytes: float, other_bytes: float) -> float:
-    """The GPU expert cache's hit rate (rule 4)."""
+def _cache_share(run: Run, gpu_facts: Mapping[str, float], expert_bytes: float, other_bytes: float) -> float:
+    """The share of the expert bytes the GPU expert cache holds (rule 4)."""
     text = f"{run['offload_detail']} {run['runtime']}"
     if re.search(r"no expert cache|re-uploads all selected experts", text):
         return 0.0
@@ -371,14 +437,15 @@ class RegimeModel:
     terms: tuple[FittedTerm, ...]
     profiles: tuple[RuntimeProfile, ...]
 
-    def predict(self, run: Run) -> DecodePrediction:
-        return predict_decode(run, self.fits, self.profiles)
+    def predict(self, run: Run, routing: Optional[RoutingTrace] = None) -> DecodePrediction:
+        """One run modeled; ``routing``: a trace of its model for the expert cache (rule 4)."""
+        return predict_decode(run, self.fits, self.profiles, routing)
 
-    def tok_s(self, run: Run) -> tuple[Optional[float], str, str, str]:
-        """(modeled tok/s or None, why not, runtime profile, parts) — the shape
+    def tok_s(self, run: Run) -> tuple[Optional[float], str, str, str, str]:
+        """(modeled tok/s or None, why not, runtime profile, parts, routing) — the shape
         ``modeled_vs_published`` takes."""
         p = self.predict(run)
-        return p.tok_s, p.why, p.profile, p.parts
+        return p.tok_s, p.why, p.profile, p.parts, p.routing
 
 
 def _term_order(profiles: Sequence[RuntimeProfile]) -> list[tuple[str, str]]:
@@ -459,7 +526,20 @@ def regime_model() -> RegimeModel:
     return fit_regime_model()
 
 
-def regime_model_tok_s(run: Run) -> tuple[Optional[float], str, str, str]:
+def runtime_profile(name: str, fits: Optional[Mapping[str, float]] = None,
+                    profiles: Optional[tuple[RuntimeProfile, ...]] = None) -> RuntimeProfile:
+    """The runtime profile ``name`` with its fitted terms filled in — from ``fits``, by
+    default the shipped regime model's — ready for ``CostModel.compose(gpu=, host=, link=,
+    runtime=runtime_profile("executorch_graph"))``. An unknown name is refused with a
+    ``RuntimeProfileError`` listing the valid ones."""
+    table = profiles if profiles is not None else runtime_profiles()
+    found = next((p for p in table if p.name == name), None)
+    if found is None:
+        raise RuntimeProfileError(f"no runtime profile {name!r}; valid: {', '.join(p.name for p in table)}")
+    return found.resolved(fits if fits is not None else regime_model().fits)
+
+
+def regime_model_tok_s(run: Run) -> tuple[Optional[float], str, str, str, str]:
     """The shipped regime model's answer for one run (``modeled_vs_published``'s default)."""
     return regime_model().tok_s(run)
 

@@ -107,7 +107,7 @@ GPU_PARTS: tuple[tuple[str, str], ...] = (
     (r"\bRTX 4090\b(?!D)", "rtx_4090"), (r"\bRTX 3090\b", "rtx_3090"), (r"\bA100 80GB\b", "a100_80gb"),
     (r"\bH20\b", "h20"), (r"\bL4\b", "l4"), (r"\bT4\b", "t4"), (r"\bH100\b", "h100_sxm"),
     (r"\bRTX 5090\b", "rtx_5090"), (r"\bRTX 5060 Ti 16GB\b", "rtx_5060_ti_16gb"), (r"\bRTX A5000\b", "rtx_a5000"),
-    (r"\bRTX 2080 Ti\b", "rtx_2080_ti"), (r"\bRTX 2080\b(?! Ti)", "rtx_2080"), (r"\bRadeon PRO W7800\b(?! 48)", "radeon_pro_w7800"),
+    (r"\bRTX 4060\b(?! Ti)", "rtx_4060"), (r"\bRTX 2080 Ti\b", "rtx_2080_ti"), (r"\bRTX 2080\b(?! Ti)", "rtx_2080"), (r"\bRadeon PRO W7800\b(?! 48)", "radeon_pro_w7800"),
 )  # fmt: skip
 
 

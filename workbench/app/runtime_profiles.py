@@ -15,6 +15,18 @@ Rules:
 3. ``profile_for(runtime)`` is the first profile, in file order, whose ``matches``
    expression is found in the runtime's text; None when none is.
 4. The table is data: read as text, never executed.
+5. A profile is a ``RuntimeTerms`` for ``CostModel.compose(runtime=profile)`` once its
+   fitted terms are filled in (``resolved(fits)``; ``decode_model.runtime_profile(name)``
+   fills in the shipped fits). It sets: ``launch_mode``; ``launch_overhead`` =
+   ``per_launch_cost`` (eager profiles); ``kernel_gap`` = ``kernel_time`` (the device
+   time a kernel costs beyond its bytes, between one kernel and the next);
+   ``device_memory_bandwidth`` = ``gpu_bandwidth_fraction`` × the GPU part's datasheet
+   rate (a measured GPU's rate is already achieved: kept); ``host_memory_bandwidth`` =
+   ``host_bandwidth_fraction`` × the host part's DRAM peak (when the fraction is used,
+   > 0, and the part states a peak); h2d and d2h latency = the link part's + ``per_copy_cost``
+   (the runtime's own fixed cost of one copy on top of the DMA's). ``launch_overlap``,
+   ``overlap`` and the kernel counts are not figures of a cost model: the simulated
+   schedule takes them from the graph it runs.
 """
 
 from __future__ import annotations
@@ -24,10 +36,11 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 from ..file_reading import read_csv_table
-from ..runtime.cost_model import LAUNCH_MODES
+from ..runtime.cost_model import LAUNCH_MODES, MEASURED_PREFIX
+from ..runtime.parts import part_facts
 from ..runtime.op_cost import CostModelError
 
 __all__ = ["FIT_PREFIX", "PROFILE_FIELDS", "RuntimeProfile", "RuntimeProfileError", "profile_for", "runtime_profiles",
@@ -71,6 +84,33 @@ class RuntimeProfile:
             raise RuntimeProfileError(f"profile {self.name!r}: {name} is the fitted term {term!r}, which is not given "
                                       f"(given: {', '.join(sorted(fits)) or 'none'})")
         return float(fits[term])
+
+    def resolved(self, fits: Mapping[str, float]) -> "RuntimeProfile":
+        """This profile with its fitted fields set from ``fits`` (each source names the
+        term it was fitted as); an ``RuntimeProfileError`` when a term is missing."""
+        values = {name: self.value(name, fits) for name in _RANGES}
+        sources = {**self.sources, **{f: f"fitted term {t} = {fits[t]:.4g}; {self.sources.get(f, '')}"
+                                      for f, t in self.fitted.items()}}  # fmt: skip
+        return RuntimeProfile(self.name, self.matches, self.launch_mode, values, {}, sources)
+
+    def cost_model_figures(self, machine: Mapping[str, Any], parts: Mapping[str, str]) -> dict[str, Any]:
+        """The cost-model figures this profile sets on a composed machine (rule 5)."""
+        if self.fitted:
+            raise RuntimeProfileError(f"profile {self.name!r} has fitted terms not filled in "
+                                      f"({', '.join(sorted(set(self.fitted.values())))}): use "
+                                      "decode_model.runtime_profile(name) or profile.resolved(fits)")
+        figures: dict[str, Any] = {"launch_mode": self.launch_mode, "kernel_gap": self.values["kernel_time"],
+                                   "h2d_latency": machine["h2d_latency"] + self.values["per_copy_cost"],
+                                   "d2h_latency": machine["d2h_latency"] + self.values["per_copy_cost"]}  # fmt: skip
+        if self.launch_mode == "eager":
+            figures["launch_overhead"] = self.values["per_launch_cost"]
+        if not str(parts.get("gpu", "")).startswith(MEASURED_PREFIX):
+            figures["device_memory_bandwidth"] = machine["device_memory_bandwidth"] * self.values["gpu_bandwidth_fraction"]
+        host = str(parts.get("host", ""))
+        peak = None if host.startswith(MEASURED_PREFIX) else part_facts("host", host).get("dram_peak_bandwidth")
+        if self.values["host_bandwidth_fraction"] > 0 and peak is not None:
+            figures["host_memory_bandwidth"] = peak * self.values["host_bandwidth_fraction"]
+        return figures
 
 
 def runtime_profiles_path() -> Path:

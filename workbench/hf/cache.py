@@ -5,13 +5,20 @@ Rules:
    position counter is a tensor) ``cumulative_length`` of an attention layer — full or
    sliding window; ``conv_states[i]`` and ``recurrent_states[i]`` of a linear-attention
    layer (Qwen3.5, Qwen3-Next); ``indexer_keys`` (and its counter) of an indexed layer
-   (DeepSeek-V3.2); a hybrid layer has both; and a per-layer list the cache object of a
+   (DeepSeek-V3.2); ``buffer_kv``, ``buffer_gate`` and ``compressed_kv`` (and, sparse
+   layers, ``overlap_kv`` and ``overlap_gate``) of a compressed-attention layer
+   (DeepSeek-V4), dicts by compressor name, whose entries are state once the model has
+   set them; a hybrid layer has both; and a per-layer list the cache object of a
    model's own cache class holds (``MiniMaxCache.linear_cache``: the linear-attention
    state). Everything else a layer holds
    (Python counters, flags, the sliding window as a tensor) is configuration, copied from
-   the template cache at every call.
+   the template cache at every call: a dynamic cache's step is one position's step (its
+   states' shapes are that position's), so its counters (DeepSeek-V4's ``entry_count``,
+   the compressed entries emitted so far) are that position's too.
 2. A layer holding other tensors (quantized caches) and an offloading cache
-   are refused, naming what is supported.
+   are refused, naming what is supported; so is a step that sets a state the template
+   held none of (an empty ``None`` entry the model fills), which no input could carry
+   (``check_carried``).
 3. ``rebuild`` makes a fresh cache of the template's structure that holds the given
    states and never modifies the template (its lists and dicts, and its layers', are
    copied) or the states: a state transformers updates in
@@ -30,11 +37,12 @@ import torch
 
 from .configs import HFError
 
-__all__ = ["CacheSlot", "cache_slots", "rebuild", "read_states"]
+__all__ = ["CacheSlot", "cache_slots", "check_carried", "rebuild", "read_states"]
 
 #: Layer attributes that hold state (rule 1), in the order they are flattened.
 STATE_ATTRIBUTES = (
     "keys", "values", "cumulative_length", "conv_states", "recurrent_states", "indexer_keys", "indexer_cumulative_length",
+    "buffer_kv", "buffer_gate", "compressed_kv", "overlap_kv", "overlap_gate",
 )
 #: Tensors a layer may hold that are configuration, not state (rule 1).
 CONSTANT_ATTRIBUTES = frozenset({"_sliding_window_tensor"})
@@ -46,13 +54,14 @@ class CacheSlot:
 
     layer: int  # index into cache.layers (for a state the cache object holds itself: the list index)
     attribute: str  # one of STATE_ATTRIBUTES, or the cache's own list attribute (``linear_cache``)
-    index: Optional[int]  # key into the attribute's dict (linear-attention states), else None
+    index: Optional[int | str]  # key into the attribute's dict (linear-attention states, compressor names), else None
     in_place: bool  # transformers updates it in place, so rebuild clones it (rule 3)
     on_cache: bool = False  # held by the cache object itself, not by a layer (rule 1)
 
     @property
     def name(self) -> str:
-        """``layers.3.keys``, ``layers.0.conv_states.0``, ``linear_cache.1``: how tables and errors name it."""
+        """``layers.3.keys``, ``layers.0.conv_states.0``, ``layers.2.compressed_kv.indexer``,
+        ``linear_cache.1``: how tables and errors name it."""
         if self.on_cache:
             return f"{self.attribute}.{self.layer}"
         suffix = "" if self.index is None else f".{self.index}"
@@ -132,6 +141,19 @@ def rebuild(template: Any, slots: Sequence[CacheSlot], states: Sequence[torch.Te
 def read_states(cache: Any, slots: Sequence[CacheSlot]) -> tuple[torch.Tensor, ...]:
     """The state tensors of ``cache``, in slot order."""
     return tuple(slot.get(cache) for slot in slots)
+
+
+def check_carried(cache: Any, slots: Sequence[CacheSlot]) -> None:
+    """Rule 2's last part: ``cache``, after a step ran on it, holds no state beyond ``slots``."""
+    carried = {slot.name for slot in slots}
+    new = [slot.name for slot in cache_slots(cache) if slot.name not in carried]
+    if new:
+        raise HFError(
+            f"the decode step sets cache states {new} that the cache it was given held none of (empty entries the "
+            "model fills only from some position on, such as a compressed-attention window's first overlap), so "
+            "no input carries them and they would be lost after this step; capture the step at a position where "
+            "the cache holds them already (a larger past)"
+        )
 
 
 def _copy_layer(layer: Any) -> Any:

@@ -182,7 +182,8 @@ def try_stages(
 def unexpressed_experts(model: "PreTrainedModel") -> str:
     """Rule 3: why the routed experts ``model``'s config declares are not found ("" when
     they are, or when it declares none): the parameters that hold them and what is
-    missing — a router of their count, or slabs of three or more dims."""
+    missing — a router of their count (``workbench.moe.discovery`` rule 2), or slabs of
+    three or more dims."""
     count = config_expert_count(model.config)
     if not count or find_experts(model):
         return ""
@@ -195,13 +196,15 @@ def unexpressed_experts(model: "PreTrainedModel") -> str:
         near = sorted((n for n in shapes if n.startswith(parent) and not n.startswith(container + ".")
                        and len(shapes[n]) == 2 and shapes[n][0] != count), key=lambda n: abs(shapes[n][0] - count))
         routers = [f"{n} {shapes[n]}" for n in near[:2]]
-        return (head + f"no router scores exactly those {count}: {container} stacks them, while its block's "
-                f"router-like parameters score another count ({'; '.join(routers) or 'none'}): experts that the "
-                "router scores beyond the stacked ones (computing nothing) or a router of its own width are a form "
-                "workbench.experts.find_experts does not express, so no strategy can move or cache them")
+        return (head + f"no router scores those {count}: {container} stacks them, while its block's "
+                f"router-like parameters score another count ({'; '.join(routers) or 'none'}); "
+                "workbench.experts.find_experts takes as router a parameter that scores the experts, plus at most "
+                f"{count // 2} more that hold no weights there (zero-computation or shared experts), reading the "
+                "hidden state or a layer of its own module that does; without one no strategy can move or cache them, so "
+                "run this model with all_on_device")
     rows = [f"{n} {shapes[n]}" for n, shape in shapes.items() if len(shape) == 2 and shape[0] == count][:2]
-    return (head + "none is a stacked slab or module: " + (f"{'; '.join(rows)} hold one vector per expert (experts "
-            "as rows of tables, looked up by index rather than multiplied slab by slab), " if rows else "") +
+    return (head + "none is a stacked slab or module: " + (f"{'; '.join(rows)} hold one vector per expert, but not as "
+            "the table of a lookup module (nn.Embedding) whose rows the router's ids pick, " if rows else "") +
             "a kind of expert workbench.experts.find_experts does not express, so no strategy can move or cache them")
 
 

@@ -39,6 +39,10 @@ Rules:
    layer's state) gets one: a dynamic cache is the one its prefill returns; a static one
    is its class holding a static cache's layers. Every state it holds is carried as a
    tensor (``cache`` rule 1), and the caller's cache is never written (``cache`` rule 3).
+6. A model whose layers are all compressed attention (DeepSeek-V4), which transformers
+   caches in dynamic form only, gets a static cache of the workbench's
+   (``compressed_cache``): filled by a dynamic prefill, then made static, so one captured
+   step decodes every position up to ``max_cache_len``.
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ import torch
 from torch.export.graph_signature import OutputKind
 
 from ..capture import CaptureError, Program, capture
-from .cache import CacheSlot, cache_slots, read_states, rebuild
+from .cache import CacheSlot, cache_slots, check_carried, read_states, rebuild
+from .compressed_cache import is_compressed_kind, static_compressed_cache
 from .configs import HFError
 from .expert_forms import batched_experts
 from .models import check_model, experts_hint
@@ -75,6 +80,8 @@ def _capture_step(model: "PreTrainedModel", step: torch.nn.Module, inputs: tuple
         with batched_experts(model):  # rule 4: the workbench's batched form of experts that only loop
             program = capture(step, inputs, **options)
     except CaptureError as exc:
+        if isinstance(exc.__cause__, HFError):  # the step's own refusal (an uncarried cache state), already one paragraph
+            raise exc.__cause__ from None
         data_dependent = "data-dependent" in exc.torch_message.lower() or "DataDependent" in exc.torch_message
         hint = experts_hint(model) if data_dependent else ""
         text = str(exc) if not hint else str(exc).split(" What to do: ")[0] + f" What to do: {hint}."
@@ -159,6 +166,7 @@ class DecodeStep(_ModelStep):
             )
         cache = rebuild(self.template, self.slots, states)
         out = self.hf_model(input_ids=input_ids, cache=cache, use_cache=True, cache_position=cache_position)
+        check_carried(cache, self.slots)
         return (out.logits, *read_states(cache, self.slots))  # (B, 1, V), states
 
     def example_states(self) -> tuple[torch.Tensor, ...]:
@@ -263,10 +271,11 @@ def capture_decode(
 
 
 def _static_cache(config: Any, length: int) -> Any:
-    """transformers' ``StaticCache`` for ``config``, or an ``HFError`` naming the layer kind
-    it has no static layer for (DeepSeek-V4's compressed attention)."""
+    """transformers' ``StaticCache`` for ``config``; None when its layer kinds are
+    compressed attention, which transformers keeps dynamic only (rule 6); an ``HFError``
+    naming another layer kind it has no static layer for."""
     from transformers import StaticCache
-    from transformers.cache_utils import STATIC_LAYER_TYPE_MAPPING
+    from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, STATIC_LAYER_TYPE_MAPPING
 
     try:
         return StaticCache(config=config, max_cache_len=length)
@@ -274,6 +283,9 @@ def _static_cache(config: Any, length: int) -> Any:
         kind = exc.args[0] if exc.args else None
         if not isinstance(kind, str) or kind in STATIC_LAYER_TYPE_MAPPING:
             raise
+        kinds = set(getattr(config, "layer_types", None) or ())
+        if kinds and all(is_compressed_kind(DYNAMIC_LAYER_TYPE_MAPPING.get(k)) for k in kinds):
+            return None
         raise HFError(
             f"transformers' StaticCache has no static layer for this model's layer kind {kind!r} (it has "
             f"{', '.join(sorted(STATIC_LAYER_TYPE_MAPPING))}); decode with a dynamic cache (cache='dynamic')"
@@ -306,6 +318,10 @@ def prefill_cache(
         if meta and previous == "grouped_mm":
             model.set_experts_implementation("batched_mm")
         cache = _static_cache(config, length) if kind == "static" else DynamicCache(config=config)
+        if cache is None:  # rule 6: filled in transformers' dynamic form, then made static
+            filled = DynamicCache(config=config)
+            _fill(model, ids, filled)
+            return static_compressed_cache(filled, length)
         try:
             _fill(model, ids, cache)
         except Exception as exc:  # a model with a cache class of its own refuses these (rule 5)

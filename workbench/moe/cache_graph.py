@@ -94,7 +94,6 @@ from ..capture import Program
 from ..copy_ops import GATHER_REUSE
 from ..devices import CPU, CopyKind, Device
 from ..graph_values import value_of
-from ..place import module_paths
 from ..propagate import CopyRecord, CopyRole, DeviceGraph
 from ..node_facts import mark_copy_stream, mark_row_share, mark_tag, tagged
 from .cache_ops import ADMIT, HITS, ORDERED_AFTER, POSITIONS
@@ -392,8 +391,7 @@ def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, layer:
             continue
         if node.op != "call_function" or not any(a in region for a in node.all_input_nodes):
             continue
-        inside = any(layer.holds(p) for p in module_paths(node))
-        if inside and _row_wise(node, region, rows):
+        if layer.owns(node) and _row_wise(node, region, rows):
             region.add(node)
             order.append(node)
     return order
@@ -417,7 +415,8 @@ def _host_compute(
         outside = [u.name for u in node.users if u not in members]
         if outside:
             raise CacheGraphError(f"{layer.module}: the selected expert rows {node.name} are read by {outside}, which "
-                                  "are not row-wise: host_compute would have to copy weights to the device")  # fmt: skip
+                                  "are not row-wise (one row per routed row): host_compute would have to copy weights to the "
+                                  "device; cache these experts with on_miss='copy'")  # fmt: skip
     with graph.inserting_before(region[0]):  # the region, in graph order, starts with a selection
         hits = _call(graph, HITS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_hits")
         positions = _call(graph, POSITIONS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_positions")

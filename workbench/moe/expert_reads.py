@@ -10,8 +10,12 @@ layer's row selections.
 Rules:
   1. *Routed reads*: every read of a layer's stacked weights selects rows by one index
      — ``index_select(w, 0, ids)``, ``select_rows(w, ids, hint)`` (the built-in decoder),
-     or ``w[ids]`` (transformers' ``batched_mm`` experts) — the rows the router chose.
-     Such a layer is left as it is.
+     ``w[ids]`` (transformers' ``batched_mm`` experts), or a lookup ``embedding(w, ids)``
+     (rows of tables as experts, ``discovery`` rule 1e) — the rows the router chose.
+     Such a layer is left as it is, but for its lookups: ``embedding(w, ids)`` with ids
+     of any shape becomes ``view(index_select(w, 0, view(ids, [-1])), [*ids.shape, H])``
+     (one flat ``ids`` per ids node; the last view keeps the lookup's name), the one
+     index an expert cache reads by.
   2. *Dense reads*: every read of a layer's stacked weights takes the whole stack (Llama
      4's batched matmul over all experts: every expert computes every token, the
      unchosen ones on rows the router scaled to zero). A step reads all E experts, so
@@ -75,6 +79,8 @@ def row_selection(node: torch.fx.Node, weights: set[str]) -> Optional[tuple[str,
         return None
     if node.target is _aten.index_select.default and node.args[1] == 0:
         return source, node.args[2], None  # type: ignore[return-value]
+    if node.target is _aten.embedding.default and isinstance(node.args[1], torch.fx.Node):
+        return source, node.args[1], None
     if node.target is SELECT_ROWS:
         return source, node.args[1], node.args[2]  # type: ignore[return-value]
     if node.target is _aten.index.Tensor:
@@ -174,6 +180,7 @@ def rows_program(program: Program, layers: Layers) -> tuple[Program, Layers, fro
     """Rules 1-5: ``(program, layers, dense)`` — the program with every layer read by rows,
     its layers (one module per expert now stacked), and the containers of the layers
     that read every expert each step."""
+    program, layers = _lookups_as_rows(program, layers)
     plans = {layer.module: p for _, layer in layers if (p := _dense_plan(program, layer)) is not None}
     if not plans:
         return program, layers, frozenset()
@@ -226,6 +233,60 @@ def rows_program(program: Program, layers: Layers) -> tuple[Program, Layers, fro
     out = tuple((i, dataclasses.replace(layer, weights=tuple(plans[layer.module].stacks), layout="stacked"))
                 if layer.module in plans else (i, layer) for i, layer in layers)  # fmt: skip
     return Program(new, program.shape_only), out, frozenset(plans)
+
+
+def _lookups_as_rows(program: Program, layers: Layers) -> tuple[Program, Layers]:
+    """Rule 1's lookups as row selections by flat ids; the layers' ops (``discovery`` rule
+    1e) gain the new nodes."""
+    by_fqn = {fqn: name for name, fqn in program.constants.items()}
+    owner = {by_fqn[w]: layer.module for _, layer in layers for w in layer.weights}
+    lookups = {n for n in program.graph.nodes if n.target is _aten.embedding.default and n.args
+               and isinstance(n.args[0], torch.fx.Node) and n.args[0].name in owner}  # fmt: skip
+    if not lookups:
+        return program, layers
+    ep = program.exported
+    fake_mode = fake_mode_of(program)
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    flat: dict[torch.fx.Node, torch.fx.Node] = {}
+    added: dict[str, set[str]] = defaultdict(set)  # container → names of the new nodes
+
+    def call(target: Any, args: tuple, name: str, like: torch.fx.Node) -> torch.fx.Node:
+        node = graph.create_node("call_function", target, args, {}, name=name)
+        with fake_mode:
+            node.meta["val"] = target(*torch.fx.node.map_arg(args, value_of))
+        node.meta.update({k: like.meta[k] for k in ("nn_module_stack", "stack_trace") if k in like.meta})
+        return node
+
+    for node in ep.graph.nodes:
+        if node not in lookups:
+            env[node] = graph.node_copy(node, env.__getitem__)
+            continue
+        weight, ids = node.args[0], node.args[1]
+        assert isinstance(weight, torch.fx.Node) and isinstance(ids, torch.fx.Node)  # lookups and row_selection check
+        module = owner[weight.name]
+        if ids not in flat:
+            flat[ids] = call(_aten.view.default, (env[ids], [-1]), f"{ids.name}_flat", node)
+        rows = call(_aten.index_select.default, (env[weight], 0, flat[ids]), f"{node.name}_rows", node)
+        shape = [*value_of(ids).shape, value_of(weight).shape[1]]
+        env[node] = call(_aten.view.default, (rows, shape), node.name, node)
+        env[node].meta = {**node.meta, "val": env[node].meta["val"]}
+        added[module] |= {flat[ids].name, rows.name}
+    graph.lint()
+    new = ExportedProgram(
+        root=ep.graph_module,
+        graph=graph,
+        graph_signature=ep.graph_signature,
+        state_dict=ep.state_dict,
+        range_constraints=ep.range_constraints,
+        module_call_graph=ep.module_call_graph,
+        example_inputs=ep.example_inputs,
+        constants=ep.constants,
+        verifiers=ep.verifiers,
+    )
+    out = tuple((i, dataclasses.replace(layer, ops=layer.ops | added[layer.module]) if layer.ops else layer)
+                for i, layer in layers)  # fmt: skip
+    return Program(new, program.shape_only), out
 
 
 def _stacked(program: Program, placeholders: list[str]) -> torch.Tensor:

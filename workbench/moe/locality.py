@@ -41,6 +41,13 @@ Rules:
      overlap rate beside it) ends at the nearest setting; ``LocalityFit.comparison``
      shows the gap.
   6. Same arguments, same trace, on every machine.
+  7. ``lru_hit_rate(trace, experts_per_layer)``: each layer has its own cache of that many
+     experts; a layer's experts are requested one by one, token by token in the router's
+     order, each admitted on a miss in place of the least recently requested. A request
+     hits when fewer than that many distinct experts of its layer were requested since
+     its own last request (its LRU stack distance). A fractional size is the mean of the
+     two whole sizes around it, weighted by nearness (layers holding one more or one
+     fewer expert).
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ __all__ = [
     "locality_models",
     "locality_path",
     "locality_trace",
+    "lru_hit_rate",
     "measure_locality",
     "model_locality",
     "published_locality",
@@ -487,3 +495,41 @@ def locality_trace(
     label = f"synthetic (locality of {published.model}, {published.subset}, seed {seed})"
     trace = RoutingTrace(ids, E, True, label)
     return LocalityFit(trace, published, zipf, r_first, r_rest, published_vs_measured(trace, published))
+
+
+# -- caching ---------------------------------------------------------------------------------
+
+
+def _stack_distances(experts: np.ndarray) -> np.ndarray:
+    """Rule 7: every request's LRU stack distance in its layer (-1: its first request)."""
+    T, L, k = experts.shape
+    out = np.empty((T, L, k), dtype=np.int64)
+    for layer in range(L):
+        recent: list[int] = []  # most recent first
+        for t in range(T):
+            for j in range(k):
+                e = int(experts[t, layer, j])
+                try:
+                    d = recent.index(e)
+                    del recent[d]
+                except ValueError:
+                    d = -1
+                recent.insert(0, e)
+                out[t, layer, j] = d
+    return out
+
+
+def lru_hit_rate(trace: RoutingTrace, experts_per_layer: float) -> float:
+    """The hit rate of a per-layer LRU expert cache of ``experts_per_layer`` experts
+    (fractional allowed) over ``trace`` (rule 7): recorded (``RoutingRecorder``) or generated."""
+    if not isinstance(trace, RoutingTrace):
+        raise LocalityError(f"trace must be a RoutingTrace (RoutingRecorder, locality_trace…), got {type(trace).__name__}")
+    number = isinstance(experts_per_layer, (int, float, np.integer, np.floating)) and not isinstance(experts_per_layer, bool)
+    size = float(experts_per_layer) if number else math.nan
+    if not 0 <= size <= trace.num_experts:
+        raise LocalityError(f"experts_per_layer must be a number in [0, {trace.num_experts}] (the experts each "
+                            f"layer's cache holds), got {experts_per_layer!r}")
+    distances = _stack_distances(np.asarray(trace.experts)).ravel()
+    low = math.floor(size)
+    hits = [float(np.mean((distances >= 0) & (distances < s))) for s in (low, low + 1)]
+    return (1 - (size - low)) * hits[0] + (size - low) * hits[1]

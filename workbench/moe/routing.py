@@ -47,7 +47,7 @@ from ..atomic_files import FileWriteError, atomic_path
 from ..errors import ArgumentTypeError, WorkbenchError
 from ..file_reading import open_zip, parse_json, read_regular_file, read_zip_member
 from ..models import MoEConfig, QwenMoEDecoder
-from .discovery import ExpertMap, config_ints, expert_map, expert_modules
+from .discovery import ExpertLayer, ExpertMap, config_ints, expert_map, expert_modules
 
 __all__ = [
     "RoutingRecorder",
@@ -256,8 +256,10 @@ class RoutingRecorder:
 
     It hooks the routed-expert containers (``experts.expert_modules``: the built-in
     decoder's and transformers models' alike) and reads the expert ids each is called
-    with — its second argument, ``(N,)`` or ``(T, k)``; every call must pass through
-    every MoE layer once (rule 2).
+    with — its second argument, ``(N,)`` or ``(T, k)``; experts held as rows of lookup
+    tables (``discovery`` rule 1e) are recorded from the first table's lookup module,
+    whose first argument is the ids. Every call must pass through every MoE layer once
+    (rule 2).
     """
 
     def __init__(self, model: torch.nn.Module, label: Optional[str] = None) -> None:
@@ -265,6 +267,7 @@ class RoutingRecorder:
         experts = expert_map(model) if isinstance(model, torch.nn.Module) else None  # else expert_modules refuses it
         self.layers = expert_modules(model, experts)  # (layer index, module), in layer order
         assert experts is not None
+        self._hooked = [_ids_source(model, index, module, layer) for (index, module), layer in zip(self.layers, experts.layers)]
         self.top_k, self.num_experts = _routing_shape(model, experts)
         self.label = label or f"recorded from {type(model).__name__}"
         self._seen: dict[int, list[np.ndarray]] = {i: [] for i, _ in self.layers}
@@ -273,8 +276,8 @@ class RoutingRecorder:
     def __enter__(self) -> "RoutingRecorder":
         if self._hooks:
             raise TraceError("this recorder is already recording")
-        for index, module in self.layers:
-            self._hooks.append(module.register_forward_hook(self._hook(index), with_kwargs=True))
+        for index, module, position in self._hooked:
+            self._hooks.append(module.register_forward_hook(self._hook(index, position), with_kwargs=True))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -282,11 +285,11 @@ class RoutingRecorder:
             hook.remove()
         self._hooks.clear()
 
-    def _hook(self, layer: int):
+    def _hook(self, layer: int, position: int):
         k = self.top_k
 
         def record(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-            chosen = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
+            chosen = args[position] if len(args) > position else next(iter(kwargs.values()), None)
             if not isinstance(chosen, torch.Tensor) or chosen.dtype.is_floating_point:
                 raise TraceError(
                     f"layer {layer}'s experts were called without expert ids as their second argument; "
@@ -308,6 +311,15 @@ class RoutingRecorder:
             )
         experts = np.stack(per_layer, axis=1)  # (T, L, k)
         return RoutingTrace(experts, self.num_experts, False, self.label)
+
+
+def _ids_source(model: torch.nn.Module, index: int, container: torch.nn.Module, layer: ExpertLayer) -> tuple[int, torch.nn.Module, int]:
+    """(layer index, module to hook, position of the ids among its arguments): the first
+    table's lookup module for lookup-table experts, else the container (ids second)."""
+    owner = model.get_submodule(layer.weights[0].rpartition(".")[0])
+    if isinstance(owner, torch.nn.Embedding):
+        return index, owner, 0
+    return index, container, 1
 
 
 def _routing_shape(model: torch.nn.Module, experts: ExpertMap) -> tuple[int, int]:

@@ -20,7 +20,8 @@ binds its rules and streamed weights to the routed experts found in each program
   remaining compute and layer i+1's attention; mispredicted slabs cost link bytes.
 
 The routed experts are found in the program by ``workbench.moe.discovery.find_experts`` (by
-what they are: stacked per-expert weights or one module per expert, scored by a router),
+what they are: stacked per-expert weights, one module per expert, or rows of lookup
+tables, scored by a router),
 so the strategies work unchanged on the built-in decoder (``layers.N.mlp.experts``) and on
 transformers models (``model.layers.N.mlp.experts``); a glob or an ``ExpertMap`` may be
 given instead. A strategy that finds no experts to move — a dense model, or a glob that

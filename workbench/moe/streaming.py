@@ -18,6 +18,8 @@ Rules:
    row, duplicates included) becomes ``u, count, inverse = unique_ids(ids, U)`` (U = min(E,
    len(ids))), ``r = gather_h2d_routed_copy(w, u, count)`` and ``index.Tensor(view(r),
    [inverse])``: each distinct slab crosses once, and rows are repeated on the device.
+   A lookup ``embedding(w, ids)`` of a streamed table (rows of lookup tables as experts,
+   ``discovery`` rule 1e) is the same gather, and becomes ``embedding(r, inverse)``.
 3. ``present_groups`` and ``unique_ids`` are shared per (input, device); a routed copy per
    (weight, ids, device); the view chain is re-emitted on the routed rows, and a view of a
    streamed weight read only by rewritten ops is not emitted over the whole weight.
@@ -110,12 +112,17 @@ def _grouped_use(node: torch.fx.Node, streamed: AbstractSet[str]) -> Optional[_S
 
 
 def _index_use(node: torch.fx.Node, streamed: AbstractSet[str]) -> Optional[_StreamedUse]:
-    if node.target is not torch.ops.aten.index.Tensor or len(node.args) != 2:
+    if node.target is torch.ops.aten.embedding.default and len(node.args) >= 2:
+        source, ids = node.args[0], node.args[1]  # rule 2: a lookup is w[ids]
+    elif node.target is torch.ops.aten.index.Tensor and len(node.args) == 2:
+        source, indices = node.args
+        if not isinstance(indices, (list, tuple)) or len(indices) != 1:
+            return None
+        ids = indices[0]
+    else:
         return None
-    source, indices = node.args
-    if not isinstance(source, torch.fx.Node) or not isinstance(indices, (list, tuple)) or len(indices) != 1:
+    if not isinstance(source, torch.fx.Node):
         return None
-    ids = indices[0]
     if not isinstance(ids, torch.fx.Node):
         return None
     val = value_of(ids)

@@ -35,7 +35,7 @@ from .allocators import (
 from .backend_registry import BACKENDS, UnknownBackendError, check_backend, registry_for_backend, shared_registry
 from .device_buffers import DeviceBuffer
 from .byte_views import typed_view
-from .cost_model import CostModel, CostModelWarning, OpCost, dtype_class, op_cost
+from .cost_model import CostModel, CostModelWarning, OpCost, RuntimeTerms, dtype_class, op_cost
 from ..kernels.cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, default_backend
 from .cupy_allocator import CupyDeviceAllocator
 from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to_host
@@ -75,6 +75,7 @@ __all__ = [
     "AllocatorError",
     "AllocatorRegistry",
     "CostModel",
+    "RuntimeTerms",
     "CostModelWarning",
     "CudaUnavailableError",
     "CupyDeviceAllocator",

@@ -81,7 +81,10 @@ What each figure means physically, and where the presets' values come from:
 
 ``CostModel.compose(gpu=, host=, link=, runtime=)`` builds a model from named parts, each
 with the source of every figure (``runtime.parts``, ``data/parts/parts.csv``); a measured
-preset is a part too (``gpu="measured:h200"``).
+preset is a part too (``gpu="measured:h200"``). ``runtime`` may instead be any object
+with the ``RuntimeTerms`` protocol: a runtime described by its own terms, which sets the
+figures it knows on top of the composed machine (the core names no such runtime; the
+application's runtime profiles of published engines are ones).
 
 Figures in the presets are published datasheet peaks, published measurements or stated
 estimates, as each comment says; ``workbench.calibrate(backend="cuda")`` measures every
@@ -97,7 +100,7 @@ import math
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Protocol, Union, runtime_checkable
 
 import torch
 
@@ -198,6 +201,21 @@ def dtype_class(dtype: torch.dtype) -> str:
     if dtype.is_floating_point and dtype.itemsize == 1:
         return "fp8"
     return "fp32"
+
+
+@runtime_checkable
+class RuntimeTerms(Protocol):
+    """A runtime given by its own terms, for ``CostModel.compose(runtime=...)``.
+
+    ``cost_model_figures(machine, parts)`` gets the figures composed so far (the GPU, host
+    and link parts' and the ``compiled`` runtime part's, by field name) and the part names
+    (``{"gpu": ..., "host": ..., "link": ...}``), and returns the figures the runtime sets
+    (``CostModel`` field names; the rest stay the parts'). ``name`` ends the model's name.
+    """
+
+    name: str
+
+    def cost_model_figures(self, machine: Mapping[str, Any], parts: Mapping[str, str]) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -312,7 +330,7 @@ class CostModel:
         gpu: str = "h200",
         host: str = "x86_server",
         link: str = "pcie_gen5",
-        runtime: str = "compiled",
+        runtime: Union[str, RuntimeTerms] = "compiled",
     ) -> "CostModel":
         """A model of a machine put together from named parts (``runtime.parts``): each
         part sets its own figures, e.g. ``CostModel.compose(gpu="rtx_4090",
@@ -320,8 +338,16 @@ class CostModel:
 
         Any part may be ``"measured:<name>"``: that part's figures from the measured preset
         ``<name>`` (``gpu="measured:h200"`` takes the measured H200's math and memory
-        figures, and so on). The name is ``gpu+link+host+runtime``."""
+        figures, and so on). ``runtime`` may also be a ``RuntimeTerms`` object: the
+        ``compiled`` runtime part first, then the figures the object sets. The name is
+        ``gpu+link+host+runtime``."""
         values: dict[str, Any] = {}
+        terms: Optional[RuntimeTerms] = None
+        if not isinstance(runtime, str):
+            if not isinstance(runtime, RuntimeTerms):
+                raise CostModelTypeError(f"runtime must be a runtime part name (a string) or an object with "
+                                         f"name and cost_model_figures (RuntimeTerms), got {runtime!r}")
+            terms, runtime = runtime, _PRESET_RUNTIME
         for kind, name in (("gpu", gpu), ("host", host), ("link", link), ("runtime", runtime)):
             if not isinstance(name, str):
                 raise CostModelTypeError(f"{kind} must be a part name (a string), got {name!r}")
@@ -330,7 +356,15 @@ class CostModel:
                 values.update({field: measured[field] for field in PART_FIELDS[kind]})
             else:
                 values.update(part_figures(kind, name))
-        return cls(**values, name=f"{gpu}+{link}+{host}+{runtime}")
+        if terms is None:
+            return cls(**values, name=f"{gpu}+{link}+{host}+{runtime}")
+        figures = dict(terms.cost_model_figures(dict(values), {"gpu": gpu, "host": host, "link": link}))
+        known = {f.name for f in fields(cls)} - {"name"}
+        unknown = sorted(set(figures) - known)
+        if unknown:
+            raise CostModelError(f"runtime {terms.name!r} sets figures a cost model does not have: {unknown}; "
+                                 f"valid: {', '.join(sorted(known))}")
+        return cls(**{**values, **figures}, name=f"{gpu}+{link}+{host}+{terms.name}")
 
     @staticmethod
     def presets() -> dict[str, tuple[str, ...]]:

@@ -1,0 +1,98 @@
+"""Experts held as rows of lookup tables, in a hand-written model (no transformers): found
+by what the graph does — a table's rows gathered by ids a router's topk chose — not by a
+family's names, and moved, streamed and cached by those rows, equal to eager."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch import nn
+
+import workbench as wb
+from workbench.experts import find_experts
+from workbench.moe.strategies import expert_cache, expert_streaming, experts_on_host
+from workbench.runtime import stage_inputs
+
+from conftest import assert_matches_eager
+
+HIDDEN, EXPERTS, TOP_K, LAYERS, VOCAB = 16, 6, 2, 2, 10
+
+
+class _LookupMoE(nn.Module):
+    """Single-neuron experts: expert e is row e of ``keys`` and of ``values``; a shared
+    expert beside them, added to their sum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Linear(HIDDEN, EXPERTS, bias=False)
+        self.keys = nn.Embedding(EXPERTS, HIDDEN)
+        self.values = nn.Embedding(EXPERTS, HIDDEN)
+        self.shared = nn.Linear(HIDDEN, HIDDEN, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, H)
+        scores, ids = self.router(x).topk(TOP_K, dim=-1)  # (N, k)
+        gates = torch.softmax(scores, -1)
+        act = torch.relu((self.keys(ids) * x.unsqueeze(1)).sum(-1)) * gates  # (N, k)
+        return x + self.shared(x) + (act.unsqueeze(-1) * self.values(ids)).sum(1)
+
+
+class _Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)  # a lookup too, by the input's ids: no expert
+        self.layers = nn.Sequential(*(_LookupMoE() for _ in range(LAYERS)))
+        self.head = nn.Linear(HIDDEN, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layers(self.embed(ids)))
+
+
+@functools.lru_cache(maxsize=None)
+def lookup_model():
+    """(model, inputs, program): seeded weights, captured once."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = _Model().eval()
+    inputs = (torch.tensor([3, 7]),)  # 2 tokens x top-2: 4 routed rows of 6 experts
+    return model, inputs, wb.capture(model, inputs)
+
+
+def test_tables_gathered_by_a_routers_choice_are_experts():
+    """Each layer's two tables are one expert layer, scored by its router; the token
+    embedding (ids from the input) is not; the layer's ops are the lookups and what
+    computes from them, never the router's linear, the shared expert nor the add that
+    combines the two. Without a graph or a declared count, the module shows none."""
+    model, _, program = lookup_model()
+    experts = find_experts(program)
+    assert [layer.weights for layer in experts] == [(f"layers.{i}.keys.weight", f"layers.{i}.values.weight") for i in range(LAYERS)]
+    assert [layer.router for layer in experts] == [f"layers.{i}.router.weight" for i in range(LAYERS)]
+    assert all(layer.num_experts == EXPERTS and layer.module == f"layers.{layer.layer}" for layer in experts)
+    nodes = {n.name: n for n in program.graph.nodes}
+    for layer in experts:
+        targets = {nodes[op].target for op in layer.ops}
+        assert torch.ops.aten.embedding.default in targets and torch.ops.aten.relu.default in targets
+        assert torch.ops.aten.linear.default not in targets and torch.ops.aten.topk.default not in targets
+        combine = [nodes[op] for op in layer.ops if nodes[op].target is torch.ops.aten.add.Tensor]
+        assert not combine
+    assert not find_experts(model)
+
+
+@pytest.mark.parametrize("make", [experts_on_host, expert_streaming, lambda: expert_cache(2 * TOP_K, "lru"),
+                                  lambda: expert_cache(3, "static_hot")])  # fmt: skip
+def test_lookup_experts_run_equal_to_eager(make):
+    """Experts on the host, streamed by their routed rows, and cached (admitting and
+    static), each equal eager; streaming's copies are the routed rows of the tables, at
+    min(E, tokens x k) of them, never a whole table."""
+    model, inputs, program = lookup_model()
+    dg = make().apply(program)
+    session = wb.load(wb.plan(dg, "greedy"), "sim")
+    assert_matches_eager(session.run(*stage_inputs(dg, inputs, "sim")).outputs, model(*inputs), "planned run")
+    tables = {n for n, f in program.constants.items() if ".keys." in f or ".values." in f}
+    moved = [c for c in dg.copies if c.value in tables]
+    if make is experts_on_host:
+        assert not moved
+    elif make is expert_streaming:
+        assert len(moved) == 2 * LAYERS
+        assert all(c.slots == 2 * TOP_K and c.nbytes == 2 * TOP_K * HIDDEN * 4 for c in moved)  # min(6, 2 x 2) rows
