@@ -51,6 +51,8 @@ Rules:
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 from typing import Any
 
@@ -193,9 +195,6 @@ def _unset_fills(model_type: str, default: dict[str, Any], sized: dict[str, Any]
 def _named_layer_kinds(model_type: str) -> list[str]:
     """Layer kinds other than ``full_attention`` that the family's modeling code compares a
     layer's ``layer_types`` entry with (its source, read as text)."""
-    import importlib
-    import inspect
-
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     module_name = CONFIG_MAPPING[model_type].__module__.replace(".configuration_", ".modeling_")
