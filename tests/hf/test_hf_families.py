@@ -44,7 +44,7 @@ def _held_out() -> tuple[str, ...]:
     """Two families drawn (seeded) from those the workbench ships no configuration for
     and the issue did not name — families no code here was written against — among
     those transformers itself can build from their tiny configuration and run with a cache."""
-    others = sorted(set(hf.moe_families()) - SHIPPED - set(NAMED) - set(HYBRIDS) - {"jetmoe", "longcat_flash", "llama4_text"})
+    others = sorted(set(hf.moe_families()) - SHIPPED - set(NAMED) - set(HYBRIDS) - {"jetmoe", "longcat_flash", "llama4_text", "qwen4_exp_text"})
     random.Random(24).shuffle(others)
     chosen: list[str] = []
     for model_type in others:
@@ -118,22 +118,71 @@ def test_state_space_layers_are_not_experts_in_a_program():
 
 
 @pytest.mark.parametrize("model_type, line", [("hunyuan_v1_moe", "modeling_hunyuan_v1_moe.py:"), ("lfm2_moe", "modeling_lfm2_moe.py:")])
-def test_family_transformers_cannot_build_is_named_as_such(model_type, line):
+def test_family_transformers_cannot_build_is_named_as_such(model_type, line, monkeypatch):
     """A family whose config class's own defaults do not build in transformers (a size
-    left None that the model requires) is a TransformersBuildError naming transformers'
-    version, the failing model line, and that the defaults fail too; a tiny
-    configuration broken by the caller's override, where the defaults build, is a plain
-    HFError that blames the configuration, not transformers."""
+    left None that the model requires, here with the fills for such sizes withheld) is a
+    TransformersBuildError naming transformers' version, the failing model line, and that
+    the defaults fail too; a tiny configuration broken by the caller's override, where the
+    defaults build, is a plain HFError that blames the configuration, not transformers."""
     import transformers
 
-    with pytest.raises(hf.TransformersBuildError) as info:
-        hf.tiny_family_model(model_type)
+    from workbench.hf import families
+
+    with monkeypatch.context() as patch:
+        patch.setattr(families, "_unset_fills", lambda *args: {})
+        with pytest.raises(hf.TransformersBuildError) as info:
+            hf.tiny_family_model(model_type)
     message = str(info.value)
     assert f"transformers {transformers.__version__} cannot build {model_type!r}" in message
     assert line in message and "own defaults" in message and "\n" not in message
     with pytest.raises(hf.HFError) as info:
         hf.tiny_family_model("qwen3_moe", hidden_act="no_such_activation")
     assert not isinstance(info.value, hf.TransformersBuildError) and "defaults do" in str(info.value)
+
+
+#: Families whose config class leaves unset a value their model requires, and what is filled.
+UNSET = ("dots1", "hunyuan_v1_moe", "lfm2_moe", "qwen4_exp_text")
+
+
+def test_values_left_unset_are_filled_derived():
+    """The values these config classes leave None are filled from the tiny sizes, not
+    guessed: Hunyuan's head is the width split over its heads; Dots1 gets one shared
+    expert; LFM2-MoE's layer kinds mix the convolution kind its modeling code names with
+    full attention, ending in attention, over the tiny layer count, with a sparse layer
+    after its dense ones; Qwen4-Exp's token indexer has the attention's heads and head
+    width, one key head, and a budget that is a whole number of blocks. Nothing else is
+    reported filled for a family whose defaults set every value."""
+    hunyuan = hf.tiny_family_config("hunyuan_v1_moe")
+    assert hunyuan.head_dim == hunyuan.hidden_size // hunyuan.num_attention_heads
+    assert hf.unset_fills("hunyuan_v1_moe") == {"head_dim": hunyuan.head_dim}
+    assert hf.unset_fills("dots1") == {"n_shared_experts": 1}
+    lfm2 = hf.tiny_family_config("lfm2_moe")
+    assert lfm2.layer_types == ["conv", "full_attention"] == hf.unset_fills("lfm2_moe")["layer_types"]
+    assert len(lfm2.layer_types) == lfm2.num_hidden_layers and lfm2.num_dense_layers < lfm2.num_hidden_layers
+    qwen4 = hf.tiny_family_config("qwen4_exp_text")
+    assert (qwen4.indexer_n_heads, qwen4.indexer_head_dim, qwen4.indexer_kv_heads) == (qwen4.num_attention_heads, qwen4.head_dim, 1)
+    assert qwen4.indexer_budget % qwen4.indexer_compress_ratio == 0 < qwen4.indexer_budget // qwen4.indexer_compress_ratio
+    assert hf.unset_fills("qwen3_moe") == {}
+
+
+@pytest.mark.parametrize("model_type", UNSET[:3])
+def test_families_with_filled_values_equal_eager(model_type):
+    """With the unset values filled, each family builds, has routed experts in every
+    sparse layer, and its prefill with the experts on the host equals eager. (Qwen4-Exp
+    builds too, but its token indexer loops over queries on data-dependent counts, which
+    torch.export cannot capture: a capture error naming that line.)"""
+    model = family_model(model_type)
+    assert find_experts(model)
+    report = hf.try_stages(model, stages=("prefill/experts_on_host",))
+    assert report.ok, report.to_dataframe().to_string()
+
+
+def test_token_indexer_capture_failure_names_its_line():
+    """Qwen4-Exp, built with its indexer values filled, is refused at capture with the
+    model line of its data-dependent branch, as a stage error rather than a crash."""
+    report = hf.try_stages(family_model("qwen4_exp_text"), stages=("prefill/all_on_device",))
+    [result] = report.results
+    assert result.status == "error" and "modeling_qwen4_exp.py:" in result.detail
 
 
 def test_experts_switched_off_by_a_flag_are_switched_on():

@@ -19,7 +19,7 @@ import it; the functions do.
 
 from .cache import CacheSlot, cache_slots
 from .configs import FAMILIES, Family, HFError, config_file, family, load_config, published_config, tiny_config
-from .families import TransformersBuildError, moe_families, tiny_family_config, tiny_family_model
+from .families import TransformersBuildError, moe_families, tiny_family_config, tiny_family_model, unset_fills
 from .models import EXPERT_IMPLEMENTATIONS, load_model
 from .stages import STAGES, StageReport, StageResult, try_stages, unexpressed_experts
 from .steps import CapturedStep, DecodeStep, HFCaptureError, PrefillStep, capture_decode, capture_prefill, prefill_cache
@@ -53,4 +53,5 @@ __all__ = [
     "tiny_family_model",
     "try_stages",
     "unexpressed_experts",
+    "unset_fills",
 ]

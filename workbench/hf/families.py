@@ -21,7 +21,7 @@ Rules:
    the sparse ones, nor linear-attention layers the full-attention one): the first two
    layers and the first layer of each kind not yet kept. Per-layer lists of the default's
    length keep the same layers, ``first_k_dense_replace`` counts the leading dense layers
-   kept, and kinds set by a period and an offset (``attn_layer_period``/``_offset``) are
+   kept (``num_dense_layers`` leaves at least one sparse layer after them), and kinds set by a period and an offset (``attn_layer_period``/``_offset``) are
    wrapped into the kept layers. Keys it does not recognise keep the default;
    ``overrides`` replace keys last.
 3. A tiny model keeps at least one attention layer: a cache reads its length from one
@@ -33,10 +33,26 @@ Rules:
    (on the meta device: no memory): if they fail as well, the family cannot be built by
    this transformers at all — a ``TransformersBuildError`` that says so, naming both
    failing lines; otherwise the tiny configuration is at fault — an ``HFError``.
+   Both builds fill rule 6's values first, so a family fails only for what no fill mends.
+6. Some config classes leave unset (None) in their defaults a value their model reads
+   unconditionally, so transformers cannot build them as they stand. Such a value is
+   filled, only when the default leaves it unset, with what the model's own code accepts:
+   ``head_dim`` is derived, ``hidden_size // num_attention_heads`` (the width the
+   attention splits into its heads); ``n_shared_experts`` is 1 (the model multiplies the
+   expert width by it to size its shared expert); ``layer_types`` is one kind per layer,
+   cycling the kinds the modeling code names besides ``full_attention`` and ending with a
+   ``full_attention`` layer (rule 3), so a hybrid keeps both; a token indexer's
+   (``indexer_*``) heads are the attention's heads of ``head_dim`` (its key has one head,
+   as the model requires), choosing a budget of 4 tokens in blocks of 2 (the budget must
+   be a multiple of the block). ``moe_intermediate_size`` and the routing counts unset are
+   set by rule 2's sizes. ``unset_fills(model_type)`` names what a family's tiny
+   configuration filled.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 from typing import Any
 
@@ -45,7 +61,7 @@ import torch
 from ..capture_failures import model_line
 from .configs import HFError
 
-__all__ = ["EXPERT_COUNT_KEYS", "TransformersBuildError", "moe_families", "tiny_family_config", "tiny_family_model"]
+__all__ = ["EXPERT_COUNT_KEYS", "TransformersBuildError", "moe_families", "tiny_family_config", "tiny_family_model", "unset_fills"]
 
 #: Config keys that declare the routed-expert count (rule 1).
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
@@ -80,6 +96,8 @@ _MOE_FLAGS = ("enable_moe_block", "is_moe", "use_moe")
 _LAYER_INDEX_KEYS = ("moe_layers", "mlp_only_layers")
 #: Layer kinds that keep no keys and values (rule 3).
 _RECURRENT_KINDS = frozenset({"linear_attention", "mamba", "conv"})
+#: A token indexer's keys, all unset when the family's indexer has no default (rule 6).
+_INDEXER_KEYS = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget", "indexer_compress_ratio")
 
 
 def moe_families() -> tuple[str, ...]:
@@ -132,6 +150,7 @@ def tiny_family_config(model_type: str, **overrides: Any) -> Any:
         value = default.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < TINY_VOCAB:
             keys[key] = i
+    keys.update(_unset_fills(model_type, default, keys))
     keys["dtype"] = "float32"
     keys.update(overrides)
     text_type = default.get("model_type", model_type)
@@ -139,6 +158,52 @@ def tiny_family_config(model_type: str, **overrides: Any) -> Any:
         return AutoConfig.for_model(text_type, **keys)
     except Exception as exc:
         raise HFError(f"transformers cannot build a tiny {model_type!r} configuration: {type(exc).__name__}: {exc}") from None
+
+
+def unset_fills(model_type: str) -> dict[str, Any]:
+    """Rule 6: the values ``tiny_family_config(model_type)`` filled because the config
+    class leaves them unset (None) though the model requires them, by key ({} for none)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config = tiny_family_config(model_type).to_dict()
+    default = _text_config(CONFIG_MAPPING[model_type]()).to_dict()
+    return {key: config[key] for key in _unset_fills(model_type, default, default) if key in config}
+
+
+def _unset_fills(model_type: str, default: dict[str, Any], sized: dict[str, Any]) -> dict[str, Any]:
+    """Rule 6's values for the keys ``default`` leaves unset, from the sizes in ``sized``
+    (the tiny keys, or the defaults themselves) over the defaults."""
+    size = {**default, **sized}
+    fills: dict[str, Any] = {}
+    heads = size.get("num_attention_heads")
+    if "head_dim" in default and default["head_dim"] is None and isinstance(heads, int) and heads > 0:
+        fills["head_dim"] = size["hidden_size"] // heads
+    if "n_shared_experts" in default and default["n_shared_experts"] is None:
+        fills["n_shared_experts"] = 1
+    count_key = next((k for k in _LAYER_COUNT_KEYS if isinstance(size.get(k), int)), None)
+    if "layer_types" in default and default["layer_types"] is None and count_key is not None:
+        kinds = [*_named_layer_kinds(model_type), "full_attention"]
+        count = size[count_key]
+        # cycled so the last layer is an attention layer (rule 3) and every kind shows
+        fills["layer_types"] = [kinds[(i - count) % len(kinds)] for i in range(count)]
+    if all(default.get(key, 0) is None for key in _INDEXER_KEYS):
+        head = fills.get("head_dim", size.get("head_dim"))
+        fills.update(indexer_n_heads=heads, indexer_kv_heads=1, indexer_head_dim=head, indexer_budget=4, indexer_compress_ratio=2)
+    return fills
+
+
+def _named_layer_kinds(model_type: str) -> list[str]:
+    """Layer kinds other than ``full_attention`` that the family's modeling code compares a
+    layer's ``layer_types`` entry with (its source, read as text)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    module_name = CONFIG_MAPPING[model_type].__module__.replace(".configuration_", ".modeling_")
+    try:
+        source = inspect.getsource(importlib.import_module(module_name))
+    except (ImportError, OSError, TypeError):  # no modeling source to read: attention layers only
+        return []
+    found = re.findall(r"layer_types?(?:\[[^\]]*\])?\s*[!=]=\s*[\"'](\w+)[\"']", source)
+    return sorted(set(found) - {"full_attention"})
 
 
 class TransformersBuildError(HFError):
@@ -158,15 +223,21 @@ def tiny_family_model(model_type: str, *, seed: int = 0, **overrides: Any) -> An
             return AutoModelForCausalLM.from_config(config).eval()
     except Exception as exc:  # noqa: BLE001 - transformers' own failure, judged below
         failure = f"{type(exc).__name__}: {_first_line(exc)} at {model_line(exc) or 'an unknown line'}"
+    fills: dict[str, Any] = {}
     try:
         with torch.device("meta"):
-            AutoModelForCausalLM.from_config(_text_config(CONFIG_MAPPING[model_type]()))
+            defaults = _text_config(CONFIG_MAPPING[model_type]())
+            fills = _unset_fills(model_type, defaults.to_dict(), {})
+            for key, value in fills.items():
+                setattr(defaults, key, value)
+            AutoModelForCausalLM.from_config(defaults)
     except Exception as exc:  # noqa: BLE001
         default = f"{type(exc).__name__}: {_first_line(exc)} at {model_line(exc) or 'an unknown line'}"
         unset = " (it leaves unset, None, a value the model requires)" if "NoneType" in failure + default else ""
+        filled = f" even with {', '.join(fills)} filled as it leaves them unset" if fills else ""
         raise TransformersBuildError(
             f"transformers {_version()} cannot build {model_type!r} at this version: from_config fails with its "
-            f"config class's own defaults{unset}, " + (f"as with the tiny configuration: {failure}" if default == failure
+            f"config class's own defaults{unset}{filled}, " + (f"as with the tiny configuration: {failure}" if default == failure
             else f"{default}; with the tiny configuration, {failure}") + "; give the missing values with "
             "overrides=, or use a transformers version that builds this family"
         ) from None
@@ -204,6 +275,8 @@ def _tiny_layers(default: dict[str, Any]) -> dict[str, Any]:
     layer_types = keys.get("layer_types")
     if isinstance(layer_types, list) and layer_types and all(k in _RECURRENT_KINDS for k in layer_types):
         keys["layer_types"] = [*layer_types[:-1], "full_attention"]  # rule 3
+    if isinstance(default.get("num_dense_layers"), int):  # leading dense layers must not hide the sparse ones
+        keys["num_dense_layers"] = min(default["num_dense_layers"], len(kept) - 1)
     if isinstance(default.get("first_k_dense_replace"), int):
         mlp_kinds = keys.get("mlp_layer_types")
         # the two must agree: the leading dense layers of the kept kinds
