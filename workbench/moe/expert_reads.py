@@ -219,20 +219,26 @@ def rows_program(program: Program, layers: Layers) -> tuple[Program, Layers, fro
     gone = {program.constants[name] for name in removed}
     state = {k: v for k, v in ep.state_dict.items() if k not in gone}
     state.update({fqn: torch.nn.Parameter(t, requires_grad=False) for fqn, t in stacked.items() if fqn not in ep.state_dict})
-    new = ExportedProgram(
+    new = _with_graph(ep, graph, ExportGraphSignature(specs, list(ep.graph_signature.output_specs)), state)
+    out = tuple((i, dataclasses.replace(layer, weights=tuple(plans[layer.module].stacks), layout="stacked"))
+                if layer.module in plans else (i, layer) for i, layer in layers)  # fmt: skip
+    return Program(new, program.shape_only), out, frozenset(plans)
+
+
+def _with_graph(ep: ExportedProgram, graph: torch.fx.Graph, signature: ExportGraphSignature, state_dict: dict) -> ExportedProgram:
+    """``ep`` with ``graph`` (and its signature and state) in place of its own; everything
+    else (ranges, call graph, example inputs, constants, its IR's verifiers) kept."""
+    return ExportedProgram(
         root=ep.graph_module,
         graph=graph,
-        graph_signature=ExportGraphSignature(specs, list(ep.graph_signature.output_specs)),
-        state_dict=state,
+        graph_signature=signature,
+        state_dict=state_dict,
         range_constraints=ep.range_constraints,
         module_call_graph=ep.module_call_graph,
         example_inputs=ep.example_inputs,
         constants=ep.constants,
         verifiers=ep.verifiers,
     )
-    out = tuple((i, dataclasses.replace(layer, weights=tuple(plans[layer.module].stacks), layout="stacked"))
-                if layer.module in plans else (i, layer) for i, layer in layers)  # fmt: skip
-    return Program(new, program.shape_only), out, frozenset(plans)
 
 
 def _lookups_as_rows(program: Program, layers: Layers) -> tuple[Program, Layers]:
@@ -273,17 +279,7 @@ def _lookups_as_rows(program: Program, layers: Layers) -> tuple[Program, Layers]
         env[node].meta = {**node.meta, "val": env[node].meta["val"]}
         added[module] |= {flat[ids].name, rows.name}
     graph.lint()
-    new = ExportedProgram(
-        root=ep.graph_module,
-        graph=graph,
-        graph_signature=ep.graph_signature,
-        state_dict=ep.state_dict,
-        range_constraints=ep.range_constraints,
-        module_call_graph=ep.module_call_graph,
-        example_inputs=ep.example_inputs,
-        constants=ep.constants,
-        verifiers=ep.verifiers,
-    )
+    new = _with_graph(ep, graph, ep.graph_signature, ep.state_dict)
     out = tuple((i, dataclasses.replace(layer, ops=layer.ops | added[layer.module]) if layer.ops else layer)
                 for i, layer in layers)  # fmt: skip
     return Program(new, program.shape_only), out
