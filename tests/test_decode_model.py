@@ -96,6 +96,36 @@ def test_host_compute_time_scales_with_host_bandwidth(runs, model):
     assert doubled.seconds["gpu"] == pytest.approx(base.seconds["gpu"]) and doubled.tok_s > base.tok_s
 
 
+def test_host_part_is_the_longer_of_memory_and_dequantization(runs, model):
+    """The host part is a roofline: on the published host the memory term binds (the
+    dequantization rate leaves it unchanged); with one core the host time is the experts'
+    weights over one core's dequant_rate, and it halves with two cores."""
+    run = _run(runs, "llamafit_qcnext_4060_ncmoe48_tg128")
+    layout, _ = decode_layout(run)
+    profile = profile_for(run["runtime"])
+    rate = profile.value("dequant_rate", model.fits)
+    assert rate > 0 and layout.host_cores > 1 and layout.expert_weights > 0
+    base = time_decode(layout, profile, model.fits)
+    memory = layout.host_share * layout.expert_bytes / (layout.host_peak * profile.value("host_bandwidth_fraction", model.fits))
+    assert base.host_bound == "memory" and base.seconds["host"] == pytest.approx(memory)
+    one = time_decode(dataclasses.replace(layout, host_cores=1), profile, model.fits)
+    assert one.host_bound == "dequant_rate"
+    assert one.seconds["host"] == pytest.approx(layout.host_share * layout.expert_weights / rate)
+    two = time_decode(dataclasses.replace(layout, host_cores=2), profile, model.fits)
+    assert two.seconds["host"] == pytest.approx(max(memory, one.seconds["host"] / 2))
+    assert one.tok_s < base.tok_s
+
+
+def test_a_profile_without_a_dequant_rate_is_bound_by_memory_alone(runs, model):
+    """dequant_rate 0 (not known) leaves only the memory term, however few the cores."""
+    run = _run(runs, "llamafit_qcnext_4060_ncmoe48_tg128")
+    layout, _ = decode_layout(run)
+    profile = profile_for(run["runtime"])
+    unknown = dataclasses.replace(profile, values={**profile.values, "dequant_rate": 0.0})
+    one = time_decode(dataclasses.replace(layout, host_cores=1), unknown, model.fits)
+    assert one.host_bound == "memory" and one.seconds["host"] == pytest.approx(time_decode(layout, profile, model.fits).seconds["host"])
+
+
 def test_copy_time_follows_the_link_and_the_cache(runs, model):
     """A copied-experts run's copy part halves with twice the link bandwidth when the fixed
     per-copy cost is zero, and vanishes when the cache holds every expert."""

@@ -20,7 +20,10 @@ Rules:
    ``launch_overlap`` share of the shorter of the two (1: the step takes the longer).
 3. Host part: the active expert bytes computed on the host (only the host layers' for
    partial offload; the host share of each layer's experts when some stay on the GPU)
-   over ``host_bandwidth_fraction × the host's DRAM peak`` (channels × speed × 8 bytes).
+   over ``host_bandwidth_fraction × the host's DRAM peak`` (channels × speed × 8 bytes),
+   or, when longer, the same experts' weights over the rate the host's cores dequantize
+   and multiply them, cores × ``dequant_rate`` (weights per second per core; 0: the
+   runtime's rate is not known and only the memory term counts): a roofline of the two.
 4. Copy part: misses × (active expert bytes / link bandwidth + copies × ``per_copy_cost``),
    one copy per missed expert. The GPU expert cache holds the stated resident experts,
    else the GPU's memory less the non-expert weights and a tenth kept for context,
@@ -195,6 +198,7 @@ class DecodePrediction:
     terms: tuple[str, ...] = ()  # the fitted terms the prediction depends on
     seconds: Mapping[str, float] = None  # type: ignore[assignment]  # gpu, host, copy parts
     routing: str = ""  # the routing the expert cache's hit rate assumes (rule 4); "" when no cache
+    host_bound: str = ""  # what bounds the host part (rule 3): "memory" or "dequant_rate"; "" when no host part
 
 
 def _offload_split(run: Run, family: ModelFamily) -> tuple[Optional[float], str]:
@@ -223,6 +227,8 @@ class DecodeLayout:
     other_bytes: float  # active non-expert bytes per token
     host_share: float  # share of the active expert bytes computed on the host
     host_peak: float  # the host's DRAM peak, bytes/s (0: no host part used)
+    host_cores: int  # the host part's cores (0: no host part used)
+    expert_weights: float  # active routed-expert weights (parameters) per token
     gpu_bandwidth: float  # the GPU's datasheet memory bandwidth, bytes/s
     link_bandwidth: float  # the link's h2d bandwidth, bytes/s (0: no copies)
     copy_miss: float  # share of the active experts copied in per token
@@ -262,6 +268,7 @@ def _layout(key: tuple[tuple[str, object], ...]) -> tuple[Optional[DecodeLayout]
         return None, "bits per weight not stated (no file size, no known format)"
     expert_bits, other_bits, _ = bits
     host_share, copy_miss, host_peak, link_bandwidth, cache_share = 0.0, 0.0, 0.0, 0.0, 0.0
+    host_cores = 0
     routing_note = ""
     host: Optional[str] = None
     detail = run["offload_detail"] if isinstance(run["offload_detail"], str) else ""
@@ -292,6 +299,7 @@ def _layout(key: tuple[tuple[str, object], ...]) -> tuple[Optional[DecodeLayout]
             return None, f"host part {host} states no DRAM peak"
         used.append(f"host={host}")
         host_peak = stated_peak
+        host_cores = int(part_facts("host", host).get("cores", 0))
     elif regime == "experts_copied":
         if re.search(r"NVMe|SSD|ssd", f"{detail} {run['runtime']}"):
             return None, "experts read from storage: the model has no storage tier"
@@ -307,7 +315,8 @@ def _layout(key: tuple[tuple[str, object], ...]) -> tuple[Optional[DecodeLayout]
     else:
         raise AnchorError(f"run {run['id']}: unknown regime {regime!r}")
     return DecodeLayout(gpu, " ".join(used), expert_active * expert_bits / 8, other_active * other_bits / 8, host_share,
-                        host_peak, part_figures("gpu", gpu)["device_memory_bandwidth"], link_bandwidth, copy_miss,
+                        host_peak, host_cores, expert_active, part_figures("gpu", gpu)["device_memory_bandwidth"],
+                        link_bandwidth, copy_miss,
                         family.layers, family.moe_layers, family.num_experts, family.top_k, cache_share,
                         routing_note, family.name), ""  # fmt: skip
 
@@ -378,8 +387,13 @@ def time_decode(layout: DecodeLayout, profile: RuntimeProfile, fits: Mapping[str
     """The decode speed of ``layout`` under ``profile`` with the fitted terms ``fits``
     (rules 1-4)."""
     seconds = {"gpu": 0.0, "host": 0.0, "copy": 0.0}
+    host_bound = ""
     if layout.host_share > 0:
-        seconds["host"] = layout.host_share * layout.expert_bytes / (layout.host_peak * profile.value("host_bandwidth_fraction", fits))
+        memory = layout.host_share * layout.expert_bytes / (layout.host_peak * profile.value("host_bandwidth_fraction", fits))
+        rate = layout.host_cores * profile.value("dequant_rate", fits)
+        compute = layout.host_share * layout.expert_weights / rate if rate > 0 else 0.0
+        seconds["host"] = max(memory, compute)
+        host_bound = "dequant_rate" if compute > memory else "memory"
     gpu_bytes = layout.other_bytes + (1 - layout.host_share) * layout.expert_bytes
     bandwidth = layout.gpu_bandwidth * profile.value("gpu_bandwidth_fraction", fits)
     kernels = layout.layers * profile.value("kernels_per_layer", fits)
@@ -396,13 +410,13 @@ def time_decode(layout: DecodeLayout, profile: RuntimeProfile, fits: Mapping[str
     t = seconds["gpu"] + side - profile.value("overlap", fits) * min(seconds["gpu"], side)
     used = _fields_used(layout.host_share, layout.copy_miss)
     terms = tuple(sorted({profile.fitted[f] for f in used if f in profile.fitted}))
-    return DecodePrediction(1.0 / t, "", profile.name, layout.parts, terms, seconds, layout.routing)
+    return DecodePrediction(1.0 / t, "", profile.name, layout.parts, terms, seconds, layout.routing, host_bound)
 
 
 def _fields_used(host_share: float, copy_miss: float) -> tuple[str, ...]:
     fields = ["gpu_bandwidth_fraction", "per_launch_cost", "kernel_time"]
     if host_share > 0:
-        fields.append("host_bandwidth_fraction")
+        fields += ["host_bandwidth_fraction", "dequant_rate"]
     if copy_miss > 0:
         fields.append("per_copy_cost")
     return tuple(fields)
@@ -424,7 +438,7 @@ def _cache_share(run: Run, gpu_facts: Mapping[str, float], expert_bytes: float, 
 # --- fits (rule 7) ---
 
 #: Fitted fields' search range (low, high) for the bisection.
-_BOUNDS = {"gpu_bandwidth_fraction": (0.02, 1.0), "host_bandwidth_fraction": (0.02, 1.0),
+_BOUNDS = {"gpu_bandwidth_fraction": (0.02, 1.0), "host_bandwidth_fraction": (0.02, 1.0), "dequant_rate": (1e7, 1e12),
            "per_launch_cost": (1e-8, 1e-3), "kernel_time": (1e-8, 1e-3), "per_copy_cost": (1e-7, 1e-1)}  # fmt: skip
 _MIN_FIT_ROWS = 3
 

@@ -1,7 +1,8 @@
 """Runtime profiles: the few terms that make one inference runtime differ from another.
 
 ``runtime_profiles()`` reads the shipped table (``data/runtimes/runtime_profiles.csv``):
-per runtime family, the share of DRAM bandwidth its host expert matmuls reach, the fixed
+per runtime family, the share of DRAM bandwidth its host expert matmuls reach and the rate
+its host cores dequantize and multiply quantized weights, the fixed
 cost of one expert copy, its per-kernel cost and kernel count, whether it loops over every
 expert, and how much copy or host work it overlaps with the GPU — each with its source.
 
@@ -26,7 +27,9 @@ Rules:
    > 0, and the part states a peak); h2d and d2h latency = the link part's + ``per_copy_cost``
    (the runtime's own fixed cost of one copy on top of the DMA's). ``launch_overlap``,
    ``overlap`` and the kernel counts are not figures of a cost model: the simulated
-   schedule takes them from the graph it runs.
+   schedule takes them from the graph it runs; nor is ``dequant_rate``: the cost model
+   counts a stored format's dequantization operations (its ``dequant_ops``) at the part's
+   FLOP rate.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ FIT_PREFIX = "fit:"
 _RANGES: dict[str, tuple[float, float]] = {
     "per_launch_cost": (0.0, 1.0), "launch_overlap": (0.0, 1.0), "kernel_time": (0.0, 1.0), "kernels_per_layer": (0.0, 1e5), "kernels_per_visited_expert": (0.0, 1e4),
     "visits_every_expert": (0.0, 1.0), "gpu_bandwidth_fraction": (0.0, 1.0), "host_bandwidth_fraction": (0.0, 1.0),
+    "dequant_rate": (0.0, 1e12),
     "per_copy_cost": (0.0, 1.0), "overlap": (0.0, 1.0),
 }  # fmt: skip
 PROFILE_FIELDS: tuple[str, ...] = ("matches", "launch_mode", *_RANGES)
