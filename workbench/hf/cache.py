@@ -5,7 +5,9 @@ Rules:
    position counter is a tensor) ``cumulative_length`` of an attention layer — full or
    sliding window; ``conv_states[i]`` and ``recurrent_states[i]`` of a linear-attention
    layer (Qwen3.5, Qwen3-Next); ``indexer_keys`` (and its counter) of an indexed layer
-   (DeepSeek-V3.2); ``buffer_kv``, ``buffer_gate`` and ``compressed_kv`` (and, sparse
+   (DeepSeek-V3.2), and the indexer's positions where the model keeps them there
+   (Qwen4-Exp's ``indexer_position_ids``; ``indexer_positions`` in the workbench's static
+   form of them, whose ``indexer_position_ids`` property is no state of its own); ``buffer_kv``, ``buffer_gate`` and ``compressed_kv`` (and, sparse
    layers, ``overlap_kv`` and ``overlap_gate``) of a compressed-attention layer
    (DeepSeek-V4), dicts by compressor name, whose entries are state once the model has
    set them; a hybrid layer has both; and a per-layer list the cache object of a
@@ -42,6 +44,7 @@ __all__ = ["CacheSlot", "cache_slots", "check_carried", "rebuild", "read_states"
 #: Layer attributes that hold state (rule 1), in the order they are flattened.
 STATE_ATTRIBUTES = (
     "keys", "values", "cumulative_length", "conv_states", "recurrent_states", "indexer_keys", "indexer_cumulative_length",
+    "indexer_position_ids", "indexer_positions",
     "buffer_kv", "buffer_gate", "compressed_kv", "overlap_kv", "overlap_gate",
 )
 #: Tensors a layer may hold that are configuration, not state (rule 1).
@@ -98,6 +101,8 @@ def cache_slots(cache: Any, in_place: Sequence[str] = ()) -> tuple[CacheSlot, ..
         _check_layer(i, layer)
         functional_kv = isinstance(layer, DynamicLayer) and not isinstance(layer, StaticLayer)
         for attribute in STATE_ATTRIBUTES:
+            if isinstance(getattr(type(layer), attribute, None), property):
+                continue  # a view of another state (the fixed indexer positions), not a state of its own
             value = getattr(layer, attribute, None)
             if isinstance(value, torch.Tensor):
                 in_place_kv = not (functional_kv and attribute in ("keys", "values"))

@@ -43,6 +43,11 @@ Rules:
    caches in dynamic form only, gets a static cache of the workbench's
    (``compressed_cache``): filled by a dynamic prefill, then made static, so one captured
    step decodes every position up to ``max_cache_len``.
+7. A token indexer that selects keys in a Python loop over rows and queries (Qwen4-Exp's)
+   is captured in the workbench's static form of it (``token_indexer``), patched on the
+   instances while the step is captured, like rule 4's experts; a static cache's indexer
+   positions, which transformers grows by concatenation, are carried at a fixed shape
+   (``token_indexer.fixed_positions``, on a copy of the cache).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from .compressed_cache import is_compressed_kind, static_compressed_cache
 from .configs import HFError
 from .expert_forms import batched_experts
 from .models import check_model, experts_hint
+from .token_indexer import fixed_positions, static_indexers
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -77,7 +83,7 @@ class HFCaptureError(HFError, CaptureError):
 def _capture_step(model: "PreTrainedModel", step: torch.nn.Module, inputs: tuple, **options: Any) -> Program:
     """``workbench.capture`` of a step; a failure names the family's way out (rule 4)."""
     try:
-        with batched_experts(model):  # rule 4: the workbench's batched form of experts that only loop
+        with batched_experts(model), static_indexers(model):  # rules 4 and 7: static forms of Python loops
             program = capture(step, inputs, **options)
     except CaptureError as exc:
         if isinstance(exc.__cause__, HFError):  # the step's own refusal (an uncarried cache state), already one paragraph
@@ -250,6 +256,7 @@ def capture_decode(
     built = isinstance(cache, str)
     if built:
         cache = prefill_cache(model, cache, past=past, batch=batch, max_cache_len=max_cache_len, seed=seed)
+    cache = fixed_positions(cache, model)  # rule 7
     step = DecodeStep(model, cache)  # checks the cache
     if not built:
         length = cache.get_seq_length()  # a meta tensor in a shape-only static cache: `past` stands
