@@ -1,7 +1,8 @@
 """Experts held as rows of lookup tables (transformers' Doge: single-neuron experts whose
 weights are rows of two [E, H] embedding tables, picked by the router's top-k ids): found
-from the graph, placed on the host, streamed and cached by the rows the router chose, each
-equal to eager; a copy moves the gathered rows, never a whole table."""
+from the graph, placed on the host, streamed and cached by the rows the router chose (a
+cache miss copied or computed on the host), each equal to eager; a copy moves the gathered
+rows, never a whole table, and a miss computed on the host moves none."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import torch
 pytest.importorskip("transformers")
 
 from workbench import hf  # noqa: E402
+from workbench.devices import CPU  # noqa: E402
 from workbench.experts import find_experts  # noqa: E402
-from workbench.moe.strategies import StrategyError, expert_cache, expert_streaming, experts_on_host  # noqa: E402
+from workbench.moe.strategies import expert_cache, expert_streaming, experts_on_host  # noqa: E402
 from workbench.planning.memory_plan import plan as make_plan  # noqa: E402
 from workbench.runtime import stage_inputs  # noqa: E402
 from workbench.runtime.executor import run  # noqa: E402
@@ -105,12 +107,46 @@ def test_lookup_experts_move_only_the_gathered_rows():
     assert len(reads) == 4 and all(c.role.name == "REUSE" and c.nbytes == 2 * row_bytes for c in reads)
 
 
-def test_lookup_experts_on_host_compute_are_refused():
-    """A cache miss computed on the host splits one batched computation over the routed
-    rows; Doge's lookups feed matmuls over a token's k rows together, so that is a
-    StrategyError saying the rows are not read row-wise (no weight would be copied silently)."""
-    with pytest.raises(StrategyError, match="not row-wise"):
-        expert_cache(2, "lru", on_miss="host_compute").apply(decode_step().program)
+@pytest.mark.parametrize("policy", ["lru", "lfu", "static_hot"])
+def test_lookup_experts_on_host_compute_equal_eager_and_copy_no_table(policy):
+    """A cache miss of lookup-table experts is computed on the host: a 4-token decode
+    through a 2-slot cache equals eager (with hits and misses both); no table row crosses
+    the link for a miss (a static cache copies no table at all, an admitting cache only
+    its admissions, reuse copies after the layer); the host ops read the host tables; the
+    up table's matmul over a token's k rows is split into the device's hit rows plus the
+    host's missed rows, and every host op is charged the miss share of the layer's hits."""
+    from workbench.moe.cache_graph import cache_reads
+    from workbench.moe.decode import decode
+    from workbench.node_facts import row_share
+
+    step = decode_step()
+    program = step.program
+    tables = {n for n, f in program.constants.items() if f.endswith(TABLES)}
+    dg = expert_cache(2, policy, on_miss="host_compute").apply(program)
+    copies = [c for c in dg.copies if c.value in tables]
+    if policy == "static_hot":
+        assert not copies
+    else:
+        assert copies and all(c.role.name == "REUSE" and c.name.endswith("_admission") for c in copies)
+    readers = [n for n in dg.graph.nodes if n.op == "call_function" and any(a.name in tables for a in n.all_input_nodes)]
+    on_host = [n.name for n in readers if not n.name.endswith("_admission")]
+    assert len(on_host) == 4 and all(dg.node_device[n] == CPU for n in on_host)  # two tables, two layers
+    splits = [n for n in dg.graph.nodes if n.name.endswith("_hits_and_misses")]
+    assert len(splits) == 2 and all(n.target is torch.ops.aten.add.Tensor for n in splits)
+    masks = cache_reads(dg.graph)
+    charged = [n for n in dg.graph.nodes if row_share(n) is not None]
+    assert charged and all(row_share(n).mask in masks and dg.node_device[n.name] == CPU for n in charged)
+    result = decode(make_plan(dg, "greedy"), 4, first_token=5, reference=step.module, atol=1e-4)
+    assert all(result.matches_eager)
+    rates = result.hits["hit_rate"]
+    assert rates.min() < 1 and rates.max() > 0  # both halves of the split were used
+
+
+def test_lookup_experts_on_host_compute_stages_pass():
+    """The 4-token decode stages through each policy's host-computing cache pass (equal eager)."""
+    stages = tuple(f"decode_4_tokens/expert_cache_{p}_host_compute" for p in ("lru", "lfu", "static_hot"))
+    report = hf.try_stages(doge(), stages=stages)
+    assert report.ok, report.to_dataframe().to_string()
 
 
 def test_per_expert_biases_of_stacked_experts_are_not_tables():

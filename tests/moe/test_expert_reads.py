@@ -1,7 +1,7 @@
 """Expert caches over experts that are read whole: the hand-written switch MoE (one module
 per expert, a Python loop in which every expert computes every token) is stacked for the
-cache, and runs through it equal to eager; what cannot work is refused in words that say
-what would."""
+cache, and runs through it equal to eager, a miss copied or computed on the host (each
+expert's module on its own); what cannot work is refused in words that say what would."""
 
 from __future__ import annotations
 
@@ -118,13 +118,73 @@ def test_switch_moe_runs_through_the_cache_equal_to_eager(policy, slots):
 
 def test_whole_reads_refuse_what_cannot_work():
     """An admitting cache smaller than the E experts a step reads is refused, naming why
-    and what works (static_hot, E slots); host_compute on per-expert modules is refused,
-    naming on_miss='copy'."""
+    and what works (static_hot, E slots); a host-computing cache of no slot is refused,
+    naming experts_on_host (every expert would run on the host)."""
     *_, program = switch()
     with pytest.raises(StrategyError, match=rf"must be in \[{EXPERTS}, {EXPERTS}\].*read every expert's weights.*static_hot"):
         expert_cache(2, "lru").apply(program)
-    with pytest.raises(StrategyError, match="one module per expert.*on_miss='copy'"):
-        expert_cache(2, "static_hot", on_miss="host_compute").apply(program)
+    with pytest.raises(StrategyError, match=r"must be in \[1, 4\].*experts_on_host"):
+        expert_cache(0, "static_hot", on_miss="host_compute").apply(program)
+
+
+class _SwitchStep(nn.Module):
+    """One decode step of a switch model: (tokens (1, 1), position (1,)) -> logits (1, 1, V)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = _SwitchModel()
+        self.position = nn.Embedding(8, HIDDEN)
+
+    def forward(self, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        x = self.model.embed(tokens) + self.position(position)
+        for layer in self.model.layers:
+            x = x + layer(x)
+        return self.model.head(x)
+
+
+@functools.lru_cache(maxsize=None)
+def switch_step():
+    """(model, program): the decode step, seeded, captured once."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        model = _SwitchStep().eval()
+    return model, wb.capture(model, (torch.tensor([[1]]), torch.tensor([0])))
+
+
+@pytest.mark.parametrize("policy, slots", [("static_hot", 2), ("lru", EXPERTS), ("lfu", EXPERTS)])
+def test_per_expert_modules_compute_misses_on_the_host_equal_to_eager(policy, slots):
+    """host_compute over one module per expert: each expert's subgraph runs on the device
+    from its slot for a hit and on the host from the host weights for a miss. A 4-token
+    decode equals eager; the hit masks count S of the E experts per layer per step for a
+    static cache, none then all E for an admitting cache of E slots; no expert weight
+    crosses for a miss (a static cache copies none, an admitting cache only admits after
+    the layer); the host reads each expert's weights as views (select, no gather), and
+    every host op is charged the miss share of its layer's hit mask."""
+    from workbench.moe.cache_graph import cache_reads
+    from workbench.moe.decode import decode
+    from workbench.node_facts import row_share
+
+    model, program = switch_step()
+    dg = expert_cache(slots, policy, on_miss="host_compute").apply(program)
+    stacked = {n for n, f in dg.program.constants.items() if ".experts." in f and not f.startswith("expert_cache.")}
+    assert len(stacked) == 2 * LAYERS
+    copies = [c for c in dg.copies if c.value in stacked]
+    if policy == "static_hot":
+        assert not copies
+    else:
+        assert copies and all(c.role.name == "REUSE" and c.name.endswith("_admission") for c in copies)
+    reads = [n for n in dg.graph.nodes if n.op == "call_function" and any(a.name in stacked for a in n.all_input_nodes)
+             and not n.name.endswith("_admission")]  # fmt: skip
+    assert len(reads) == 2 * EXPERTS * LAYERS
+    assert all(n.target is torch.ops.aten.select.int and dg.node_device[n.name] == wb.CPU for n in reads)
+    masks = cache_reads(dg.graph)
+    charged = [n for n in dg.graph.nodes if row_share(n) is not None]
+    assert charged and all(row_share(n).mask in masks and dg.node_device[n.name] == wb.CPU for n in charged)
+    result = decode(wb.plan(dg, "greedy"), 4, first_token=3, reference=model, atol=1e-5)
+    assert all(result.matches_eager)
+    hits = result.hits.groupby("step")["hits"].apply(list).tolist()
+    expected = [[slots] * LAYERS] * 4 if policy == "static_hot" else [[0] * LAYERS] + [[EXPERTS] * LAYERS] * 3
+    assert hits == expected
 
 
 def test_experts_are_found_as_one_module_each():

@@ -96,3 +96,59 @@ def test_lookup_experts_run_equal_to_eager(make):
     elif make is expert_streaming:
         assert len(moved) == 2 * LAYERS
         assert all(c.slots == 2 * TOP_K and c.nbytes == 2 * TOP_K * HIDDEN * 4 for c in moved)  # min(6, 2 x 2) rows
+
+
+@pytest.mark.parametrize("policy, slots", [("lru", 2 * TOP_K), ("lfu", 2 * TOP_K), ("static_hot", 3)])
+def test_lookup_experts_compute_misses_on_the_host_equal_to_eager(policy, slots):
+    """With on_miss='host_compute' each routed row's product act * values_row is row-wise:
+    the device computes it from the cache, the host from the host tables, merged per row
+    before the sum over a token's k rows; the run equals eager, its hit mask counts hits
+    and misses, and no table row crosses for a miss (a static cache copies none, an
+    admitting cache only its admissions after the layer)."""
+    model, inputs, program = lookup_model()
+    dg = expert_cache(slots, policy, on_miss="host_compute").apply(program)
+    tables = {n for n, f in program.constants.items() if ".keys." in f or ".values." in f}
+    moved = [c for c in dg.copies if c.value in tables]
+    if policy == "static_hot":
+        assert not moved
+    else:
+        assert moved and all(c.role.name == "REUSE" and c.name.endswith("_admission") for c in moved)
+    merges = [n for n in dg.graph.nodes if n.name.endswith("_merged")]
+    assert merges and all(n.target is torch.ops.aten.where.self and dg.node_device[n.name] != wb.CPU for n in merges)
+    session = wb.load(wb.plan(dg, "greedy"), "sim")
+    want = model(*inputs)
+    masks = []
+    for call in range(2):
+        res = session.run(*stage_inputs(dg, inputs, "sim"))
+        assert_matches_eager(res.outputs, want, f"{policy} call {call}")
+        masks += [(m.true_rows, m.rows) for m in res.row_masks]
+    assert len(masks) == 2 * LAYERS and all(rows == 2 * TOP_K for _, rows in masks)
+    assert any(hits < rows for hits, rows in masks) and any(hits > 0 for hits, _ in masks)
+
+
+class _PooledLookupMoE(_LookupMoE):
+    """Like ``_LookupMoE``, but the value rows of a token's k experts are pooled by a max
+    before any activation reads them: no sum of per-row terms."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores, ids = self.router(x).topk(TOP_K, dim=-1)
+        act = (torch.relu((self.keys(ids) * x.unsqueeze(1)).sum(-1)) * torch.softmax(scores, -1)).sum(-1, keepdim=True)
+        return x + self.shared(x) + act * self.values(ids).amax(1)
+
+
+def test_lookup_rows_pooled_without_activation_refuse_host_compute():
+    """Weight rows that leave the row-wise ops through no activation nor a matmul linear in
+    them (a max over a token's k value rows) cannot be split without copying weights to
+    the device: host_compute is a StrategyError naming the op and on_miss='copy', which
+    still runs equal to eager."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = _Model().eval()
+        model.layers = nn.Sequential(*(_PooledLookupMoE() for _ in range(LAYERS)))
+    inputs = (torch.tensor([3, 7]),)
+    program = wb.capture(model, inputs)
+    with pytest.raises(wb.WorkbenchError, match=r"amax.*not row-wise.*matmul linear.*on_miss='copy'"):
+        expert_cache(3, "static_hot", on_miss="host_compute").apply(program)
+    dg = expert_cache(3, "static_hot").apply(program)
+    session = wb.load(wb.plan(dg, "greedy"), "sim")
+    assert_matches_eager(session.run(*stage_inputs(dg, inputs, "sim")).outputs, model(*inputs), "copy")

@@ -25,34 +25,40 @@ Rules:
      ``index_select`` it equals) — the form ``expert_reads.rows_program`` puts every
      layer in: a layer that reads its whole stack (Llama 4's dense batched matmul)
      reads all E rows each step, and one module per expert is stacked first. Such a
-     layer's step needs all E experts, so an admitting cache needs E slots;
-     ``host_compute`` needs one batched computation over the expert rows, which experts
-     computed by modules of their own are not; a grouped matmul's experts are read by
-     ``batched_mm`` instead (each a ``CacheGraphError`` that says so).
+     layer's step needs all E experts, so an admitting cache needs E slots; a grouped
+     matmul's experts are read by ``batched_mm`` instead (each a ``CacheGraphError``
+     that says so).
   4. ``on_miss="copy"``: each gather of an expert weight's routed rows becomes
      ``gather_h2d_reuse_copy(w, ids, slabs, slots)``: rows the cache holds are copied on
      the device (the hits read the cache), the others cross the link. The executor
      counts each read's hits; ``estimate`` charges ``1 - CostModel.prefetch_hit_rate``
      of its rows to the link, so a shape-only estimate takes the expected hit rate from
      a replay (``sweeps`` passes the replayed rate).
-  5. ``on_miss="host_compute"`` (Fiddler, ktransformers): the layer's *row-wise expert
-     region* — the ops of the experts container that, from the selected weight rows on,
-     keep one row per routed row (``_row_wise``: pointwise ops, batched matmuls, views
-     and reductions that leave dim 0 alone) — is computed twice with static shapes:
-     on the device from the cache (``expert_cache_positions`` finds each row's slot,
-     ``index_select(slabs, 0, positions)`` reads it in place: no link) and on the host
-     from the host-resident weights; where each region output leaves the region,
-     ``where(hits, device value, host value)`` keeps the device row for a hit and the
-     host row for a miss (``hits = expert_cache_hits(ids, slots)``). Propagation moves
-     the activations: the region's inputs cross to the host (``d2h``), its outputs back
-     (``h2d``); no expert weight crosses for a miss. Every host op of the region carries
-     a ``RowShare`` of ``hits`` (``workbench.node_facts``): a run charges it only the share
-     of rows that really missed (a runtime that compacts the missed rows, as Fiddler
-     does, computes only those; the static-shape graph computes and discards the rest),
-     read from the mask as a reuse copy's hits are; ``estimate`` charges it the
-     expected miss rate ``1 - CostModel.prefetch_hit_rate`` — the replayed trace's hit
-     rate in a sweep — shape-only. Outputs equal eager exactly: a hit row runs the same
-     ops on the same bytes (rule 4 of ``cache_ops``), a missed row is the original.
+  5. ``on_miss="host_compute"`` (Fiddler, ktransformers): each layer's expert computation
+     is split between the cache and the host (``split_misses``, its rules 1-7): the ops
+     that compute with the selected weight rows — the *row-wise expert region*, one row
+     per routed row; for experts that are one module each, each expert's own subgraph —
+     run twice with static shapes: on the device from the cache
+     (``expert_cache_positions`` finds each row's slot, ``index_select(slabs, 0,
+     positions)`` reads it in place: no link) and on the host from the host-resident
+     weights; where a result leaves them, ``where(hits, device value, host value)`` keeps
+     the device's value for a hit and the host's for a miss (``hits =
+     expert_cache_hits(ids, slots)``), and a matmul over the rows that is linear in weight
+     rows alone (lookup-table experts: ``sum_k g_k up_k``) is the device's matmul of the
+     hit rows plus the host's of the missed rows. Propagation moves the activations: the
+     inputs cross to the host (``d2h``), the results back (``h2d``); no expert weight
+     crosses for a miss, and a form whose weights would have to (weight rows read by any
+     other op than a row-wise one or such a matmul) is a ``CacheGraphError`` naming
+     ``on_miss='copy'``. Every host op carries a ``RowShare`` of ``hits``
+     (``workbench.node_facts``): a run charges it only the share of rows that really
+     missed (a runtime that compacts the missed rows, as Fiddler does, computes only
+     those; the static-shape graph computes and discards the rest), read from the mask
+     as a reuse copy's hits are; ``estimate`` charges it the expected miss rate ``1 -
+     CostModel.prefetch_hit_rate`` — the replayed trace's hit rate in a sweep —
+     shape-only. Outputs equal eager: a hit row runs the same ops on the same bytes (rule
+     4 of ``cache_ops``), a missed row is the original (a split matmul adds its terms in
+     another order). A ``host_compute`` cache has at least one slot (with none, every
+     expert runs on the host: ``experts_on_host``).
   6. Admitting policies update their cache with ``expert_cache_admit`` (``cache_ops``), a
      copy-stream op whose inputs carry its ordering as graph edges: ``copy`` — after
      the layer's reads, from their rows; ``host_compute`` — a miss is still admitted for
@@ -80,7 +86,6 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-import operator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -95,11 +100,12 @@ from ..copy_ops import GATHER_REUSE
 from ..devices import CPU, CopyKind, Device
 from ..graph_values import value_of
 from ..propagate import CopyRecord, CopyRole, DeviceGraph
-from ..node_facts import mark_copy_stream, mark_row_share, mark_tag, tagged
-from .cache_ops import ADMIT, HITS, ORDERED_AFTER, POSITIONS
+from ..node_facts import mark_copy_stream, mark_tag, tagged
+from .cache_ops import ADMIT, ORDERED_AFTER
 from .cache_policies import pinned_experts
 from .expert_reads import CacheGraphError, fake_mode_of, layer_selections, rows_program
 from .discovery import ExpertLayer, expert_layers, group_name
+from .split_misses import split_misses
 
 __all__ = ["CacheGraphError", "CacheSpec", "CacheState", "CachedProgram", "LayerPlan", "cache_reads", "cached_program", "rewrite_reads"]
 
@@ -214,13 +220,7 @@ def _initial(
 def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
     """``program`` with one cache per MoE layer as buffers (rules 1-3, 5); a new program
     each call, so one program's cache state never leaks into another's."""
-    modules = [layer.module for _, layer in expert_layers(program) if layer.layout == "modules"]
-    if modules and spec.on_miss == "host_compute":
-        raise CacheGraphError(
-            f"{modules[0]} computes each expert with ops of its own (one module per expert): host_compute splits one "
-            "batched computation over the expert rows between the cache and the host, which these ops are not; "
-            "cache them with on_miss='copy', or hold the experts as stacked weights ([E, ...], one batched matmul)"
-        )
+    per_expert = {layer.module for _, layer in expert_layers(program) if layer.layout == "modules"}
     program, layers, dense = rows_program(program, expert_layers(program))
     by_fqn = {fqn: name for name, fqn in program.constants.items()}  # parameter FQN → placeholder name
     selections = [layer_selections(program, layer) for _, layer in layers]
@@ -254,14 +254,20 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
             env[node].meta = dict(node.meta)
         else:
             env[node] = graph.node_copy(node, env.__getitem__)
-    plans, host_ops = [], set()
+    plans: list[LayerPlan] = []
+    host_ops: set[str] = set()
+    # parameters and lifted constants are no activations (split_misses rule 2); buffers may hold some (a KV cache)
+    constants = {s.arg.name for s in specs if s.kind in (InputKind.PARAMETER, InputKind.CONSTANT_TENSOR)}
     for (index, layer), state, (found, ids, hint) in zip(layers, states, selections):
         weights = tuple(by_fqn[w] for w in layer.weights)
         plan = LayerPlan(state, weights, ids.name, hint.name if hint is not None else None)
-        if spec.on_miss == "host_compute":
+        if spec.on_miss == "host_compute":  # rule 5
             slabs = {w: buffer_nodes[s] for w, s in zip(weights, state.slabs)}
-            plan, host = _host_compute(graph, plan, [env[n] for n in found], env[ids], slabs, buffer_nodes[state.slots], layer)
-            host_ops |= host
+            split = split_misses(graph, layer, [env[n] for n in found], env[ids], slabs, buffer_nodes[state.slots],
+                                 constants, layer.module in per_expert)  # fmt: skip
+            plan = dataclasses.replace(plan, hits=split.hits.name, positions=split.positions.name,
+                                       merges=tuple(m.name for m in split.merges))  # fmt: skip
+            host_ops |= split.host
         plans.append(plan)
     graph.lint()
     signature = ExportGraphSignature(specs[:first_user] + new_specs + specs[first_user:], list(ep.graph_signature.output_specs))
@@ -282,9 +288,12 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
 
 def _check_fits(spec: CacheSpec, top_k: int, experts: int, layers: int, dense: bool) -> None:
     """Slots between what a step needs resident together and the experts there are."""
-    low = top_k if spec.admits else 0
+    low = top_k if spec.admits else int(spec.on_miss == "host_compute")
     if not low <= spec.slots_per_layer <= experts:
         need = f"a step's {top_k} routed rows are resident together; " if spec.admits else ""
+        if low == 1 and not spec.admits:  # the device's half of a split reads a slot (split_misses rule 2)
+            need = ("with on_miss='host_compute' the device computes hits from a slot, and a cache of none computes "
+                    "every expert on the host: that is experts_on_host; ")
         if dense and spec.admits:
             need = (f"the layers' ops read every expert's weights (a dense batched matmul over every expert, or one "
                     f"module per expert computing every token), so a step reads all {top_k}, and an admitting cache "
@@ -295,168 +304,6 @@ def _check_fits(spec: CacheSpec, top_k: int, experts: int, layers: int, dense: b
         )
     if spec.popularity is not None and np.asarray(spec.popularity).shape != (layers, experts):
         raise CacheGraphError(f"popularity must be (layers, experts) = {(layers, experts)}")
-
-
-# -- host compute (rule 5) -------------------------------------------------------------------
-
-#: View and shape ops that keep row ``n`` of their input as row ``n`` of their output
-#: when they leave dim 0 alone; ``_row_wise`` checks the dims.
-_SHAPE_OPS = frozenset({
-    _aten.view.default, _aten.reshape.default, _aten._unsafe_view.default, _aten.unsqueeze.default,
-    _aten.squeeze.dim, _aten.squeeze.dims, _aten.chunk.default, _aten.split.Tensor, _aten.split_with_sizes.default,
-    _aten.select.int, _aten.slice.Tensor, _aten.expand.default, _aten.transpose.int, _aten.permute.default,
-    _aten.clone.default, _aten.contiguous.default, _aten.alias.default, _aten._to_copy.default, _aten.to.dtype,
-    _aten.detach.default, _aten.sum.dim_IntList, _aten.mean.dim, _aten.amax.default, _aten.amin.default,
-    _aten.softmax.int, _aten._softmax.default, _aten.log_softmax.int,
-})  # fmt: skip
-_BATCHED = frozenset({_aten.bmm.default, _aten.baddbmm.default})
-
-
-def _rows(val: Any) -> Optional[int]:
-    """The leading size of a tensor, or of every tensor of a tuple (None if they differ)."""
-    if isinstance(val, torch.Tensor):
-        return int(val.shape[0]) if val.dim() else None
-    if isinstance(val, (tuple, list)) and val and all(isinstance(v, torch.Tensor) and v.dim() for v in val):
-        sizes = {int(v.shape[0]) for v in val}
-        return sizes.pop() if len(sizes) == 1 else None
-    return None
-
-
-#: Where a shape op takes the dim(s) it acts on: (position, keyword, default).
-_DIM_ARG: dict[Any, tuple[int, str, Any]] = {
-    _aten.unsqueeze.default: (1, "dim", 0), _aten.squeeze.dim: (1, "dim", 0), _aten.select.int: (1, "dim", 0),
-    _aten.softmax.int: (1, "dim", 0), _aten._softmax.default: (1, "dim", 0), _aten.log_softmax.int: (1, "dim", 0),
-    _aten.chunk.default: (2, "dim", 0), _aten.split.Tensor: (2, "dim", 0), _aten.split_with_sizes.default: (2, "dim", 0),
-    _aten.squeeze.dims: (1, "dim", None), _aten.sum.dim_IntList: (1, "dim", None), _aten.mean.dim: (1, "dim", None),
-    _aten.amax.default: (1, "dim", None), _aten.amin.default: (1, "dim", None),
-}  # fmt: skip
-
-
-def _arg(node: torch.fx.Node, position: int, keyword: str, default: Any) -> Any:
-    return node.args[position] if len(node.args) > position else node.kwargs.get(keyword, default)
-
-
-def _dims(node: torch.fx.Node, ndim: int) -> list[int]:
-    """The dims a shape op acts on, normalised (``_row_wise``); [] for ops that act on
-    none (view, reshape, expand, clone: the caller compares the leading sizes)."""
-    target = node.target
-    if target in _DIM_ARG:
-        position, keyword, default = _DIM_ARG[target]
-        dims = _arg(node, position, keyword, default)
-        if dims is None or dims == []:  # every dim
-            return list(range(ndim))
-        size = ndim + 1 if target is _aten.unsqueeze.default else ndim
-        return [int(d) % size for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
-    if target is _aten.transpose.int:
-        return [int(_arg(node, 1, "dim0", 0)) % ndim, int(_arg(node, 2, "dim1", 0)) % ndim]
-    if target is _aten.permute.default:
-        return [i for i, d in enumerate(_arg(node, 1, "dims", [])) if int(d) % ndim != i]
-    if target is _aten.slice.Tensor:
-        dim, start, step = int(_arg(node, 1, "dim", 0)) % ndim, _arg(node, 2, "start", None), _arg(node, 4, "step", 1)
-        whole = start in (None, 0) and step == 1 and _rows(value_of(node)) == _rows(value_of(_arg(node, 0, "self", None)))
-        return [] if whole else [dim]
-    return []
-
-
-def _row_wise(node: torch.fx.Node, region: set[torch.fx.Node], rows: int) -> bool:
-    """Row ``n`` of ``node``'s value depends only on row ``n`` of its inputs from the region
-    and of its row-aligned inputs (leading size ``rows``); other inputs broadcast over rows."""
-    if node.op != "call_function" or _rows(value_of(node)) != rows:
-        return False
-    target = node.target
-    tensors = [a for a in node.all_input_nodes if isinstance(value_of(a), torch.Tensor)]
-    if target is operator.getitem:
-        return node.args[0] in region
-    if target in _BATCHED:
-        return all(a in region or _rows(value_of(a)) == rows for a in tensors)
-    if target in _SHAPE_OPS:
-        source = node.args[0]
-        if not isinstance(source, torch.fx.Node) or source not in region or len(tensors) != 1:
-            return False
-        return 0 not in _dims(node, value_of(source).dim())
-    if target is _aten.linear.default:  # x @ W^T + b with W, b shared by every row
-        return node.args[0] in region and all(a is node.args[0] or a not in region for a in tensors)
-    if torch.Tag.pointwise not in getattr(target, "tags", ()):
-        return False
-    return all(a in region or _rows(value_of(a)) == rows or value_of(a).dim() < value_of(node).dim() for a in tensors)
-
-
-def _region(graph: torch.fx.Graph, found: list[torch.fx.Node], rows: int, layer: ExpertLayer) -> list[torch.fx.Node]:
-    """Rule 5: the row-wise expert region, in graph order, from the selections on."""
-    region = set(found)
-    order = []
-    for node in graph.nodes:
-        if node in region:
-            order.append(node)
-            continue
-        if node.op != "call_function" or not any(a in region for a in node.all_input_nodes):
-            continue
-        if layer.owns(node) and _row_wise(node, region, rows):
-            region.add(node)
-            order.append(node)
-    return order
-
-
-def _host_compute(
-    graph: torch.fx.Graph,
-    plan: LayerPlan,
-    found: list[torch.fx.Node],
-    ids: torch.fx.Node,
-    slabs: dict[str, torch.fx.Node],
-    slots: torch.fx.Node,
-    layer: ExpertLayer,
-) -> tuple[LayerPlan, set[str]]:
-    """Rule 5 on one layer: lookup, device region from the cache, host copy, merges;
-    ``found`` selects rows ``ids`` of the layer's weights."""
-    rows = int(value_of(ids).numel())
-    region = _region(graph, found, rows, layer)
-    members = set(region)
-    for node in found:
-        outside = [u.name for u in node.users if u not in members]
-        if outside:
-            raise CacheGraphError(f"{layer.module}: the selected expert rows {node.name} are read by {outside}, which "
-                                  "are not row-wise (one row per routed row): host_compute would have to copy weights to the "
-                                  "device; cache these experts with on_miss='copy'")  # fmt: skip
-    with graph.inserting_before(region[0]):  # the region, in graph order, starts with a selection
-        hits = _call(graph, HITS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_hits")
-        positions = _call(graph, POSITIONS, (ids, slots), f"{layer.module.replace('.', '_')}_cache_positions")
-    host_of: dict[torch.fx.Node, torch.fx.Node] = {}
-    merges = []
-    for node in region:
-        with graph.inserting_after(node):
-            clone = graph.node_copy(node, lambda a: host_of.get(a, a))
-        host_of[node] = clone
-        if isinstance(value_of(node), torch.Tensor) and node.target is not operator.getitem:
-            mark_row_share(clone, hits, where=False)
-    for node in found:  # the device reads the cache in place: the slot of each row
-        node.target = _aten.index_select.default
-        weight = node.args[0]
-        assert isinstance(weight, torch.fx.Node)
-        node.args = (slabs[weight.name], 0, positions)
-    for node in region:
-        readers = [u for u in node.users if u not in members and u not in host_of.values()]
-        if not readers or not isinstance(value_of(node), torch.Tensor):
-            continue
-        val = value_of(node)
-        with graph.inserting_after(host_of[node]):
-            shaped = _call(graph, _aten.view.default, (hits, [rows] + [1] * (val.dim() - 1)), f"{node.name}_hit_rows")
-        with graph.inserting_after(shaped):
-            merged = _call(graph, _aten.where.self, (shaped, node, host_of[node]), f"{node.name}_merged")
-        for reader in readers:
-            reader.replace_input_with(node, merged)
-        merges.append(merged.name)
-    if not merges:
-        raise CacheGraphError(f"{layer.module}: no row-wise expert output found to merge")
-    plan = dataclasses.replace(plan, hits=hits.name, positions=positions.name, merges=tuple(merges))
-    return plan, {n.name for n in host_of.values()}
-
-
-def _call(graph: torch.fx.Graph, target: Any, args: tuple, name: str) -> torch.fx.Node:
-    """A call node whose ``val`` is its target run on the fake values of its args."""
-    node = graph.create_node("call_function", target, args, {}, name=name)
-    fake_args = torch.fx.node.map_arg(args, value_of)
-    node.meta["val"] = target(*fake_args)
-    return node
 
 
 # -- device level ------------------------------------------------------------------------
