@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterator, Mapping, Optional
 
@@ -47,7 +47,7 @@ import torch.fx
 import torch.fx.config
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import ExportGraphSignature, InputKind, OutputKind
 
 try:  # torch's own switch (torch.compile uses it): a graph module writes its Python code on first use
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
@@ -141,6 +141,31 @@ class Program:
         if meta and not shape_only:
             raise CaptureError(_meta_message(meta))
         return cls(exported, shape_only)
+
+    def with_graph(self, graph: torch.fx.Graph, signature: ExportGraphSignature, state_dict: Mapping[str, Any],
+                   formats: Mapping[str, tuple[StoredFormat, Optional[torch.Tensor]]] | None = None) -> "Program":
+        """This program rewritten: ``graph`` with its ``signature`` and ``state_dict`` in
+        place of its own, everything else of the export kept (ranges, call graph, example
+        inputs, constants, its IR's verifiers). Weight formats follow their constants by
+        FQN, so a constant that stays keeps its format and its dequantized values;
+        ``formats`` gives new constants theirs (FQN → (format, the values a run computes
+        with, or None when the state holds them as stored))."""
+        ep = self.exported
+        exported = ExportedProgram(root=ep.graph_module, graph=graph, graph_signature=signature, state_dict=dict(state_dict),
+                                   range_constraints=ep.range_constraints, module_call_graph=ep.module_call_graph,
+                                   example_inputs=ep.example_inputs, constants=ep.constants, verifiers=ep.verifiers)
+        stored = {self.constants[n]: f for n, f in self.stored_formats.items()}
+        values = {self.constants[n]: t for n, t in self.dequantized.items()}
+        for fqn, (fmt, dequantized) in (formats or {}).items():
+            stored[fqn] = fmt
+            if dequantized is not None:
+                values[fqn] = dequantized
+        rewritten = Program(exported, self.shape_only)
+        return replace(
+            rewritten,
+            stored_formats={n: stored[f] for n, f in rewritten.constants.items() if f in stored},
+            dequantized={n: values[f] for n, f in rewritten.constants.items() if f in values},
+        )
 
     @property
     def graph_module(self) -> torch.fx.GraphModule:

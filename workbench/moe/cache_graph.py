@@ -15,7 +15,9 @@ Rules:
      ``expert_cache.layers.{l}.attention.…`` (``experts.group_name``). Admitting policies add ``keys`` ``(S,)``, ``requests`` ``(E,)`` and
      ``clock`` ``(1,)`` (``cache_ops``). They are ordinary buffers of a new
      ``ExportedProgram``: resident on the device, counted in ``constant_bytes`` (so in
-     a budget), placed once when a session loads and carried from call to call.
+     a budget), placed once when a session loads and carried from call to call. A slab
+     buffer is stored in its weight's format (``quantize``): a cache of 4-bit experts
+     holds 4-bit slabs.
   2. Initial state: ``static_hot`` slots hold the ``S`` pinned experts (and the slabs
      their weights); ``lru``/``lfu`` caches start empty. Shape-only programs get meta
      buffers (no memory), like their weights.
@@ -92,15 +94,14 @@ from typing import Any, Optional
 import numpy as np
 import torch
 import torch.fx
-from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 
 from ..capture import Program
 from ..copy_ops import GATHER_REUSE
 from ..devices import CPU, CopyKind, Device
-from ..graph_values import value_of
+from ..graph_values import node_nbytes, value_of
 from ..propagate import CopyRecord, CopyRole, DeviceGraph
-from ..node_facts import mark_copy_stream, mark_tag, tagged
+from ..node_facts import mark_copy_stream, mark_stored_format, mark_tag, stored_format, tagged
 from .cache_ops import ADMIT, ORDERED_AFTER
 from .cache_policies import pinned_experts
 from .expert_reads import CacheGraphError, fake_mode_of, layer_selections, rows_program
@@ -271,19 +272,12 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
         plans.append(plan)
     graph.lint()
     signature = ExportGraphSignature(specs[:first_user] + new_specs + specs[first_user:], list(ep.graph_signature.output_specs))
-    new = ExportedProgram(
-        root=ep.graph_module,
-        graph=graph,
-        graph_signature=signature,
-        state_dict={**ep.state_dict, **buffers},
-        range_constraints=ep.range_constraints,
-        module_call_graph=ep.module_call_graph,
-        example_inputs=ep.example_inputs,
-        constants=ep.constants,
-        verifiers=ep.verifiers,  # the program's own IR (in-place ops kept, as captured)
-    )
+    formats = {slab: (fmt, buffers[slab] if by_fqn[w] in program.dequantized else None)
+               for (_, layer), state in zip(layers, states) for slab, w in zip(state.slabs, layer.weights)
+               if (fmt := program.stored_formats.get(by_fqn[w])) is not None}  # fmt: skip
+    new = program.with_graph(graph, signature, {**ep.state_dict, **buffers}, formats)
     streamed = tuple(w for _, layer in layers for w in layer.weights) if spec.on_miss == "copy" else ()
-    return CachedProgram(Program(new, program.shape_only), tuple(plans), frozenset(host_ops), streamed)
+    return CachedProgram(new, tuple(plans), frozenset(host_ops), streamed)
 
 
 def _check_fits(spec: CacheSpec, top_k: int, experts: int, layers: int, dense: bool) -> None:
@@ -334,6 +328,9 @@ class _Rewriter:
         )
         val = value_of(weight)
         node.meta["val"] = val.new_empty(tuple(value_of(index).shape) + tuple(val.shape[1:]))
+        stored = stored_format(weight)
+        if stored is not None:  # the rows cross as the weight is stored (weight_formats rule 2)
+            mark_stored_format(node, stored)
         self.node_device[node.name] = self.device
         self.records[node.name] = CopyRecord(
             name=node.name,
@@ -341,7 +338,7 @@ class _Rewriter:
             value=weight.name,
             src=CPU,
             dst=self.device,
-            nbytes=_nbytes(node),
+            nbytes=node_nbytes(node),
             consumers=(),
             reason=f"{why} through the cache {slab.name!r} ({self.spec.slots_per_layer} slots, {self.spec.policy}): "
             f"rows the cache holds are copied on {self.device}, only the others cross the link (nbytes is the "
@@ -368,7 +365,7 @@ class _Rewriter:
         with self.graph.inserting_after(after):
             node = self.graph.create_node("call_function", ADMIT, args, {}, name=f"expert_cache_{kind}_{state.layer}")
         node.meta["val"] = value_of(tables[0]).new_empty(tuple(value_of(tables[0]).shape))
-        mark_copy_stream(node, sum(_nbytes(r) for r in rows))
+        mark_copy_stream(node, sum(node_nbytes(r) for r in rows))
         self.node_device[node.name] = self.device
         return node
 
@@ -382,11 +379,6 @@ class _Rewriter:
         """``nodes`` in graph order (the graph changes between calls: positions are read anew)."""
         wanted = set(nodes)
         return [n for n in self.graph.nodes if n in wanted]
-
-
-def _nbytes(node: torch.fx.Node) -> int:
-    val = value_of(node)
-    return int(val.numel()) * val.element_size()
 
 
 def rewrite_reads(dg: DeviceGraph, cached: CachedProgram, spec: CacheSpec, device: Device) -> DeviceGraph:

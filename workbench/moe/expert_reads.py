@@ -32,12 +32,14 @@ Rules:
      which takes the first expert's place in the signature; the per-expert parameters
      leave the program. Each expert's ops read ``select(rows, 0, e)`` of rule 2's rows,
      so the layer is a stacked layer with dense reads. The stack is a copy made when the
-     program is rewritten: edit the model's weights before that.
+     program is rewritten: edit the model's weights before that. It is stored in its
+     experts' weight format (``quantize``); experts of one name in different formats are
+     a ``CacheGraphError``.
   4. A layer whose reads mix row selections and whole stacks, or select rows by more
      than one index, is a ``CacheGraphError`` naming the read.
   5. Every other node keeps its name, args and metadata; the new nodes carry the module
-     stack of the layer's first reader (so they count as the experts' ops); the program
-     given is not modified.
+     stack of the layer's first reader (so they count as the experts' ops); every
+     constant that stays keeps its weight format; the program given is not modified.
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ from typing import Any, Optional
 
 import torch
 import torch.fx
-from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 
 from ..capture import Program
@@ -57,6 +58,7 @@ from ..errors import WorkbenchError
 from .expert_ops import is_grouped_mm
 from .discovery import ExpertLayer
 from ..graph_values import value_of
+from ..node_facts import StoredFormat
 
 __all__ = ["CacheGraphError", "Layers", "dense_layers", "fake_mode_of", "layer_selections", "row_selection", "rows_program"]
 
@@ -219,26 +221,33 @@ def rows_program(program: Program, layers: Layers) -> tuple[Program, Layers, fro
     gone = {program.constants[name] for name in removed}
     state = {k: v for k, v in ep.state_dict.items() if k not in gone}
     state.update({fqn: torch.nn.Parameter(t, requires_grad=False) for fqn, t in stacked.items() if fqn not in ep.state_dict})
-    new = _with_graph(ep, graph, ExportGraphSignature(specs, list(ep.graph_signature.output_specs)), state)
+    formats = _stacked_formats(program, plans, by_fqn, stacked)
+    new = program.with_graph(graph, ExportGraphSignature(specs, list(ep.graph_signature.output_specs)), state, formats)
     out = tuple((i, dataclasses.replace(layer, weights=tuple(plans[layer.module].stacks), layout="stacked"))
                 if layer.module in plans else (i, layer) for i, layer in layers)  # fmt: skip
-    return Program(new, program.shape_only), out, frozenset(plans)
+    return new, out, frozenset(plans)
 
 
-def _with_graph(ep: ExportedProgram, graph: torch.fx.Graph, signature: ExportGraphSignature, state_dict: dict) -> ExportedProgram:
-    """``ep`` with ``graph`` (and its signature and state) in place of its own; everything
-    else (ranges, call graph, example inputs, constants, its IR's verifiers) kept."""
-    return ExportedProgram(
-        root=ep.graph_module,
-        graph=graph,
-        graph_signature=signature,
-        state_dict=state_dict,
-        range_constraints=ep.range_constraints,
-        module_call_graph=ep.module_call_graph,
-        example_inputs=ep.example_inputs,
-        constants=ep.constants,
-        verifiers=ep.verifiers,
-    )
+def _stacked_formats(program: Program, plans: dict[str, _Dense], by_fqn: dict[str, str],
+                     stacked: dict[str, torch.Tensor]) -> dict[str, tuple[StoredFormat, Optional[torch.Tensor]]]:  # fmt: skip
+    """Rule 3: a stack is stored in its experts' weight format (``quantize``), with the
+    stacked values a run computes with where theirs are dequantized; experts of one
+    weight stored in different formats cannot be one stack (a ``CacheGraphError``)."""
+    formats: dict[str, tuple[StoredFormat, Optional[torch.Tensor]]] = {}
+    for plan in plans.values():
+        for fqn, sources in plan.stacks.items():
+            found = {program.stored_formats.get(by_fqn[s]) for s in sources}
+            fmt = next(iter(found))
+            if sources == [fqn] or (len(found) == 1 and fmt is None):
+                continue
+            if len(found) > 1 or fmt is None:
+                names = sorted(f.name if f is not None else "as captured" for f in found)
+                raise CacheGraphError(f"{plan.layer.module}: the experts' weights stacked as {fqn} are stored in "
+                                      f"different formats ({', '.join(names)}); a stack is one tensor in one format: "
+                                      "quantize every expert of a layer alike (one pattern for the experts' module)")  # fmt: skip
+            executed = all(by_fqn[s] in program.dequantized for s in sources)
+            formats[fqn] = (fmt, stacked[fqn] if executed else None)
+    return formats
 
 
 def _lookups_as_rows(program: Program, layers: Layers) -> tuple[Program, Layers]:
@@ -279,10 +288,9 @@ def _lookups_as_rows(program: Program, layers: Layers) -> tuple[Program, Layers]
         env[node].meta = {**node.meta, "val": env[node].meta["val"]}
         added[module] |= {flat[ids].name, rows.name}
     graph.lint()
-    new = _with_graph(ep, graph, ep.graph_signature, ep.state_dict)
     out = tuple((i, dataclasses.replace(layer, ops=layer.ops | added[layer.module]) if layer.ops else layer)
                 for i, layer in layers)  # fmt: skip
-    return Program(new, program.shape_only), out
+    return program.with_graph(graph, ep.graph_signature, ep.state_dict), out
 
 
 def _stacked(program: Program, placeholders: list[str]) -> torch.Tensor:
