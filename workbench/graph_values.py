@@ -39,6 +39,17 @@ def value_of(node: torch.fx.Node) -> Any:
     return node.meta.get("val")
 
 
+def call_node(graph: torch.fx.Graph, target: Any, args: tuple, name: str, kwargs: dict[str, Any] | None = None,
+              fake_mode: Any = None) -> torch.fx.Node:  # fmt: skip
+    """A new ``call_function`` node of ``target`` at the graph's insertion point, its ``val``
+    the target run on its arguments' values (under ``fake_mode`` when some argument is no
+    fake tensor of the graph's own mode, e.g. a new factory op)."""
+    node = graph.create_node("call_function", target, args, kwargs or {}, name=name)
+    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        node.meta["val"] = target(*torch.fx.node.map_arg(args, value_of), **(kwargs or {}))
+    return node
+
+
 def produces_tensors(node: torch.fx.Node) -> bool:
     """True when ``node`` produces a tensor or a tuple/list holding tensors."""
     val = value_of(node)

@@ -73,10 +73,13 @@ def _masks(indexer, inputs):
 def test_static_indexer_equals_eager_indexer(monkeypatch):
     """Over seeds, shapes (prefill, decode, a chunk, contexts with no complete block) and
     masks (causal, left-padded, random, and the float form), the static indexer's mask is
-    exactly transformers' loop's. The cases reach every part: a query keeping fewer keys
-    than it sees, one that completes no block; and ties at the budget's boundary, which
-    one ``topk`` over a fixed number of blocks breaks otherwise (rule 2's fallback
-    differs from transformers on some case, the exact selection on none)."""
+    transformers' loop's. The cases reach every part: a query keeping fewer keys than it
+    sees, one that completes no block; and exact ties at the budget's boundary (ReLU
+    zeros), which one ``topk`` over a fixed number of blocks breaks otherwise (rule 2's
+    fallback differs from transformers on some case). Equal here on every case; as the
+    two compute the block scores with matmuls of different shapes, a BLAS that rounds
+    them differently may reorder two blocks whose scores tie but for rounding, so a few
+    cases (at most 1%) may keep other blocks — never another number of keys."""
     model = qwen4_model()
     indexer = _indexer(model)
     unequal, dropped, blockless, fallback_unequal = [], 0, 0, 0
@@ -84,15 +87,17 @@ def test_static_indexer_equals_eager_indexer(monkeypatch):
     for case in cases:
         inputs = _case(model, *case)
         want, got = _masks(indexer, inputs)
-        if got.shape != want.shape or got.dtype != torch.bool or not torch.equal(got, want):
+        assert got.shape == want.shape and got.dtype == torch.bool, case
+        if not torch.equal(got, want):
             unequal.append(case)
+            assert torch.equal(got.sum(-1), want.sum(-1)), case  # the same number of keys per query
         visible = inputs[-1]
         dropped += int((want.sum(-1) < visible.sum(-1)).any())
         blockless += int((visible.sum(-1) < indexer.compress_ratio).any())
         with monkeypatch.context() as patch:
             patch.setattr(token_indexer, "EXACT_TOPKS", -1)
             fallback_unequal += not torch.equal(_masks(indexer, inputs)[1], want)
-    assert not unequal, unequal[:5]
+    assert len(unequal) <= len(cases) // 100, unequal[:5]
     assert dropped and blockless and fallback_unequal, (dropped, blockless, fallback_unequal)
 
 

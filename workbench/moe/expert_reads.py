@@ -57,7 +57,7 @@ from ..copy_ops import SELECT_ROWS
 from ..errors import WorkbenchError
 from .expert_ops import is_grouped_mm
 from .discovery import ExpertLayer
-from ..graph_values import value_of
+from ..graph_values import call_node, value_of
 from ..node_facts import StoredFormat
 
 __all__ = ["CacheGraphError", "Layers", "dense_layers", "fake_mode_of", "layer_selections", "row_selection", "rows_program"]
@@ -267,9 +267,7 @@ def _lookups_as_rows(program: Program, layers: Layers) -> tuple[Program, Layers]
     added: dict[str, set[str]] = defaultdict(set)  # container → names of the new nodes
 
     def call(target: Any, args: tuple, name: str, like: torch.fx.Node) -> torch.fx.Node:
-        node = graph.create_node("call_function", target, args, {}, name=name)
-        with fake_mode:
-            node.meta["val"] = target(*torch.fx.node.map_arg(args, value_of))
+        node = call_node(graph, target, args, name, fake_mode=fake_mode)
         node.meta.update({k: like.meta[k] for k in ("nn_module_stack", "stack_trace") if k in like.meta})
         return node
 
@@ -309,9 +307,7 @@ def _emit(graph: torch.fx.Graph, plan: _Dense, params: dict[str, torch.fx.Node],
     stands: dict[str, torch.fx.Node] = {}
 
     def call(target: Any, args: tuple, kwargs: dict, name: str) -> torch.fx.Node:
-        node = graph.create_node("call_function", target, args, kwargs, name=name)
-        with fake_mode:
-            node.meta["val"] = target(*torch.fx.node.map_arg(args, value_of), **kwargs)
+        node = call_node(graph, target, args, name, kwargs, fake_mode)
         node.meta.update(meta)
         return node
 

@@ -69,7 +69,7 @@ from typing import Any, Optional
 import torch
 import torch.fx
 
-from ..graph_values import value_of
+from ..graph_values import call_node, value_of
 from ..node_facts import mark_row_share
 from ..place import module_paths
 from .cache_ops import HITS, POSITIONS
@@ -106,8 +106,8 @@ def split_misses(
     first = next(n for n in graph.nodes if n in set(found))
     base = layer.module.replace(".", "_")
     with graph.inserting_before(first):
-        hits = _call(graph, HITS, (ids, slots), f"{base}_cache_hits")
-        positions = _call(graph, POSITIONS, (ids, slots), f"{base}_cache_positions")
+        hits = call_node(graph, HITS, (ids, slots), f"{base}_cache_hits")
+        positions = call_node(graph, POSITIONS, (ids, slots), f"{base}_cache_positions")
     split = _Splitter(graph, layer, hits, constants)
     if per_expert:
         split.experts(found, slabs, positions)
@@ -201,7 +201,7 @@ class _Splitter:
         val = value_of(node)
         shape = list(val.shape[:lead]) + [1] * (val.dim() - lead)
         with self.graph.inserting_before(before):
-            return _call(self.graph, _aten.view.default, (self.hits, shape), f"{node.name}_hit_rows")
+            return call_node(self.graph, _aten.view.default, (self.hits, shape), f"{node.name}_hit_rows")
 
     def _merge(self, node: torch.fx.Node, host: torch.fx.Node, lead: Optional[int], flag: Optional[torch.fx.Node],
                readers: list[torch.fx.Node]) -> torch.fx.Node:  # fmt: skip
@@ -210,7 +210,7 @@ class _Splitter:
         after = host.next
         mask = flag if flag is not None else self._row_mask(node, lead or 1, after)
         with self.graph.inserting_before(after):
-            merged = _call(self.graph, _aten.where.self, (mask, node, host), f"{node.name}_merged")
+            merged = call_node(self.graph, _aten.where.self, (mask, node, host), f"{node.name}_merged")
         for reader in readers:
             reader.replace_input_with(node, merged)
         self.merges.append(merged)
@@ -221,15 +221,15 @@ class _Splitter:
         """Rule 4: ``reader`` (a matmul linear in ``rows``) as device hits + host misses."""
         mask = self._row_mask(rows, lead, reader)
         with self.graph.inserting_before(reader):
-            hit_rows = _call(self.graph, _aten.where.ScalarOther, (mask, rows, 0.0), f"{rows.name}_hit_rows_only")
+            hit_rows = call_node(self.graph, _aten.where.ScalarOther, (mask, rows, 0.0), f"{rows.name}_hit_rows_only")
         reader.replace_input_with(rows, hit_rows)
         after = reader.next
         with self.graph.inserting_before(after):
-            missed = _call(self.graph, _aten.where.ScalarSelf, (mask, 0.0, host_value[rows]), f"{rows.name}_missed_rows_only")
+            missed = call_node(self.graph, _aten.where.ScalarSelf, (mask, 0.0, host_value[rows]), f"{rows.name}_missed_rows_only")
             self._on_host(missed)
             on_host = self.graph.node_copy(reader, lambda a: missed if a is hit_rows else host_value.get(a, a))
             self._on_host(on_host)
-            total = _call(self.graph, _aten.add.Tensor, (reader, on_host), f"{reader.name}_hits_and_misses")
+            total = call_node(self.graph, _aten.add.Tensor, (reader, on_host), f"{reader.name}_hits_and_misses")
         reader.replace_all_uses_with(total, delete_user_cb=lambda user: user is not total)
         self.merges.append(total)
 
@@ -265,8 +265,8 @@ class _Splitter:
         base = self.layer.module.replace(".", "_")
         first = next(n for n in self.graph.nodes if n in region)
         with self.graph.inserting_before(first):
-            flag = _call(self.graph, _aten.select.int, (self.hits, 0, e), f"{base}_expert_{e}_hit")
-            slot = _call(self.graph, _aten.slice.Tensor, (positions, 0, e, e + 1), f"{base}_expert_{e}_position")
+            flag = call_node(self.graph, _aten.select.int, (self.hits, 0, e), f"{base}_expert_{e}_hit")
+            slot = call_node(self.graph, _aten.slice.Tensor, (positions, 0, e, e + 1), f"{base}_expert_{e}_position")
         for pick in picks:
             stacked = pick.args[0]
             assert isinstance(stacked, torch.fx.Node)
@@ -274,7 +274,7 @@ class _Splitter:
             assert isinstance(weight, torch.fx.Node)
             host_of[pick].args = (weight, 0, e)  # a view of the host weight: nothing gathered
             with self.graph.inserting_before(pick):
-                read = _call(self.graph, _aten.index_select.default, (slabs[weight.name], 0, slot), f"{pick.name}_slot")
+                read = call_node(self.graph, _aten.index_select.default, (slabs[weight.name], 0, slot), f"{pick.name}_slot")
             pick.args = (read, 0, 0)
         for node in region:
             readers = [u for u in node.users if u not in region and u not in self.host]
@@ -288,14 +288,6 @@ class _Splitter:
                     "on_miss='copy'"
                 )
             self._merge(node, host_of[node], None, flag, readers)
-
-
-def _call(graph: torch.fx.Graph, target: Any, args: tuple, name: str) -> torch.fx.Node:
-    """A call node whose ``val`` is its target run on the fake values of its args."""
-    node = graph.create_node("call_function", target, args, {}, name=name)
-    fake_args = torch.fx.node.map_arg(args, value_of)
-    node.meta["val"] = target(*fake_args)
-    return node
 
 
 # -- rule 1 ----------------------------------------------------------------------------------
