@@ -62,6 +62,7 @@ __all__ = [
     "dequantized",
     "mark_stored_values",
     "quantize",
+    "stored_source",
     "weight_format",
     "weight_formats",
     "weight_formats_table",
@@ -298,7 +299,7 @@ def _row_pickers() -> frozenset:
                       aten.contiguous.default, aten.alias.default, SELECT_ROWS})  # fmt: skip
 
 
-def _stored_source(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+def stored_source(node: torch.fx.Node) -> Optional[torch.fx.Node]:
     """The value whose elements ``node``'s result holds stored the same way (rule 2):
     the source of a view, a copy or a row pick with the same dtype; else None."""
     if node.op != "call_function":
@@ -326,7 +327,7 @@ def mark_stored_values(graph: torch.fx.Graph, stored: Mapping[str, StoredFormat]
     for node in graph.nodes:
         fact = stored.get(node.name) if node.op == "placeholder" else None
         if fact is None:
-            source = _stored_source(node)
+            source = stored_source(node)
             fact = stored_format(source) if source is not None else None
         if fact is not None:
             mark_stored_format(node, fact)

@@ -1,36 +1,62 @@
-"""The table of published batch-1 decode runs, read and checked, and what modeling it shares.
+"""The table of published batch-1 decode runs, read once into structured parts.
 
 ``published_decode_runs`` reads ``data/published/decode_anchors.csv`` (every regime — all
 on the GPU, experts computed on the host, experts copied in, partial offload — each row
-with its source and the phrase quoted from it), checked on load; sources held back for
-validation are refused. ``gpu_part`` names the shipped GPU part a run's text names;
-``FittedTerm`` is a term fitted to runs with its leave-one-out errors. ``workbench.anchors``
-models the runs; ``workbench.app.decode_model`` is the model of every regime.
+with its source and the phrase quoted from it) and checks it; sources held back for
+validation are refused. ``published_runs`` turns every row into a ``PublishedRun``: the
+model's sizes (``ModelFacts``), its weight bits (``WeightBits``), where its experts live
+(``Placement``), the named GPU, host and link parts, the runtime profile and the threads
+it states — the free text read once, here (``run_text``), so that the decode model takes
+parts and never prose. A row it cannot express keeps why.
+
+Rules:
+
+1. The table's columns are exactly ``PUBLISHED_COLUMNS``; ids are unique; ``regime`` is
+   one of ``PUBLISHED_REGIMES``; ``decode_tok_s`` is a finite number > 0; a size column,
+   when given, is a finite number > 0 and active <= total; ``gpu_count`` a whole number
+   >= 1; every row names an https source and quotes it (at most 200 characters); no cell
+   is longer than 2,000 characters, no file larger than 16 MiB; no row comes from a
+   source in ``RESERVED_SOURCES``. A file that breaks a rule is refused with an
+   ``AnchorError`` naming the rows and what is valid.
+2. Parts are found by the phrases the parts table names them by, a part's own name
+   included (``H200``, ``x86_server``); a parts file of your own (``parts=``) adds parts.
+3. Bits per weight: a file size the run states (all weights alike); else the run's expert
+   bits with the non-expert bits left over from a family file of that format; else the
+   run's bits; else a family file; else the format the text names (its nominal bits).
+   The experts' format (for the host's matvec rate) is the first format the text names.
+4. A run's ``source`` is its publication: ``owner/repo#N`` for a GitHub issue, pull
+   request or discussion, else the page's host and path — what leave-one-source-out
+   holds out together.
 """
 
 from __future__ import annotations
 
+import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
-import re
-from typing import Optional
+from typing import Any, Mapping, Optional, Union
+from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
 
-from ..errors import WorkbenchError
+from ..file_reading import read_regular_file
+from ..moe.locality import locality_models, locality_trace, lru_hit_rate
+from ..moe.routing import RoutingTrace
+from ..runtime.decode_layout import PLACEMENT_REGIMES, CacheRouting, LayoutError, ModelFacts, Placement, UniformRouting, WeightBits
+from ..runtime.parts import PartsFile, part_phrases
+from ..weight_formats import weight_formats
+from . import run_text
+from .model_families import ModelFamily, family_of, model_families
+from .published_errors import AnchorError
+from .runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
 
-__all__ = ["AnchorError", "FittedTerm", "GPU_PARTS", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES",
-           "gpu_part", "published_decode_runs", "published_dir"]  # fmt: skip
+__all__ = ["AnchorError", "FittedTerm", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES", "PublishedRun",
+           "TraceRouting", "gpu_part", "published_decode_runs", "published_dir", "published_runs", "read_run",
+           "routing_for", "source_key"]  # fmt: skip
 
-
-class AnchorError(WorkbenchError, ValueError):
-    """An anchor cannot be modeled (the message says which and why)."""
-
-
-# --- published batch-1 decode runs (the table the capacity answers are checked against) ---
-
-PUBLISHED_REGIMES = ("all_on_gpu", "experts_on_host_compute", "experts_copied", "partial_offload")
+PUBLISHED_REGIMES = PLACEMENT_REGIMES
 PUBLISHED_COLUMNS = (
     "id", "regime", "model", "total_params_b", "active_params_b", "weight_format", "bits_per_weight", "runtime",
     "runtime_version", "gpu", "gpu_count", "cpu", "host_memory", "link", "offload_detail", "context_tokens",
@@ -45,6 +71,12 @@ RESERVED_SOURCES = (
     "tt-inference-server/issues/340",
 )  # fmt: skip
 _MAX_QUOTE_CHARS = 200
+#: Numeric columns: (low, low end open, high) when a cell is given.
+_RANGES = {"total_params_b": (0.0, True, 1e6), "active_params_b": (0.0, True, 1e6), "bits_per_weight": (0.0, True, 64.0),
+           "gpu_count": (1.0, False, 1024.0), "context_tokens": (0.0, False, 1e8)}  # fmt: skip
+_MAX_TABLE_BYTES = 16 << 20
+#: Tokens of the trace generated to match a family's published routing statistics.
+ROUTING_TOKENS = 2048
 
 
 def published_dir() -> Path:
@@ -52,69 +84,258 @@ def published_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "data" / "published"
 
 
-def published_decode_runs(path: Optional[Path] = None) -> pd.DataFrame:
-    """Published batch-1 MoE decode runs, one row per published figure, checked:
-
-    1. the columns are exactly ``PUBLISHED_COLUMNS``; ids are unique;
-    2. ``regime`` is one of ``PUBLISHED_REGIMES``; ``decode_tok_s`` is a finite positive number;
-    3. every row names an https source and quotes it (at most 200 characters);
-    4. no row comes from a source in ``RESERVED_SOURCES``.
-
-    ``path`` defaults to ``data/published/decode_anchors.csv``. A file that breaks a rule is
-    refused with an ``AnchorError`` naming the rows and what is valid.
-    """
+def published_decode_runs(path: Optional[Union[str, Path]] = None) -> pd.DataFrame:
+    """Published batch-1 MoE decode runs, one row per published figure, checked (rule 1);
+    ``path`` defaults to ``data/published/decode_anchors.csv``."""
     path = Path(path) if path is not None else published_dir() / "decode_anchors.csv"
-    if not path.is_file():  # also refuses a directory or a named pipe (never opened)
-        raise AnchorError(f"{path} is not a regular file; expected the published decode table (a CSV file)")
+    data = read_regular_file(path, "published decode table (a CSV file)", AnchorError, max_bytes=_MAX_TABLE_BYTES)
     try:
-        table = pd.read_csv(path, dtype={"id": str, "regime": str, "source_url": str, "quote": str})
+        table = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise AnchorError(f"{path} is not a readable CSV table: {exc}") from None
     if tuple(table.columns) != PUBLISHED_COLUMNS:
         missing = [c for c in PUBLISHED_COLUMNS if c not in table.columns]
-        extra = [c for c in table.columns if c not in PUBLISHED_COLUMNS]
+        extra = [str(c)[:40] for c in table.columns if c not in PUBLISHED_COLUMNS]
         raise AnchorError(f"{path}: columns differ from the published table's (missing {missing}, unexpected {extra}); "
                           f"valid columns, in order: {', '.join(PUBLISHED_COLUMNS)}")
-    problems: list[str] = []
-    dup = table["id"][table["id"].duplicated()].tolist()
-    if dup:
-        problems.append(f"duplicate ids {dup}")
-    bad_regime = table.loc[~table["regime"].isin(PUBLISHED_REGIMES), "id"].tolist()
-    if bad_regime:
-        problems.append(f"rows {bad_regime} have a regime outside {', '.join(PUBLISHED_REGIMES)}")
-    speed = pd.to_numeric(table["decode_tok_s"], errors="coerce")
-    bad_speed = table.loc[~(np.isfinite(speed) & (speed > 0)), "id"].tolist()
-    if bad_speed:
-        problems.append(f"rows {bad_speed} have no finite positive decode_tok_s")
-    url = table["source_url"].fillna("")
-    quote = table["quote"].fillna("")
-    unsourced = table.loc[~url.str.startswith("https://") | (quote.str.strip() == ""), "id"].tolist()
-    if unsourced:
-        problems.append(f"rows {unsourced} lack an https source_url or a quote")
-    long_quote = table.loc[quote.str.len() > _MAX_QUOTE_CHARS, "id"].tolist()
-    if long_quote:
-        problems.append(f"rows {long_quote} quote more than {_MAX_QUOTE_CHARS} characters")
-    reserved = table.loc[url.map(lambda u: any(r.lower() in u.lower() for r in RESERVED_SOURCES)), "id"].tolist()
-    if reserved:
-        problems.append(f"rows {reserved} come from a source reserved for validation ({', '.join(RESERVED_SOURCES)})")
+    problems = _problems(table)
     if problems:
         raise AnchorError(f"{path}: " + "; ".join(problems))
-    return table.assign(decode_tok_s=speed.astype(float))
+    numbers = {c: pd.to_numeric(table[c].where(table[c] != ""), errors="coerce")
+               for c in ("total_params_b", "active_params_b", "bits_per_weight", "gpu_count", "context_tokens", "decode_tok_s")}  # fmt: skip
+    return table.assign(**numbers)
 
 
-#: The GPU part of a published run, by a whole-word phrase of its ``gpu`` column.
-GPU_PARTS: tuple[tuple[str, str], ...] = (
-    (r"\bRTX 4090\b(?!D)", "rtx_4090"), (r"\bRTX 3090\b", "rtx_3090"), (r"\bA100 80GB\b", "a100_80gb"),
-    (r"\bH20\b", "h20"), (r"\bL4\b", "l4"), (r"\bT4\b", "t4"), (r"\bH100\b", "h100_sxm"),
-    (r"\bRTX 5090\b", "rtx_5090"), (r"\bRTX 5060 Ti 16GB\b", "rtx_5060_ti_16gb"), (r"\bRTX A5000\b", "rtx_a5000"),
-    (r"\bRTX 4060\b(?! Ti)", "rtx_4060"), (r"\bRTX 2080 Ti\b", "rtx_2080_ti"), (r"\bRTX 2080\b(?! Ti)", "rtx_2080"), (r"\bRadeon PRO W7800\b(?! 48)", "radeon_pro_w7800"),
-)  # fmt: skip
+def _ids(table: pd.DataFrame, mask: Any) -> list[str]:
+    found = [str(i)[:40] for i in table.loc[mask, "id"]]
+    return found[:10] + ([f"and {len(found) - 10} more"] if len(found) > 10 else [])
 
 
-def gpu_part(gpu: object) -> Optional[str]:
-    """The shipped GPU part a run's ``gpu`` text names, or None."""
-    text = gpu if isinstance(gpu, str) else ""
-    return next((part for phrase, part in GPU_PARTS if re.search(phrase, text)), None)
+def _problems(table: pd.DataFrame) -> list[str]:
+    """What breaks rule 1, by row id."""
+    problems: list[str] = []
+    long = table.apply(lambda col: col.str.len() > run_text.MAX_CELL_CHARS).any(axis=1)
+    if long.any():
+        problems.append(f"rows {_ids(table, long)} have a cell longer than {run_text.MAX_CELL_CHARS} characters")
+    dup = table["id"].duplicated() | (table["id"].str.strip() == "")
+    if dup.any():
+        problems.append(f"ids {_ids(table, dup)} are empty or duplicated")
+    bad = ~table["regime"].isin(PUBLISHED_REGIMES)
+    if bad.any():
+        problems.append(f"rows {_ids(table, bad)} have a regime outside {', '.join(PUBLISHED_REGIMES)}")
+    speed = pd.to_numeric(table["decode_tok_s"], errors="coerce")
+    bad = ~(np.isfinite(speed) & (speed > 0))
+    if bad.any():
+        problems.append(f"rows {_ids(table, bad)} have no finite decode_tok_s > 0")
+    for column, (low, low_open, high) in _RANGES.items():
+        given = table[column].str.strip() != ""
+        value = pd.to_numeric(table[column], errors="coerce")
+        inside = np.isfinite(value) & ((value > low) if low_open else (value >= low)) & (value <= high)
+        bad = given & ~inside
+        if bad.any():
+            problems.append(f"rows {_ids(table, bad)}: {column} is not a number in {'(' if low_open else '['}{low:g}, {high:g}]")
+    total = pd.to_numeric(table["total_params_b"], errors="coerce")
+    active = pd.to_numeric(table["active_params_b"], errors="coerce")
+    bad = active > total
+    if bad.any():
+        problems.append(f"rows {_ids(table, bad)}: active_params_b exceeds total_params_b")
+    url, quote = table["source_url"], table["quote"]
+    bad = ~url.str.startswith("https://") | (quote.str.strip() == "")
+    if bad.any():
+        problems.append(f"rows {_ids(table, bad)} lack an https source_url or a quote")
+    bad = quote.str.len() > _MAX_QUOTE_CHARS
+    if bad.any():
+        problems.append(f"rows {_ids(table, bad)} quote more than {_MAX_QUOTE_CHARS} characters")
+    bad = url.map(lambda u: any(r.lower() in u.lower() for r in RESERVED_SOURCES))
+    if bad.any():
+        problems.append(f"rows {_ids(table, bad)} come from a source reserved for validation ({', '.join(RESERVED_SOURCES)})")
+    return problems
+
+
+def source_key(url: str) -> str:
+    """Rule 4: the publication ``url`` belongs to."""
+    parts = urlsplit(str(url))
+    path = [p for p in parts.path.split("/") if p]
+    if parts.netloc.endswith("github.com") and len(path) >= 4 and path[2] in ("issues", "pull", "discussions"):
+        return f"{path[0]}/{path[1]}#{path[3]}"
+    if parts.netloc.endswith("github.com") and len(path) >= 2:
+        return f"{path[0]}/{path[1]}"
+    return parts.netloc + "/" + "/".join(path)
+
+
+@dataclass(frozen=True)
+class TraceRouting:
+    """An expert cache's routing as a trace: the hit rate of an LRU cache holding a share
+    of each layer's experts, replayed over it (``moe.locality.lru_hit_rate``)."""
+
+    trace: RoutingTrace
+    label: str
+
+    def hit_rate(self, share: float) -> float:
+        return float(lru_hit_rate(self.trace, share * self.trace.num_experts))
+
+
+def routing_for(family: str) -> CacheRouting:
+    """The routing a copying run's cache sees: a trace matching the family's published
+    routing statistics (``data/routing/locality.csv``), else uniform routing."""
+    if family not in locality_models():
+        return UniformRouting(f"uniform routing (no published routing statistics for {family})")
+    fit = locality_trace(family, ROUTING_TOKENS, seed=0)
+    return TraceRouting(fit.trace, f"LRU over a trace matching {family}'s published routing statistics "
+                                   f"(largest gap {fit.max_abs_error:.3f})")
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """One published run as structured parts (module doc); ``why`` says what keeps it from
+    being modeled ("" when nothing does)."""
+
+    id: str
+    regime: str
+    tok_s: float  # the published decode speed
+    source: str  # the publication (rule 4)
+    source_url: str
+    runtime: str  # the runtime profile's name, "" when none matches
+    family: str  # the model family's name, "" when none matches
+    model: Optional[ModelFacts] = None
+    formats: Optional[WeightBits] = None
+    placement: Optional[Placement] = None
+    gpu: Optional[str] = None
+    host: Optional[str] = None
+    link: Optional[str] = None
+    threads: Optional[int] = None  # host threads the run states
+    sockets: Optional[int] = None  # sockets whose memory its host threads use, when stated
+    why: str = ""
+
+
+def gpu_part(text: object, parts: PartsFile = None) -> Optional[str]:
+    """The GPU part a run's ``gpu`` text names (rule 2), or None."""
+    return run_text.find_name(text, part_phrases("gpu", parts))
+
+
+def _bits(row: Mapping[str, Any], family: ModelFamily, model: ModelFacts) -> Optional[WeightBits]:
+    """Rule 3."""
+    text = row.get("weight_format", "")
+    formats = weight_formats()
+    by_word = {w: f for f in formats.values() for w in (f.name, *f.aliases)}
+    named = next((by_word[w] for w in run_text.words(text) if w in by_word), None)
+    fmt, ops = (named.name, named.dequant_ops) if named is not None else ("", 0.0)
+    expert, other = model.expert_total, model.other_total
+    stated = run_text.stated_file_bytes(text)
+    if stated is not None:
+        per = stated[0] * 8 / (expert + other)
+        return WeightBits(per, per, fmt, ops, f"file size stated ({stated[1]})")
+    bits = _finite(row.get("bits_per_weight"))
+    file = next(((f, b, p) for f, b, p in family.files if f.lower() in run_text.words(text)), None)
+    if bits is not None and file is not None:
+        scale = file[2] / (expert + other)
+        rest = (file[1] * 8 - bits * expert * scale) / (other * scale)
+        if 0 < rest <= 64:
+            return WeightBits(bits, rest, fmt, ops, f"{bits:g}-bit experts, the rest of the {file[0]} file")
+    if bits is not None:
+        return WeightBits(bits, bits, fmt, ops, f"{bits:g} bits per weight stated")
+    if file is not None:
+        per = file[1] * 8 / file[2]
+        return WeightBits(per, per, fmt, ops, f"family {file[0]} file ({file[1] / 2**30:.2f} GiB)")
+    if named is not None:
+        return WeightBits(named.bits_per_weight, named.bits_per_weight, fmt, ops, f"format {named.name}")
+    return None
+
+
+def _finite(value: Any) -> Optional[float]:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _placement(row: Mapping[str, Any], family: ModelFamily, context: int) -> tuple[Optional[Placement], str]:
+    detail = str(row.get("offload_detail", ""))
+    regime = str(row.get("regime", ""))
+    if regime == "partial_offload":
+        layers, why = run_text.host_layers_text(detail)
+        if layers is None:
+            return None, why
+        return Placement(regime, host_layers=layers, context_tokens=context), ""
+    if regime == "experts_on_host_compute":
+        return Placement(regime, gpu_experts=min(run_text.gpu_experts_text(detail), family.num_experts),
+                         context_tokens=context), ""  # fmt: skip
+    if regime == "experts_copied":
+        if run_text.storage_text(f"{detail} {row.get('runtime', '')}"):
+            return None, "experts read from storage: the model has no storage tier"
+        cache, resident = run_text.cache_text(f"{detail} {row.get('runtime', '')}")
+        return Placement(regime, resident_expert_bytes=resident, cache=cache, routing=routing_for(family.name),
+                         context_tokens=context), ""  # fmt: skip
+    return Placement("all_on_gpu", context_tokens=context), ""
+
+
+def read_run(row: Mapping[str, Any], parts: PartsFile = None,
+             profiles: Optional[tuple[RuntimeProfile, ...]] = None) -> PublishedRun:
+    """One row of the published table (its cells by column) as structured parts (module
+    doc); a row that names a column the table does not have, or lacks one, is refused."""
+    if not isinstance(row, Mapping):
+        raise AnchorError(f"a published run is a mapping of the table's columns, got {type(row).__name__}")
+    missing = [c for c in ("id", "regime", "decode_tok_s", "source_url") if c not in row]
+    if missing:
+        raise AnchorError(f"run {str(row.get('id', '?'))[:40]!r} lacks {missing}; a run has the columns "
+                          f"{', '.join(PUBLISHED_COLUMNS)}")
+    cells = {c: ("" if row.get(c) is None or (isinstance(row.get(c), float) and math.isnan(row[c])) else row[c])
+             for c in PUBLISHED_COLUMNS}  # fmt: skip
+    tok_s = _finite(cells["decode_tok_s"])
+    if tok_s is None or tok_s <= 0:
+        raise AnchorError(f"run {str(cells['id'])[:40]!r}: decode_tok_s must be a finite number > 0, got {cells['decode_tok_s']!r}")
+    if cells["regime"] not in PUBLISHED_REGIMES:
+        raise AnchorError(f"run {str(cells['id'])[:40]!r}: regime {str(cells['regime'])[:40]!r} is none of {', '.join(PUBLISHED_REGIMES)}")
+    profile = profile_for(cells["runtime"], profiles)
+    base = dict(id=str(cells["id"]), regime=str(cells["regime"]), tok_s=tok_s, source=source_key(cells["source_url"]),
+                source_url=str(cells["source_url"]), runtime=profile.name if profile is not None else "")  # fmt: skip
+    family = family_of(cells["model"], model_families())
+    detail = f"{cells['offload_detail']} {cells['runtime']}"
+    settings = dict(threads=run_text.threads_text(detail), sockets=run_text.sockets_text(detail))
+    why, model, bits = _model_and_bits(cells, family)
+    if profile is None:
+        why = why or f"no runtime profile names {str(cells['runtime'])[:80]!r}"
+    if (_finite(cells["gpu_count"]) or 1) > 1:
+        why = why or "split over several GPUs: not modeled"
+    gpu = gpu_part(cells["gpu"], parts)
+    if gpu is None:
+        why = why or f"no GPU part for {str(cells['gpu'])[:80]!r}"
+    placement, placement_why = (None, "") if family is None else _placement(cells, family, int(_finite(cells["context_tokens"]) or 0))
+    why = why or placement_why
+    host = run_text.find_name(cells["cpu"], part_phrases("host", parts))
+    if cells["regime"] in ("experts_on_host_compute", "partial_offload") and host is None:
+        stated = str(cells["cpu"])
+        why = why or f"host CPU {'not a part: ' + repr(stated[:80]) if stated else 'not stated'}"
+    link = run_text.find_name(cells["link"], part_phrases("link", parts))
+    return PublishedRun(**base, family=family.name if family is not None else "", model=model, formats=bits,
+                        placement=placement, gpu=gpu, host=host, link=link, why=why, **settings)  # fmt: skip
+
+
+def _model_and_bits(cells: Mapping[str, Any], family: Optional[ModelFamily]) -> tuple[str, Optional[ModelFacts], Optional[WeightBits]]:
+    total, active = _finite(cells["total_params_b"]), _finite(cells["active_params_b"])
+    if total is None or active is None:
+        return "model sizes (total and active parameters) not stated", None, None
+    if family is None:
+        return f"no architecture facts (layers, experts, top-k) for {str(cells['model'])[:80]!r}", None, None
+    try:
+        model = ModelFacts(family.name, family.layers, total * 1e9, active * 1e9, family.num_experts, family.top_k,
+                           float(family.expert_params), family.first_dense, family.hidden, family.kv_bytes_per_token)  # fmt: skip
+    except LayoutError as exc:
+        raise AnchorError(f"run {str(cells['id'])[:40]!r}: {exc}") from None
+    bits = _bits(cells, family, model)
+    if bits is None:
+        return "bits per weight not stated (no file size, no known format)", model, None
+    return "", model, bits
+
+
+def published_runs(path: Optional[Union[str, Path]] = None, parts: PartsFile = None,
+                   profiles: Optional[tuple[RuntimeProfile, ...]] = None) -> tuple[PublishedRun, ...]:
+    """Every row of the published table at ``path`` (default: the shipped one) as a
+    ``PublishedRun`` (module doc); ``parts``: a parts file of your own."""
+    table = published_decode_runs(path)
+    profiles = profiles if profiles is not None else runtime_profiles()
+    return tuple(read_run(row, parts, profiles) for row in table.to_dict("records"))
 
 
 @dataclass(frozen=True)
@@ -125,7 +346,9 @@ class FittedTerm:
     value: float  # fitted on every given row
     rows: tuple[str, ...]  # the runs it was fitted to
     loo_errors: tuple[float, ...]  # per row: |prediction with the term fitted on the others / published - 1|
+    prior: bool = False  # True: too few runs depend on it; its physical default is used
 
     @property
     def median_loo_error(self) -> float:
-        return float(np.median(self.loo_errors))
+        return float(np.median(self.loo_errors)) if self.loo_errors else float("nan")
+

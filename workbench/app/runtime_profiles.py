@@ -1,41 +1,50 @@
-"""Runtime profiles: the few terms that make one inference runtime differ from another.
+"""Runtime profiles: the terms that make one inference runtime differ from another.
 
 ``runtime_profiles()`` reads the shipped table (``data/runtimes/runtime_profiles.csv``):
-per runtime family, the share of DRAM bandwidth its host expert matmuls reach and the rate
-its host cores dequantize and multiply quantized weights, the fixed
-cost of one expert copy, its per-kernel cost and kernel count, whether it loops over every
-expert, and how much copy or host work it overlaps with the GPU — each with its source.
+per runtime family, how it launches kernels (per launch, or a replayed graph) and what a
+launch costs the host (the driver's, and the framework's own per-op cost of an eager
+PyTorch runtime), its device time per kernel and its kernels per layer, whether it loops
+over every expert, the share of the GPU's and the host's DRAM bandwidth it reaches and
+whether its host threads use every socket's memory (NUMA), the kernels its host multiplies
+quantized weights with (``host_matvec.csv``: weights per second per core, per format), how
+it copies an expert (pieces, per-copy cost, pinned or pageable staging), and how much copy
+or host work it overlaps with the GPU — each with its source. A profile is a
+``RuntimeTerms``: ``CostModel.compose(gpu=, host=, link=, runtime=profile)`` is the
+machine a decode token of that runtime is timed on (``runtime.decode_time``).
 
 Rules:
 
 1. Every profile sets every field of ``PROFILE_FIELDS``, once, with a source.
-2. A value is a number in its field's range, or ``fit:<term>`` (fitted to published runs
-   elsewhere; ``RuntimeProfile.fitted`` names them); ``matches`` is a regular expression,
-   ``launch_mode`` a launch mode. A table that breaks a rule is refused with a
-   ``RuntimeProfileError`` naming the rows and what is valid.
-3. ``profile_for(runtime)`` is the first profile, in file order, whose ``matches``
-   expression is found in the runtime's text; None when none is.
-4. The table is data: read as text, never executed.
-5. A profile is a ``RuntimeTerms`` for ``CostModel.compose(runtime=profile)`` once its
-   fitted terms are filled in (``resolved(fits)``; ``decode_model.runtime_profile(name)``
-   fills in the shipped fits). It sets: ``launch_mode``; ``launch_overhead`` =
-   ``per_launch_cost`` (eager profiles); ``kernel_gap`` = ``kernel_time`` (the device
-   time a kernel costs beyond its bytes, between one kernel and the next);
+2. A value is a number in its field's range, or ``fit:<term>`` (a term of
+   ``fitted_terms.csv``, fitted to published runs by ``decode_model``); ``names`` are the
+   phrases (literal, ``|``-separated) that name the runtime in a run's text;
+   ``launch_mode`` is a launch mode; ``host_kernels`` a kernel family of the matvec table
+   or ``none``. A table that breaks a rule is refused with a ``RuntimeProfileError``
+   naming the rows and what is valid; a cell is at most 2,000 characters and a table
+   16 MiB.
+3. ``profile_for(runtime)`` is the profile whose name phrase is found in the runtime's
+   text (``run_text.find_name``: literal, the longest phrase first); None when none is.
+4. The tables are data: read as text, never executed, read again when edited.
+5. ``cost_model_figures`` (the ``RuntimeTerms`` protocol) sets: ``launch_mode``; eager:
+   ``launch_overhead`` = ``per_launch_cost``; ``executor_overhead`` =
+   ``framework_op_cost``; ``kernel_gap`` = ``kernel_time``; ``launch_overlap``,
+   ``overlap``, ``kernels_per_layer``, ``copies_per_expert``, ``pageable_copies`` as
+   stated; ``visited_expert_kernels`` = ``kernels_per_visited_expert × visits_every_expert``;
    ``device_memory_bandwidth`` = ``gpu_bandwidth_fraction`` × the GPU part's datasheet
    rate (a measured GPU's rate is already achieved: kept); ``host_memory_bandwidth`` =
-   ``host_bandwidth_fraction`` × the host part's DRAM peak (when the fraction is used,
-   > 0, and the part states a peak); h2d and d2h latency = the link part's + ``per_copy_cost``
-   (the runtime's own fixed cost of one copy on top of the DMA's). ``launch_overlap``,
-   ``overlap`` and the kernel counts are not figures of a cost model: the simulated
-   schedule takes them from the graph it runs; nor is ``dequant_rate``: the cost model
-   counts a stored format's dequantization operations (its ``dequant_ops``) at the part's
-   FLOP rate.
+   ``host_bandwidth_fraction`` × the DRAM peak of the sockets whose memory the threads
+   use (every socket when ``numa_aware``, else one); ``host_matvec_rates`` = the kernel
+   family's rate per core × the threads (the run's, else the host's ``math_cores`` or
+   ``cores``, at most its cores); h2d and d2h latency = the link part's +
+   ``per_copy_cost``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,22 +52,27 @@ from typing import Any, Mapping, Optional, Union
 
 from ..file_reading import read_csv_table
 from ..runtime.cost_model import LAUNCH_MODES, MEASURED_PREFIX
-from ..runtime.parts import part_facts
 from ..runtime.op_cost import CostModelError
+from ..weight_formats import weight_formats
+from .run_text import MAX_CELL_CHARS, find_name
 
-__all__ = ["FIT_PREFIX", "PROFILE_FIELDS", "RuntimeProfile", "RuntimeProfileError", "profile_for", "runtime_profiles",
-           "runtime_profiles_path"]  # fmt: skip
+__all__ = ["FIT_PREFIX", "PROFILE_FIELDS", "FittedTermSpec", "RuntimeProfile", "RuntimeProfileError", "fitted_terms",
+           "host_matvec", "profile_for", "runtime_profiles", "runtime_profiles_path"]  # fmt: skip
 
 FIT_PREFIX = "fit:"
 #: Numeric fields and their valid range (low, high), both inclusive.
 _RANGES: dict[str, tuple[float, float]] = {
-    "per_launch_cost": (0.0, 1.0), "launch_overlap": (0.0, 1.0), "kernel_time": (0.0, 1.0), "kernels_per_layer": (0.0, 1e5), "kernels_per_visited_expert": (0.0, 1e4),
+    "per_launch_cost": (0.0, 1.0), "framework_op_cost": (0.0, 1.0), "launch_overlap": (0.0, 1.0),
+    "kernel_time": (0.0, 1.0), "kernels_per_layer": (0.0, 1e5), "kernels_per_visited_expert": (0.0, 1e4),
     "visits_every_expert": (0.0, 1.0), "gpu_bandwidth_fraction": (0.0, 1.0), "host_bandwidth_fraction": (0.0, 1.0),
-    "dequant_rate": (0.0, 1e12),
-    "per_copy_cost": (0.0, 1.0), "overlap": (0.0, 1.0),
+    "numa_aware": (0.0, 1.0), "per_copy_cost": (0.0, 1.0), "copies_per_expert": (0.0, 1e3),
+    "pageable_copies": (0.0, 1.0), "overlap": (0.0, 1.0),
 }  # fmt: skip
-PROFILE_FIELDS: tuple[str, ...] = ("matches", "launch_mode", *_RANGES)
+PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "host_kernels", *_RANGES)
 _COLUMNS = ("profile", "field", "value", "source")
+_MATVEC_COLUMNS = ("kernels", "format", "weights_per_s_per_core", "source")
+_TERM_COLUMNS = ("term", "field", "low", "high", "prior", "source")
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
 class RuntimeProfileError(CostModelError):
@@ -66,16 +80,32 @@ class RuntimeProfileError(CostModelError):
 
 
 @dataclass(frozen=True)
+class FittedTermSpec:
+    """A term fitted to published runs: its field's search range, the value used where no
+    fit is possible (a physical default, with its source), and what it is."""
+
+    term: str
+    field: str  # the profile field it fills
+    low: float
+    high: float
+    prior: float  # used where fewer runs than a fit needs depend on it (leave-one-source-out folds)
+    source: str
+
+
+@dataclass(frozen=True)
 class RuntimeProfile:
     """One runtime family's terms (rule 1). A field whose value is fitted holds NaN in
-    ``values`` and its term's name in ``fitted``; ``resolve`` fills them in."""
+    ``values`` and its term's name in ``fitted``; ``resolved`` fills them in."""
 
     name: str
-    matches: str
+    names: str  # phrases naming it in a run's text, "|"-separated
     launch_mode: str
+    host_kernels: str  # a kernel family of the matvec table, or "none"
     values: Mapping[str, float]  # every numeric field
     fitted: Mapping[str, str] = field(default_factory=dict)  # field -> fitted term name
     sources: Mapping[str, str] = field(default_factory=dict)  # field -> source
+    threads: Optional[int] = None  # host threads a run states (rule 5)
+    sockets: Optional[int] = None  # sockets whose memory a run's threads use, when it states them
 
     def value(self, name: str, fits: Mapping[str, float]) -> float:
         """The field ``name``, its fitted term taken from ``fits`` when it is fitted."""
@@ -87,15 +117,28 @@ class RuntimeProfile:
         if term not in fits:
             raise RuntimeProfileError(f"profile {self.name!r}: {name} is the fitted term {term!r}, which is not given "
                                       f"(given: {', '.join(sorted(fits)) or 'none'})")
-        return float(fits[term])
+        value = fits[term]
+        low, high = _RANGES[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and low <= value <= high):
+            raise RuntimeProfileError(f"profile {self.name!r}: fitted term {term!r} = {value!r} is not a number in "
+                                      f"[{low:g}, {high:g}] ({name})")
+        return float(value)
 
     def resolved(self, fits: Mapping[str, float]) -> "RuntimeProfile":
         """This profile with its fitted fields set from ``fits`` (each source names the
-        term it was fitted as); an ``RuntimeProfileError`` when a term is missing."""
+        term it was fitted as); a ``RuntimeProfileError`` when a term is missing."""
         values = {name: self.value(name, fits) for name in _RANGES}
         sources = {**self.sources, **{f: f"fitted term {t} = {fits[t]:.4g}; {self.sources.get(f, '')}"
                                       for f, t in self.fitted.items()}}  # fmt: skip
-        return RuntimeProfile(self.name, self.matches, self.launch_mode, values, {}, sources)
+        return dataclasses.replace(self, values=values, fitted={}, sources=sources)
+
+    def with_settings(self, threads: Optional[int] = None, sockets: Optional[int] = None) -> "RuntimeProfile":
+        """This profile as a run set it up: ``threads`` host threads, its threads using the
+        memory of ``sockets`` sockets (None: the profile's own rule)."""
+        for what, value in (("threads", threads), ("sockets", sockets)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096):
+                raise RuntimeProfileError(f"{what} must be a whole number in [1, 4096], got {value!r}")
+        return dataclasses.replace(self, threads=threads, sockets=sockets)
 
     def cost_model_figures(self, machine: Mapping[str, Any], parts: Mapping[str, str]) -> dict[str, Any]:
         """The cost-model figures this profile sets on a composed machine (rule 5)."""
@@ -103,40 +146,141 @@ class RuntimeProfile:
             raise RuntimeProfileError(f"profile {self.name!r} has fitted terms not filled in "
                                       f"({', '.join(sorted(set(self.fitted.values())))}): use "
                                       "decode_model.runtime_profile(name) or profile.resolved(fits)")
-        figures: dict[str, Any] = {"launch_mode": self.launch_mode, "kernel_gap": self.values["kernel_time"],
-                                   "h2d_latency": machine["h2d_latency"] + self.values["per_copy_cost"],
-                                   "d2h_latency": machine["d2h_latency"] + self.values["per_copy_cost"]}  # fmt: skip
+        v = self.values
+        figures: dict[str, Any] = {
+            "launch_mode": self.launch_mode, "kernel_gap": v["kernel_time"], "executor_overhead": v["framework_op_cost"],
+            "launch_overlap": v["launch_overlap"], "overlap": v["overlap"], "kernels_per_layer": v["kernels_per_layer"],
+            "visited_expert_kernels": v["kernels_per_visited_expert"] * v["visits_every_expert"],
+            "copies_per_expert": v["copies_per_expert"], "pageable_copies": v["pageable_copies"],
+            "h2d_latency": machine["h2d_latency"] + v["per_copy_cost"], "d2h_latency": machine["d2h_latency"] + v["per_copy_cost"],
+        }  # fmt: skip
         if self.launch_mode == "eager":
-            figures["launch_overhead"] = self.values["per_launch_cost"]
+            figures["launch_overhead"] = v["per_launch_cost"]
         if not str(parts.get("gpu", "")).startswith(MEASURED_PREFIX):
-            figures["device_memory_bandwidth"] = machine["device_memory_bandwidth"] * self.values["gpu_bandwidth_fraction"]
-        host = str(parts.get("host", ""))
-        peak = None if host.startswith(MEASURED_PREFIX) else part_facts("host", host).get("dram_peak_bandwidth")
-        if self.values["host_bandwidth_fraction"] > 0 and peak is not None:
-            figures["host_memory_bandwidth"] = peak * self.values["host_bandwidth_fraction"]
+            figures["device_memory_bandwidth"] = machine["device_memory_bandwidth"] * v["gpu_bandwidth_fraction"]
+        sockets = float(machine.get("host.sockets", 1.0))
+        peak = machine.get("host.dram_peak_bandwidth")
+        if v["host_bandwidth_fraction"] > 0 and peak is not None:
+            used = self.sockets if self.sockets is not None else (sockets if v["numa_aware"] >= 0.5 else 1.0)
+            figures["host_memory_bandwidth"] = peak * min(used, sockets) / sockets * v["host_bandwidth_fraction"]
+        cores = machine.get("host.cores")
+        if self.host_kernels != "none" and cores is not None:
+            threads = min(float(self.threads or machine.get("host.math_cores", cores)), float(cores))
+            figures["host_matvec_rates"] = tuple(sorted((fmt, rate * threads) for fmt, rate in host_matvec(self.host_kernels)))
         return figures
+
+
+def _data_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "data" / "runtimes"
 
 
 def runtime_profiles_path() -> Path:
     """The shipped table: the repository's ``data/runtimes/runtime_profiles.csv``."""
-    return Path(__file__).resolve().parents[2] / "data" / "runtimes" / "runtime_profiles.csv"
+    return _data_dir() / "runtime_profiles.csv"
+
+
+def _key(path: Union[str, "os.PathLike[str]"]) -> tuple[str, int, int]:
+    absolute = os.path.abspath(path)
+    try:
+        info = os.stat(absolute)
+    except OSError:
+        return absolute, -1, -1
+    return absolute, info.st_size, info.st_mtime_ns
+
+
+def _read(path: Path, what: str, columns: tuple[str, ...]) -> list[Any]:
+    table = read_csv_table(path, what, RuntimeProfileError, columns)
+    long = [i + 2 for i, row in enumerate(table.itertuples(index=False)) if any(len(str(c)) > MAX_CELL_CHARS for c in row)]
+    if long:
+        raise RuntimeProfileError(f"{path}: rows {long[:10]} have a cell longer than {MAX_CELL_CHARS} characters")
+    return list(table.itertuples(index=False))
+
+
+def host_matvec(kernels: str, path: Optional[Union[str, Path]] = None) -> tuple[tuple[str, float], ...]:
+    """``(weight format, weights per second per core)`` of the host kernel family
+    ``kernels`` (``data/runtimes/host_matvec.csv``)."""
+    table = _matvec(_key(path if path is not None else _data_dir() / "host_matvec.csv"))
+    if kernels not in table:
+        raise RuntimeProfileError(f"no host kernel family {kernels!r} in the matvec table; valid: {', '.join(sorted(table))}")
+    return table[kernels]
+
+
+@functools.lru_cache(maxsize=4)
+def _matvec(key: tuple[str, int, int]) -> dict[str, tuple[tuple[str, float], ...]]:
+    formats = weight_formats()
+    found: dict[str, list[tuple[str, float]]] = {}
+    problems: list[str] = []
+    for i, row in enumerate(_read(Path(key[0]), "table of host matvec rates", _MATVEC_COLUMNS)):
+        where = f"row {i + 2} ({row.kernels[:40]}/{row.format[:40]})"
+        rate = _number(row.weights_per_s_per_core)
+        if not _NAME.match(row.kernels):
+            problems.append(f"{where}: a kernel family is a snake_case name")
+        if row.format not in formats:
+            problems.append(f"{where}: format is none of the format table's ({', '.join(sorted(formats))})")
+        if rate is None or not 1e6 <= rate <= 1e12:
+            problems.append(f"{where}: weights_per_s_per_core must be a number in [1e6, 1e12]")
+        if not row.source.strip():
+            problems.append(f"{where}: no source")
+        if any(f == row.format for f, _ in found.get(row.kernels, [])):
+            problems.append(f"{where}: given twice")
+        if rate is not None:
+            found.setdefault(row.kernels, []).append((row.format, rate))
+    if problems:
+        raise RuntimeProfileError(f"{key[0]}: " + "; ".join(problems[:12]))
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def fitted_terms(path: Optional[Union[str, Path]] = None) -> dict[str, FittedTermSpec]:
+    """The terms profiles may fit (``data/runtimes/fitted_terms.csv``), by name."""
+    return _terms(_key(path if path is not None else _data_dir() / "fitted_terms.csv"))
+
+
+@functools.lru_cache(maxsize=4)
+def _terms(key: tuple[str, int, int]) -> dict[str, FittedTermSpec]:
+    found: dict[str, FittedTermSpec] = {}
+    problems: list[str] = []
+    for i, row in enumerate(_read(Path(key[0]), "table of fitted terms", _TERM_COLUMNS)):
+        where = f"row {i + 2} ({row.term[:40]})"
+        low, high, prior = _number(row.low), _number(row.high), _number(row.prior)
+        if not _NAME.match(row.term) or row.term in found:
+            problems.append(f"{where}: a term is a new snake_case name")
+        if row.field not in _RANGES:
+            problems.append(f"{where}: field is none of {', '.join(_RANGES)}")
+        elif low is None or high is None or prior is None or not (0 < low <= prior <= high) or high > _RANGES[row.field][1]:
+            problems.append(f"{where}: needs 0 < low <= prior <= high <= {_RANGES[row.field][1]:g}")
+        if not row.source.strip():
+            problems.append(f"{where}: no source")
+        if low is not None and high is not None and prior is not None and row.field in _RANGES:
+            found[row.term] = FittedTermSpec(row.term, row.field, low, high, prior, row.source)
+    if problems:
+        raise RuntimeProfileError(f"{key[0]}: " + "; ".join(problems[:12]))
+    return found
 
 
 def runtime_profiles(path: Optional[Union[str, Path]] = None) -> tuple[RuntimeProfile, ...]:
     """The runtime profiles of the table at ``path`` (default: the shipped one), in file
     order, checked (rules 1, 2)."""
-    return _profiles(Path(path) if path is not None else runtime_profiles_path())
+    return _profiles(_key(path if path is not None else runtime_profiles_path()))
 
 
 @functools.lru_cache(maxsize=4)
-def _profiles(path: Path) -> tuple[RuntimeProfile, ...]:
-    table = read_csv_table(path, "table of runtime profiles", RuntimeProfileError, _COLUMNS)
+def _profiles(key: tuple[str, int, int]) -> tuple[RuntimeProfile, ...]:
+    path = Path(key[0])
     problems: list[str] = []
     rows: dict[str, dict[str, tuple[str, str]]] = {}
-    for i, row in enumerate(table.itertuples(index=False)):
-        where = f"row {i + 2} ({row.profile}/{row.field})"
-        if not row.profile.strip():
-            problems.append(f"{where}: no profile name")
+    terms = fitted_terms()
+    for i, row in enumerate(_read(path, "table of runtime profiles", _COLUMNS)):
+        where = f"row {i + 2} ({row.profile[:40]}/{row.field[:40]})"
+        if not _NAME.match(row.profile):
+            problems.append(f"{where}: a profile name is snake_case")
             continue
         if row.field not in PROFILE_FIELDS:
             problems.append(f"{where}: field is none of {', '.join(PROFILE_FIELDS)}")
@@ -146,56 +290,58 @@ def _profiles(path: Path) -> tuple[RuntimeProfile, ...]:
         if row.field in rows.setdefault(row.profile, {}):
             problems.append(f"{where}: given twice")
         rows[row.profile][row.field] = (row.value, row.source)
-        problems += [f"{where}: {p}" for p in _value_problems(row.field, row.value)]
+        problems += [f"{where}: {p}" for p in _value_problems(row.field, row.value, terms)]
     for name, fields_ in rows.items():
         missing = [f for f in PROFILE_FIELDS if f not in fields_]
         if missing:
             problems.append(f"profile {name!r} lacks {', '.join(missing)}")
     if problems:
-        raise RuntimeProfileError(f"{path}: " + "; ".join(problems))
-    profiles = []
-    for name, fields_ in rows.items():
-        values: dict[str, float] = {}
-        fitted: dict[str, str] = {}
-        for f in _RANGES:
-            text = fields_[f][0].strip()
-            if text.startswith(FIT_PREFIX):
-                fitted[f] = text[len(FIT_PREFIX):]
-                values[f] = math.nan
-            else:
-                values[f] = float(text)
-        profiles.append(RuntimeProfile(name, fields_["matches"][0], fields_["launch_mode"][0].strip(), values, fitted,
-                                       {f: s for f, (_, s) in fields_.items()}))  # fmt: skip
-    return tuple(profiles)
+        raise RuntimeProfileError(f"{path}: " + "; ".join(problems[:12]) + (f"; and {len(problems) - 12} more" if len(problems) > 12 else ""))
+    return tuple(_profile(name, fields_) for name, fields_ in rows.items())
 
 
-def _value_problems(name: str, text: str) -> list[str]:
+def _profile(name: str, fields_: dict[str, tuple[str, str]]) -> RuntimeProfile:
+    values: dict[str, float] = {}
+    fitted: dict[str, str] = {}
+    for f in _RANGES:
+        text = fields_[f][0].strip()
+        if text.startswith(FIT_PREFIX):
+            fitted[f] = text[len(FIT_PREFIX):]
+            values[f] = math.nan
+        else:
+            values[f] = float(text)
+    return RuntimeProfile(name, fields_["names"][0], fields_["launch_mode"][0].strip(), fields_["host_kernels"][0].strip(),
+                          values, fitted, {f: s for f, (_, s) in fields_.items()})  # fmt: skip
+
+
+def _value_problems(name: str, text: str, terms: Mapping[str, FittedTermSpec]) -> list[str]:
     text = text.strip()
-    if name == "matches":
-        try:
-            re.compile(text)
-        except re.error as exc:
-            return [f"matches {text!r} is not a regular expression ({exc})"]
-        return [] if text else ["matches is empty"]
+    if name == "names":
+        return [] if text and all(p.strip() for p in text.split("|")) else ["names are phrases separated by '|'"]
     if name == "launch_mode":
         return [] if text in LAUNCH_MODES else [f"launch_mode must be one of {', '.join(LAUNCH_MODES)}"]
+    if name == "host_kernels":
+        if text == "none":
+            return []
+        try:
+            host_matvec(text)
+        except RuntimeProfileError as exc:
+            return [str(exc)]
+        return []
     if text.startswith(FIT_PREFIX):
         term = text[len(FIT_PREFIX):]
-        return [] if re.fullmatch(r"[a-z][a-z0-9_]*", term) else [f"fitted term name {term!r} is not snake_case"]
-    try:
-        value = float(text)
-    except ValueError:
-        return [f"value {text!r} is neither a number nor {FIT_PREFIX}<term>"]
+        if term not in terms:
+            return [f"fitted term {term[:40]!r} is none of fitted_terms.csv's ({', '.join(sorted(terms))})"]
+        return [] if terms[term].field == name else [f"term {term!r} fills {terms[term].field}, not {name}"]
+    value = _number(text)
+    if value is None:
+        return [f"value {text[:40]!r} is neither a number nor {FIT_PREFIX}<term>"]
     low, high = _RANGES[name]
-    if not (math.isfinite(value) and low <= value <= high):
-        return [f"value {text!r} is outside [{low:g}, {high:g}]"]
-    return []
+    return [] if low <= value <= high else [f"value {text[:40]!r} is outside [{low:g}, {high:g}]"]
 
 
 def profile_for(runtime: object, profiles: Optional[tuple[RuntimeProfile, ...]] = None) -> Optional[RuntimeProfile]:
-    """The first profile whose ``matches`` is found in the text ``runtime`` (rule 3)."""
-    text = runtime if isinstance(runtime, str) else ""
-    for profile in profiles if profiles is not None else runtime_profiles():
-        if re.search(profile.matches, text):
-            return profile
-    return None
+    """The profile whose name phrase is found in the text ``runtime`` (rule 3)."""
+    table = profiles if profiles is not None else runtime_profiles()
+    found = find_name(runtime, [(p.strip(), prof.name) for prof in table for p in prof.names.split("|")])
+    return next((p for p in table if p.name == found), None)

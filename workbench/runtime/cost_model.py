@@ -106,7 +106,7 @@ import torch
 
 from ..devices import CopyKind, Device, DeviceError, DeviceLike
 from ..file_reading import read_regular_file
-from .parts import PART_FIELDS, part_figures, part_names
+from .parts import PART_FIELDS, PartsFile, part_facts, part_figures, part_names
 # What an op costs is counted in ``op_cost``; its names stay importable from here.
 from .op_cost import (
     CostModelError,
@@ -162,8 +162,26 @@ _PRESET_RUNTIME = "compiled"
 # Figures that may be 0 (a fixed cost can vanish); every other number must be > 0.
 _MAY_BE_ZERO = frozenset(
     {"h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "executor_overhead",
-     "graph_launch_overhead", "kernel_gap", "min_kernel_time", "host_op_overhead"}
+     "graph_launch_overhead", "kernel_gap", "min_kernel_time", "host_op_overhead", "kernels_per_layer",
+     "visited_expert_kernels", "copies_per_expert"}
 )  # fmt: skip
+# Figures that are shares in [0, 1].
+_SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies"})
+# Runtime terms added after measured presets were first written: a file without them
+# takes the defaults (this executor's own terms), which no measurement sets.
+_LATER_TERMS = frozenset({"overlap", "launch_overlap", "kernels_per_layer", "visited_expert_kernels",
+                          "copies_per_expert", "pageable_copies", "host_matvec_rates"})  # fmt: skip
+
+
+def _check_rates(rates: Any) -> None:
+    """``host_matvec_rates`` is a tuple of (format name, weights/s > 0), one per format."""
+    ok = isinstance(rates, tuple) and all(
+        isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]
+        and not isinstance(pair[1], bool) and isinstance(pair[1], (int, float)) and math.isfinite(pair[1]) and pair[1] > 0
+        for pair in rates)  # fmt: skip
+    if not ok or len({name for name, _ in rates}) != len(rates):
+        raise CostModelError(f"CostModel.host_matvec_rates must be a tuple of (weight format, weights/s > 0) pairs, "
+                             f"one per format, got {rates!r}")
 
 
 def _choice(kind: str, name: str) -> dict[str, Any]:
@@ -208,9 +226,12 @@ class RuntimeTerms(Protocol):
     """A runtime given by its own terms, for ``CostModel.compose(runtime=...)``.
 
     ``cost_model_figures(machine, parts)`` gets the figures composed so far (the GPU, host
-    and link parts' and the ``compiled`` runtime part's, by field name) and the part names
-    (``{"gpu": ..., "host": ..., "link": ...}``), and returns the figures the runtime sets
-    (``CostModel`` field names; the rest stay the parts'). ``name`` ends the model's name.
+    and link parts' and the ``compiled`` runtime part's, by field name, and the gpu and
+    host parts' descriptive facts as ``"host.sockets"``, ``"gpu.memory_bytes"`` and the
+    like) and the part names (``{"gpu": ..., "host": ..., "link": ...}``), and returns a
+    mapping of the figures the runtime sets (``CostModel`` field names; the rest stay the
+    parts'): its launch mode and costs, its overlap, its kernels per layer, its per-copy
+    cost, the host's achieved bandwidth and matvec rates. ``name`` ends the model's name.
     """
 
     name: str
@@ -247,6 +268,15 @@ class CostModel:
     graph_launch_overhead: float = 2.5e-6  # s of host time per graph launch (graph)
     kernel_gap: float = 0.4e-6  # s between back-to-back kernels on one stream
     min_kernel_time: float = 1.0e-6  # s, the shortest a kernel runs
+    # A runtime's own terms for the time of a decode token (``decode_time``); the defaults
+    # are this workbench's executor running a graph.
+    overlap: float = 1.0  # share of the shorter of GPU and host-or-copy time hidden under the other
+    launch_overlap: float = 1.0  # share of the shorter of host issue and device time hidden (eager)
+    kernels_per_layer: float = 0.0  # kernels the runtime launches per decoder layer; 0: a graph's own count
+    visited_expert_kernels: float = 0.0  # kernels per expert of a loop visiting every expert of a layer; 0: none
+    copies_per_expert: float = 0.0  # copies the runtime makes per routed expert it loads; 0: a graph's own copies
+    pageable_copies: float = 0.0  # share of copied bytes staged from pageable host memory
+    host_matvec_rates: tuple[tuple[str, float], ...] = ()  # (weight format, weights/s the host multiplies), per format
     # Host.
     host_flops: float = 3e12  # FLOP/s, any dtype
     host_memory_bandwidth: float = 300e9  # bytes/s
@@ -271,6 +301,13 @@ class CostModel:
                     )
                 continue
             number = not isinstance(value, bool) and isinstance(value, (int, float))
+            if f.name == "host_matvec_rates":
+                _check_rates(value)
+                continue
+            if f.name in _SHARES:
+                if not number or not 0.0 <= value <= 1.0:
+                    raise CostModelError(f"CostModel.{f.name} must be a share in [0, 1], got {value!r}")
+                continue
             if f.name == "prefetch_hit_rate":
                 if not number or not 0.0 <= value <= 1.0:
                     raise CostModelError(
@@ -331,6 +368,7 @@ class CostModel:
         host: str = "x86_server",
         link: str = "pcie_gen5",
         runtime: Union[str, RuntimeTerms] = "compiled",
+        parts: PartsFile = None,
     ) -> "CostModel":
         """A model of a machine put together from named parts (``runtime.parts``): each
         part sets its own figures, e.g. ``CostModel.compose(gpu="rtx_4090",
@@ -339,8 +377,9 @@ class CostModel:
         Any part may be ``"measured:<name>"``: that part's figures from the measured preset
         ``<name>`` (``gpu="measured:h200"`` takes the measured H200's math and memory
         figures, and so on). ``runtime`` may also be a ``RuntimeTerms`` object: the
-        ``compiled`` runtime part first, then the figures the object sets. The name is
-        ``gpu+link+host+runtime``."""
+        ``compiled`` runtime part first, then the figures the object sets. ``parts``: the
+        path of a parts file of your own (``runtime.parts``): its parts join the shipped
+        ones. The name is ``gpu+link+host+runtime``."""
         values: dict[str, Any] = {}
         terms: Optional[RuntimeTerms] = None
         if not isinstance(runtime, str):
@@ -355,15 +394,11 @@ class CostModel:
                 measured = cls.preset(name).to_dict()
                 values.update({field: measured[field] for field in PART_FIELDS[kind]})
             else:
-                values.update(part_figures(kind, name))
+                values.update(part_figures(kind, name, parts))
         if terms is None:
             return cls(**values, name=f"{gpu}+{link}+{host}+{runtime}")
-        figures = dict(terms.cost_model_figures(dict(values), {"gpu": gpu, "host": host, "link": link}))
-        known = {f.name for f in fields(cls)} - {"name"}
-        unknown = sorted(set(figures) - known)
-        if unknown:
-            raise CostModelError(f"runtime {terms.name!r} sets figures a cost model does not have: {unknown}; "
-                                 f"valid: {', '.join(sorted(known))}")
+        machine = {**values, **_facts_of(gpu, host, parts)}
+        figures = _runtime_figures(terms, machine, {"gpu": gpu, "host": host, "link": link})
         return cls(**{**values, **figures}, name=f"{gpu}+{link}+{host}+{terms.name}")
 
     @staticmethod
@@ -377,8 +412,11 @@ class CostModel:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """Every figure by field name (plain floats and strings: JSON-ready)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every figure by field name (plain floats and strings; the host's matvec rates as
+        a mapping of format to weights/s: JSON-ready)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["host_matvec_rates"] = dict(self.host_matvec_rates)
+        return values
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "CostModel":
@@ -388,7 +426,7 @@ class CostModel:
             raise CostModelTypeError(f"a cost model is a dict of figures, got {type(values).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
-        missing = sorted(known - set(values) - {"name"})
+        missing = sorted(known - set(values) - {"name"} - _LATER_TERMS)
         if unknown or missing:
             raise CostModelError(
                 "cost model figures do not match: "
@@ -396,7 +434,15 @@ class CostModel:
                 + (f"missing {missing}; " if missing else "")
                 + f"valid: {', '.join(sorted(known))}"
             )
+        values = dict(values)
+        if "host_matvec_rates" in values:
+            values["host_matvec_rates"] = _rates_from(values["host_matvec_rates"])
         return cls(**values)
+
+    def host_matvec_rate(self, weight_format: str) -> Optional[float]:
+        """Weights per second the host multiplies when they are stored in ``weight_format``
+        (dequantizing them on the way), as the runtime states it; None when it states none."""
+        return dict(self.host_matvec_rates).get(weight_format)
 
     def to_json(self) -> str:
         """``to_dict()`` as JSON text."""
@@ -497,3 +543,37 @@ class CostModel:
     def link_breakeven_flops_per_byte(self, dtype: torch.dtype = torch.bfloat16) -> float:
         """FLOPs per byte streamed over h2d needed to hide the copy behind compute."""
         return self.peak_flops("cuda", dtype) / self.h2d_bandwidth
+
+
+def _rates_from(value: Any) -> tuple[tuple[str, float], ...]:
+    """``host_matvec_rates`` as a file holds it (a mapping, or pairs) as the field's tuple."""
+    pairs = value.items() if isinstance(value, Mapping) else value
+    try:
+        return tuple(sorted((name, rate) for name, rate in pairs))
+    except (TypeError, ValueError):
+        raise CostModelError(f"host_matvec_rates must map weight formats to weights/s, got {value!r}") from None
+
+
+def _facts_of(gpu: str, host: str, parts: PartsFile) -> dict[str, float]:
+    """The descriptive facts of the gpu and host parts, as ``"gpu.memory_bytes"`` and the
+    like (a measured part states none)."""
+    facts: dict[str, float] = {}
+    for kind, name in (("gpu", gpu), ("host", host)):
+        if not name.startswith(MEASURED_PREFIX):
+            facts.update({f"{kind}.{field}": value for field, value in part_facts(kind, name, parts).items()})
+    return facts
+
+
+def _runtime_figures(terms: RuntimeTerms, machine: Mapping[str, Any], parts: Mapping[str, str]) -> dict[str, Any]:
+    """The figures ``terms`` sets on a composed machine, checked: a mapping of known
+    ``CostModel`` fields (their values are checked when the model is built)."""
+    figures = terms.cost_model_figures(dict(machine), dict(parts))
+    if not isinstance(figures, Mapping) or not all(isinstance(k, str) for k in figures):
+        raise CostModelTypeError(f"runtime {terms.name!r}: cost_model_figures must return a mapping of CostModel field "
+                                 f"names to figures, got {type(figures).__name__}")
+    known = {f.name for f in fields(CostModel)} - {"name"}
+    unknown = sorted(set(figures) - known)
+    if unknown:
+        raise CostModelError(f"runtime {terms.name!r} sets figures a cost model does not have: {unknown}; "
+                             f"valid: {', '.join(sorted(known))}")
+    return dict(figures)

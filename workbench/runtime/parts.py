@@ -2,35 +2,50 @@
 
 ``parts()`` reads the shipped table (``data/parts/parts.csv``): one row per figure of a
 part, with the datasheet (or the estimate) it comes from. ``CostModel.compose(gpu=,
-host=, link=, runtime=)`` takes each part's ``CostModel`` fields from it.
+host=, link=, runtime=)`` takes each part's ``CostModel`` fields from it. A user's own
+machine is a parts file of the same columns passed by path (``parts=``): its parts join
+the shipped ones, and a part it names replaces the shipped part of that name whole.
 
 Rules:
 
 1. Each kind of part sets its own ``CostModel`` fields, all of them: a ``gpu`` the device
    math and memory figures, a ``host`` the host CPU's, a ``link`` the copy paths', a
-   ``runtime`` how kernels are launched. A host may also state descriptive figures
-   (``cores``, ``sockets``, ``dram_peak_bandwidth``), a gpu its ``memory_bytes`` and host
-   interface (``pcie_gen``, ``pcie_lanes``): not ``CostModel`` fields (``part_facts``
-   reads them).
-2. Every figure has a source; values are finite numbers (``launch_mode``: a launch mode);
-   no (kind, name, field) appears twice. A table that breaks a rule is refused with a
-   ``CostModelError`` naming the rows.
-3. The table is data, read and never executed; a measured part (``measured:<name>``) is
-   not in it but in a measured preset file (``CostModel.compose`` reads it).
+   ``runtime`` how kernels are launched and how a decode token's work overlaps. A host may
+   also state descriptive figures (``cores``, ``math_cores``: the cores a runtime's math
+   threads run on, the performance cores of a hybrid CPU; ``sockets``;
+   ``dram_peak_bandwidth``: the DRAM peak of all sockets), a gpu its ``memory_bytes`` and
+   host interface (``pcie_gen``, ``pcie_lanes``): not ``CostModel`` fields
+   (``part_facts`` reads them). Any part but a runtime may state ``names``: the phrases
+   that name it in free text (``NVIDIA H200|H200``), literal and separated by ``|``.
+2. Every figure has a source; values are finite numbers in their field's range (a
+   bandwidth or FLOP rate > 0, a latency or overhead >= 0, a share in [0, 1],
+   ``pageable_factor`` in (0, 1], counts whole and >= 1; ``launch_mode``: a launch mode);
+   no (kind, name, field) appears twice; a name is a plain identifier. A table that breaks
+   a rule is refused with a ``CostModelError`` naming the rows.
+3. The table is data, read and never executed, at most 16 MiB; a measured part
+   (``measured:<name>``) is not in it but in a measured preset file (``CostModel.compose``
+   reads it). An edited file is read again (a read is keyed by the file's path, size and
+   modification time).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import pandas as pd
 
 from ..file_reading import finite_number, read_csv_table
 from .op_cost import CostModelError
 
-__all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "part_facts", "part_figures", "part_names", "parts", "parts_path"]
+__all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "PartsFile", "part_facts", "part_figures", "part_names",
+           "part_phrases", "parts", "parts_path"]  # fmt: skip
+
+#: A user's parts file, by path (None: the shipped table alone).
+PartsFile = Optional[Union[str, "os.PathLike[str]"]]
 
 #: The CostModel fields each kind of part sets (rule 1).
 PART_FIELDS: dict[str, tuple[str, ...]] = {
@@ -39,15 +54,27 @@ PART_FIELDS: dict[str, tuple[str, ...]] = {
     "link": ("h2d_bandwidth", "d2h_bandwidth", "d2d_bandwidth", "h2d_latency", "d2h_latency", "d2d_latency",
              "pageable_factor"),
     "runtime": ("launch_mode", "launch_overhead", "executor_overhead", "graph_launch_overhead", "kernel_gap",
-                "min_kernel_time"),
+                "min_kernel_time", "overlap", "launch_overlap", "kernels_per_layer", "visited_expert_kernels",
+                "copies_per_expert", "pageable_copies"),
 }  # fmt: skip
 PART_KINDS = tuple(PART_FIELDS)
 #: Figures a part may state that no time uses (rule 1).
 DESCRIPTIVE_FIELDS: dict[str, tuple[str, ...]] = {
-    "host": ("cores", "sockets", "dram_peak_bandwidth"),
-    "gpu": ("memory_bytes", "pcie_gen", "pcie_lanes"),
+    "host": ("cores", "math_cores", "sockets", "dram_peak_bandwidth", "names"),
+    "gpu": ("memory_bytes", "pcie_gen", "pcie_lanes", "names"),
+    "link": ("names",),
 }
 _COLUMNS = ("kind", "name", "field", "value", "source")
+
+#: Fields that may be 0 (a fixed cost can vanish; a runtime term can be absent).
+_MAY_BE_ZERO = frozenset({"h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "executor_overhead",
+                          "graph_launch_overhead", "kernel_gap", "min_kernel_time", "host_op_overhead",
+                          "kernels_per_layer", "visited_expert_kernels", "copies_per_expert"})  # fmt: skip
+#: Shares: numbers in [0, 1] (``pageable_factor`` in (0, 1]).
+_SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "pageable_factor"})
+#: Whole counts, with their largest sensible value.
+_COUNTS = {"cores": 4096, "math_cores": 4096, "sockets": 64, "pcie_gen": 8, "pcie_lanes": 32}
+_NAME = re.compile(r"[a-z0-9][a-z0-9_.\-]*\Z")
 
 
 def parts_path() -> Path:
@@ -55,30 +82,33 @@ def parts_path() -> Path:
     return Path(__file__).resolve().parents[2] / "data" / "parts" / "parts.csv"
 
 
-def parts(path: Optional[Path] = None) -> pd.DataFrame:
-    """The table of parts, one row per figure, checked (rule 2)."""
-    return _parts(Path(path) if path is not None else parts_path()).copy()
+def parts(path: PartsFile = None) -> pd.DataFrame:
+    """The table of parts at ``path`` (default: the shipped one), one row per figure,
+    checked (rule 2)."""
+    return _read(Path(path) if path is not None else parts_path()).copy()
 
 
-@functools.lru_cache(maxsize=4)
-def _parts(path: Path) -> pd.DataFrame:
+def _file_key(path: Path) -> tuple[str, int, int]:
+    """What a read of ``path`` is cached under (rule 3): its absolute path, size and
+    modification time; a path that cannot be looked at is keyed by its name alone and
+    refused by the reader."""
+    absolute = os.path.abspath(path)
+    try:
+        info = os.stat(absolute)
+    except OSError:
+        return absolute, -1, -1
+    return absolute, info.st_size, info.st_mtime_ns
+
+
+def _read(path: Path) -> pd.DataFrame:
+    return _checked(_file_key(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _checked(key: tuple[str, int, int]) -> pd.DataFrame:
+    path = Path(key[0])
     table = read_csv_table(path, "table of hardware parts", CostModelError, _COLUMNS)
-    problems: list[str] = []
-    for i, row in enumerate(table.itertuples(index=False)):
-        where = f"row {i + 2} ({row.kind}/{row.name}/{row.field})"
-        allowed = PART_FIELDS.get(row.kind)
-        if allowed is None:
-            problems.append(f"{where}: kind is none of {', '.join(PART_KINDS)}")
-            continue
-        if row.field not in allowed + DESCRIPTIVE_FIELDS.get(row.kind, ()):
-            problems.append(f"{where}: a {row.kind} part sets {', '.join(allowed + DESCRIPTIVE_FIELDS.get(row.kind, ()))}")
-        if row.field == "launch_mode":
-            if row.value not in ("eager", "graph"):
-                problems.append(f"{where}: launch_mode must be eager or graph")
-        elif finite_number(row.value) is None:
-            problems.append(f"{where}: value {row.value!r} is not a finite number")
-        if not row.source.strip():
-            problems.append(f"{where}: no source")
+    problems = [p for i, row in enumerate(table.itertuples(index=False)) for p in _row_problems(i, row)]
     dup = table[table.duplicated(["kind", "name", "field"])]
     problems += [f"{r.kind}/{r.name}/{r.field} is given twice" for r in dup.itertuples(index=False)]
     for (kind, name), group in table[table["kind"].isin(PART_KINDS)].groupby(["kind", "name"]):
@@ -86,14 +116,77 @@ def _parts(path: Path) -> pd.DataFrame:
         if missing:
             problems.append(f"{kind} part {name!r} lacks {', '.join(missing)}")
     if problems:
-        raise CostModelError(f"{path}: " + "; ".join(problems))
+        shown = "; ".join(problems[:12]) + (f"; and {len(problems) - 12} more" if len(problems) > 12 else "")
+        raise CostModelError(f"{path}: {shown}")
     return table
 
 
-def part_names(kind: str) -> tuple[str, ...]:
-    """The names of the shipped parts of ``kind``."""
+def _row_problems(i: int, row: Any) -> list[str]:
+    where = f"row {i + 2} ({str(row.kind)[:40]}/{str(row.name)[:40]}/{str(row.field)[:40]})"
+    allowed = PART_FIELDS.get(row.kind)
+    if allowed is None:
+        return [f"{where}: kind is none of {', '.join(PART_KINDS)}"]
+    problems = []
+    if not _NAME.match(row.name):
+        problems.append(f"{where}: a part name is lower-case letters, digits, '_', '-' and '.'")
+    valid = allowed + DESCRIPTIVE_FIELDS.get(row.kind, ())
+    if row.field not in valid:
+        return problems + [f"{where}: a {row.kind} part sets {', '.join(valid)}"]
+    if not row.source.strip():
+        problems.append(f"{where}: no source")
+    problem = _value_problem(row.field, row.value)
+    if problem:
+        problems.append(f"{where}: {problem}")
+    return problems
+
+
+def _value_problem(field: str, text: str) -> str:
+    """What is wrong with ``text`` as a value of ``field`` (rule 2), or ""."""
+    if field == "launch_mode":
+        return "" if text in ("eager", "graph") else "launch_mode must be eager or graph"
+    if field == "names":
+        phrases = [p.strip() for p in text.split("|")]
+        if not all(phrases) or len(text) > 400:
+            return "names are non-empty phrases separated by '|', at most 400 characters in all"
+        return ""
+    value = finite_number(text)
+    if value is None:
+        return f"value {text[:40]!r} is not a finite number"
+    if field in _SHARES:
+        low_open = field == "pageable_factor"
+        if not ((0 < value if low_open else 0 <= value) and value <= 1):
+            return f"{field} is a share in {'(0' if low_open else '[0'}, 1], got {value:g}"
+    elif field in _COUNTS:
+        if value != int(value) or not 1 <= value <= _COUNTS[field]:
+            return f"{field} is a whole number in [1, {_COUNTS[field]}], got {value:g}"
+    elif field in _MAY_BE_ZERO:
+        if value < 0:
+            return f"{field} must be >= 0, got {value:g}"
+    elif value <= 0:
+        return f"{field} must be > 0, got {value:g}"
+    return ""
+
+
+def _catalog(path: PartsFile) -> pd.DataFrame:
+    """The shipped table, with the parts of the user's table at ``path`` joined (rule 1's
+    intro: a user's part replaces the shipped part of its kind and name whole)."""
+    if path is None:
+        return _read(parts_path())
+    return _joined(_file_key(parts_path()), _file_key(Path(path)))
+
+
+@functools.lru_cache(maxsize=8)
+def _joined(shipped_key: tuple[str, int, int], user_key: tuple[str, int, int]) -> pd.DataFrame:
+    shipped, own = _checked(shipped_key), _checked(user_key)
+    replaced = set(zip(own["kind"], own["name"]))
+    keep = [(k, n) not in replaced for k, n in zip(shipped["kind"], shipped["name"])]
+    return pd.concat([shipped[keep], own], ignore_index=True)
+
+
+def part_names(kind: str, parts: PartsFile = None) -> tuple[str, ...]:
+    """The names of the parts of ``kind`` (shipped, and the user's table at ``parts``)."""
     _check_kind(kind)
-    table = _parts(parts_path())
+    table = _catalog(parts)
     return tuple(sorted(set(table.loc[table["kind"] == kind, "name"])))
 
 
@@ -102,26 +195,54 @@ def _check_kind(kind: str) -> None:
         raise CostModelError(f"unknown kind of part {kind!r}; valid: {', '.join(PART_KINDS)}")
 
 
-def part_figures(kind: str, name: str) -> dict[str, Any]:
-    """The ``CostModel`` fields the shipped part ``name`` of ``kind`` sets (rule 1)."""
+def _index(parts: PartsFile) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
+    """``(kind, name) -> ((field, value), ...)`` of the catalog: looked up once per read."""
+    if parts is None:
+        return _indexed(_file_key(parts_path()), None)
+    return _indexed(_file_key(parts_path()), _file_key(Path(parts)))
+
+
+@functools.lru_cache(maxsize=8)
+def _indexed(shipped_key: tuple[str, int, int], user_key: Optional[tuple[str, int, int]]) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
+    table = _checked(shipped_key) if user_key is None else _joined(shipped_key, user_key)
+    found: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for row in table.itertuples(index=False):
+        found.setdefault((row.kind, row.name), []).append((row.field, row.value))
+    return {key: tuple(rows) for key, rows in found.items()}
+
+
+def _rows(kind: str, name: str, parts: PartsFile) -> tuple[tuple[str, str], ...]:
     _check_kind(kind)
-    table = _parts(parts_path())
-    rows = table[(table["kind"] == kind) & (table["name"] == name)]
-    if rows.empty:
-        raise CostModelError(
-            f"unknown {kind} part {name!r}; valid: {', '.join(part_names(kind))}, or 'measured:<name>' for a measured preset"
-        )
-    figures: dict[str, Any] = {}
-    for row in rows.itertuples(index=False):
-        if row.field in PART_FIELDS[kind]:
-            figures[row.field] = row.value if row.field == "launch_mode" else float(row.value)
-    return figures
+    rows = _index(parts).get((kind, name)) if isinstance(name, str) else None
+    if rows is None:
+        where = f" (shipped, or in {parts})" if parts is not None else ""
+        raise CostModelError(f"unknown {kind} part {str(name)[:80]!r}{where}; valid: {', '.join(part_names(kind, parts))}, "
+                             "or 'measured:<name>' for a measured preset, or a part of your own in a parts file "
+                             "passed as parts=")  # fmt: skip
+    return rows
 
 
-def part_facts(kind: str, name: str) -> dict[str, float]:
-    """The descriptive figures (rule 1) the shipped part ``name`` of ``kind`` states, e.g. a
-    host's ``dram_peak_bandwidth`` or a gpu's ``memory_bytes``; absent ones are left out."""
-    part_figures(kind, name)  # refuses an unknown kind or name
-    table = _parts(parts_path())
-    rows = table[(table["kind"] == kind) & (table["name"] == name)]
-    return {r.field: float(r.value) for r in rows.itertuples(index=False) if r.field in DESCRIPTIVE_FIELDS.get(kind, ())}
+def part_figures(kind: str, name: str, parts: PartsFile = None) -> dict[str, Any]:
+    """The ``CostModel`` fields the part ``name`` of ``kind`` sets (rule 1)."""
+    return {field: value if field == "launch_mode" else float(value)
+            for field, value in _rows(kind, name, parts) if field in PART_FIELDS[kind]}  # fmt: skip
+
+
+def part_facts(kind: str, name: str, parts: PartsFile = None) -> dict[str, float]:
+    """The descriptive figures (rule 1) the part ``name`` of ``kind`` states, e.g. a host's
+    ``dram_peak_bandwidth`` or a gpu's ``memory_bytes``; absent ones are left out."""
+    numeric = tuple(f for f in DESCRIPTIVE_FIELDS.get(kind, ()) if f != "names")
+    return {field: float(value) for field, value in _rows(kind, name, parts) if field in numeric}
+
+
+def part_phrases(kind: str, parts: PartsFile = None) -> tuple[tuple[str, str], ...]:
+    """``(phrase, part name)`` for every phrase that names a part of ``kind`` in free
+    text (rule 1's ``names``, and the part's own name), longest phrase first."""
+    _check_kind(kind)
+    table = _catalog(parts)
+    found = {(name, name) for name in table.loc[table["kind"] == kind, "name"]}
+    named = table[(table["kind"] == kind) & (table["field"] == "names")]
+    for row in named.itertuples(index=False):
+        found |= {(p.strip(), row.name) for p in row.value.split("|") if p.strip()}
+    return tuple(sorted(found, key=lambda pair: (-len(pair[0]), pair)))
+

@@ -1,0 +1,153 @@
+"""The free text of a published run, read once into structured facts.
+
+A published run says what it ran in words (``NVIDIA GeForce RTX 4090``, ``Q4_K_M (21 GB
+file)``, ``--n-cpu-moe 14``, ``-t 16``). The loader (``published_runs``) calls these
+readers once per row and keeps only what they return; no model reads prose.
+
+Rules:
+
+1. A name is found by its phrases, literally (never as a pattern): case-insensitive, not
+   inside a longer word (the characters around it are not letters or digits), longest
+   match first (a phrase may join several with ``+``, all to be found), and not when
+   the next word names a variant of it (``Ti``, ``Super``,
+   ``D``, ``Mobile``, ``Laptop``, ``Max-Q``: another part).
+2. Every text read is at most ``MAX_CELL_CHARS`` characters (the loader refuses longer
+   cells); the few patterns here are fixed and linear in the text's length.
+3. Each reader returns a value and how it was found, or None and why not.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional
+
+__all__ = ["MAX_CELL_CHARS", "cache_text", "find_name", "host_layers_text", "gpu_experts_text", "sockets_text",
+           "stated_file_bytes", "storage_text", "threads_text", "words"]  # fmt: skip
+
+#: The longest cell a published run may have (a quote is at most 200 characters).
+MAX_CELL_CHARS = 2000
+_VARIANT_WORDS = frozenset({"ti", "super", "d", "mobile", "laptop", "max-q"})
+_LETTER = re.compile(r"[A-Za-z0-9]")
+
+
+def _text(value: object) -> str:
+    return value[:MAX_CELL_CHARS] if isinstance(value, str) else ""
+
+
+def _free_at(text: str, start: int, end: int) -> bool:
+    """Rule 1: the phrase at ``text[start:end]`` is not inside a longer word and not
+    followed by a variant word."""
+    if start > 0 and _LETTER.match(text[start - 1]):
+        return False
+    if end < len(text) and _LETTER.match(text[end]):
+        return False
+    rest = text[end:end + 12].lstrip(" ")
+    next_word = rest.split(" ", 1)[0].rstrip(",;:)").lower() if rest and text[end:end + 1] == " " else ""
+    return next_word not in _VARIANT_WORDS
+
+
+def _found(text: str, lowered: str, phrase: str) -> bool:
+    key = phrase.strip().lower()
+    if not key:
+        return False
+    start = lowered.find(key)
+    while start >= 0:
+        if _free_at(text, start, start + len(key)):
+            return True
+        start = lowered.find(key, start + 1)
+    return False
+
+
+def find_name(value: object, phrases: Iterable[tuple[str, str]]) -> Optional[str]:
+    """The name whose phrase is found in ``value`` (rule 1), or None; ``phrases``:
+    ``(phrase, name)`` pairs, a phrase being words or several joined by ``+``, all of
+    which must be found (``ExecuTorch+per-kernel``); the most characters matched wins."""
+    text = _text(value)
+    lowered = text.lower()
+    best: tuple[int, str] = (0, "")
+    for phrase, name in phrases:
+        parts = phrase.split("+")
+        if all(_found(text, lowered, p) for p in parts):
+            score = sum(len(p.strip()) for p in parts)
+            if score > best[0]:
+                best = (score, name)
+    return best[1] or None
+
+
+def words(value: object) -> list[str]:
+    """The words of ``value``: letters, digits and ``_``, lower-cased."""
+    return re.findall(r"[a-z0-9_]+", _text(value).lower())
+
+
+_FILE = re.compile(r"\(~?(\d+(?:\.\d+)?)\s*(GiB|GB) file\)")
+
+
+def stated_file_bytes(value: object) -> Optional[tuple[float, str]]:
+    """The file size a weight-format text states (``Q4_K_M (21 GB file)``) in bytes, and
+    the phrase; None when none is stated."""
+    found = _FILE.search(_text(value))
+    if not found:
+        return None
+    return float(found.group(1)) * (2**30 if found.group(2) == "GiB" else 1e9), found.group(0)[1:-1]
+
+
+_HOST_LAYERS = re.compile(r"(?:--n-cpu-moe|-ncmoe|ncmoe)[ =](\d{1,6})")
+
+
+def host_layers_text(value: object) -> tuple[Optional[int], str]:
+    """The layers whose experts a llama.cpp run keeps on the host (``--n-cpu-moe N``), or
+    None and why it is not known."""
+    text = _text(value)
+    found = _HOST_LAYERS.search(text)
+    if not found or "not stated" in text or "N is in" in text:
+        return None, "which layers' experts are on the host is not stated"
+    return int(found.group(1)), f"--n-cpu-moe {found.group(1)}"
+
+
+_GPU_EXPERTS = re.compile(r"(\d{1,6}) GPU experts|--kt-num-gpu-experts (\d{1,6})")
+
+
+def gpu_experts_text(value: object) -> int:
+    """Experts per layer a host-compute run keeps on the GPU (KTransformers'
+    ``--kt-num-gpu-experts N``); 0 when none is stated."""
+    found = _GPU_EXPERTS.search(_text(value))
+    return int(found.group(1) or found.group(2)) if found else 0
+
+
+_THREADS = re.compile(r"(?:^|[\s(])(?:-t|--threads|--kt-cpuinfer)[ =](\d{1,4})\b|(\d{1,4}) (?:CPU-infer |CPU )?threads\b")
+
+
+def threads_text(value: object) -> Optional[int]:
+    """Host threads a run states (``-t 16``, ``--kt-cpuinfer 96``, ``16 CPU-infer
+    threads``), or None."""
+    found = _THREADS.search(_text(value))
+    return int(found.group(1) or found.group(2)) if found else None
+
+
+_POOLS = re.compile(r"--kt-threadpool-count (\d)|(\d) threadpools?\b")
+
+
+def sockets_text(value: object) -> Optional[int]:
+    """Sockets whose memory a run's host threads use, when it states them
+    (KTransformers' ``--kt-threadpool-count N``, one pool per NUMA node), or None."""
+    found = _POOLS.search(_text(value))
+    return int(found.group(1) or found.group(2)) if found else None
+
+
+_RESIDENT = re.compile(r"(\d+(?:\.\d+)?) GB of experts resident")
+
+
+def cache_text(value: object) -> tuple[bool, Optional[float]]:
+    """(whether a copying run keeps an expert cache, the bytes of experts it states
+    resident or None)."""
+    text = _text(value)
+    if "no expert cache" in text or "re-uploads all selected experts" in text:
+        return False, None
+    found = _RESIDENT.search(text)
+    return True, float(found.group(1)) * 1e9 if found else None
+
+
+def storage_text(value: object) -> bool:
+    """True when a run reads its experts from storage (an NVMe or SSD tier)."""
+    lowered = _text(value).lower()
+    return "nvme" in lowered or "ssd" in lowered
