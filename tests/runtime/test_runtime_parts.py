@@ -20,7 +20,7 @@ def test_every_figure_has_a_source_and_every_part_all_its_fields():
     assert {"rtx_4090", "rtx_3090", "l4", "t4", "a100_80gb", "h100_sxm", "h200"} <= set(part_names("gpu"))
     hosts = table[table["kind"] == "host"]
     for name in ("epyc_9355", "epyc_9654_2s", "core_i3_8100"):
-        row = hosts[hosts["name"] == name].set_index("field")["value"].astype(float)
+        row = hosts[(hosts["name"] == name) & (hosts["field"] != "names")].set_index("field")["value"].astype(float)
         # achievable DRAM rate is below the datasheet peak (channels x MT/s x 8 B)
         assert 0 < row["host_memory_bandwidth"] < row["dram_peak_bandwidth"] and row["cores"] >= 1
 
@@ -66,3 +66,68 @@ def test_unknown_parts_and_bad_tables_are_refused(tmp_path):
     )
     with pytest.raises(CostModelError, match=r"not a finite number.*no source.*kind is none of.*lacks"):
         parts(path)
+
+
+def _user_parts(tmp_path, rows):
+    path = tmp_path / "my_parts.csv"
+    path.write_text("kind,name,field,value,source\n" + "".join(f"{r}\n" for r in rows))
+    return path
+
+
+MY_GPU = [f"gpu,my_gpu,{f},{v},my datasheet" for f, v in (
+    ("device_flops_fp64", "1e12"), ("device_flops_fp32", "40e12"), ("device_flops_bf16", "160e12"),
+    ("device_flops_fp8", "320e12"), ("device_memory_bandwidth", "1.2e12"), ("memory_bytes", "48e9"),
+    ("pcie_gen", "5"), ("pcie_lanes", "16"), ("names", "My Card 48"))]
+
+
+def test_a_users_parts_file_adds_parts_and_replaces_same_named_ones(tmp_path):
+    """A parts file passed by path adds its parts to the shipped ones for ``compose`` and
+    the part readers, and a part it names like a shipped one replaces that part whole; the
+    shipped table is unchanged without it."""
+    from workbench.runtime.parts import part_facts, part_phrases
+
+    faster_h200 = [r.replace("my_gpu", "h200").replace("1.2e12", "9e12") for r in MY_GPU]
+    path = _user_parts(tmp_path, MY_GPU + faster_h200)
+    m = CostModel.compose(gpu="my_gpu", parts=path)
+    assert m.device_memory_bandwidth == 1.2e12 and m.name.startswith("my_gpu+")
+    assert part_facts("gpu", "my_gpu", path)["memory_bytes"] == 48e9
+    assert ("My Card 48", "my_gpu") in part_phrases("gpu", path)
+    assert CostModel.compose(gpu="h200", parts=path).device_memory_bandwidth == 9e12
+    assert CostModel.compose(gpu="h200").device_memory_bandwidth == 4.8e12
+    with pytest.raises(CostModelError, match="unknown gpu part 'my_gpu'"):
+        CostModel.compose(gpu="my_gpu")
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ("gpu,my_gpu,device_memory_bandwidth,-1e12,x", r"device_memory_bandwidth must be > 0"),
+        ("gpu,my_gpu,device_flops_bf16,0,x", r"device_flops_bf16 must be > 0"),
+        ("link,my_link,pageable_factor,1.5,x", r"pageable_factor is a share in \(0, 1\]"),
+        ("host,my_host,sockets,0.5,x", r"sockets is a whole number in \[1, 64\]"),
+        ("host,my_host,cores,nan,x", r"not a finite number"),
+        ("gpu,My GPU,memory_bytes,1e9,x", r"a part name is lower-case"),
+        ("runtime,fast,overlap,2,x", r"overlap is a share in \[0, 1\]"),
+    ],
+)
+def test_a_part_figure_out_of_its_range_is_refused_by_row(tmp_path, row, message):
+    """Every figure is checked against its field's range when the table is read: a bad
+    row is named with the field and what is valid."""
+    good = [r for r in MY_GPU if r.split(",")[2] != row.split(",")[2]] if row.startswith("gpu,my_gpu") else []
+    with pytest.raises(CostModelError, match=message):
+        parts(_user_parts(tmp_path, good + [row]))
+
+
+def test_an_edited_parts_file_is_read_again(tmp_path):
+    """A read is keyed by the file's size and modification time: an edit is seen, and an
+    edit that breaks the file is refused rather than served from a cache."""
+    import os
+
+    path = _user_parts(tmp_path, MY_GPU)
+    assert CostModel.compose(gpu="my_gpu", parts=path).device_memory_bandwidth == 1.2e12
+    path.write_text(path.read_text().replace("1.2e12", "2.5e12"))
+    os.utime(path, ns=(1, 2))  # a different modification time, whatever the clock's resolution
+    assert CostModel.compose(gpu="my_gpu", parts=path).device_memory_bandwidth == 2.5e12
+    path.write_text(path.read_text().replace("2.5e12", "fast"))
+    with pytest.raises(CostModelError, match="not a finite number"):
+        CostModel.compose(gpu="my_gpu", parts=path)

@@ -39,7 +39,8 @@ from tqdm import tqdm
 
 from .. import hf
 from . import walkthrough as wt
-from .anchors import modeled_vs_published, ratios_by_regime
+from .anchors import modeled_vs_published
+from .decode_validation import ordering, regime_table
 from .decode_model import regime_model
 from ..atomic_files import atomic_path
 from ..capture import capture
@@ -218,9 +219,11 @@ def _check_walkthrough(args: argparse.Namespace) -> _WalkthroughJob:
 
 
 def _cost_model_line(backend: str) -> str:
-    """The one line naming the cost model the walkthrough's modeled figures come from."""
-    timed = "full-size estimates and sweep" if backend == "cuda" else "simulated run, full-size estimates and sweep"
-    return f"# cost model: {default_cost_model().name}; it times the {timed} (each link swapped in where links are compared)"
+    """The lines naming the cost models the walkthrough's figures come from."""
+    run = "" if backend == "cuda" else f"# simulated run of the small model: {default_cost_model().name}\n"
+    return (run + f"# full-size tokens/s and the capacity answer: one decode token timed on {wt.deployment_cost_model().name} "
+            f"(runtime profile {wt.DEPLOYMENT_RUNTIME}, terms fitted to published runs; each link swapped in where links "
+            "are compared)")
 
 
 def _write_csv(table: pd.DataFrame, path: Path) -> None:
@@ -267,13 +270,11 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
         print("\n# tokens per expert at which a streamed expert's copy hides behind its compute")
         print(breakeven.to_string(index=False))
         if full_config == MoEConfig.full():  # the published anchors are of this configuration
-            decode = next((r.plan for r in full if r.strategy.label == "all_on_device+skip"), None)
-            anchors = wt.anchors_table(decode)
+            anchors = wt.anchors_table(wt.full_size_plan(full_config, formats=wt.ANCHOR_FORMATS))
             _write_csv(anchors, out / "executorch_anchors.csv")
-            print("\n# ExecuTorch's published decode times vs this graph on the cost model (all on device, "
-                  "one set of device figures)")
+            print("\n# ExecuTorch's published decode times vs one decode physics: this graph (all on device, int4 "
+                  "as ExecuTorch ran it) and the run's facts, each timed on the A100 with ExecuTorch's runtime profile")
             print(anchors.to_string(index=False))
-            print("modeled/published: " + "; ".join(f"{r['hardware']} {r['ratio']:.2f}" for r in anchors.to_dict("records")))
         write_published_anchors(out)
         if not args.skip_sweep:
             _write_sweep(full_config, rate, out, args.sweep_workers, args.full_grid)
@@ -281,17 +282,24 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
 
 
 def write_published_anchors(out: Path) -> None:
-    """anchors.csv: every published batch-1 decode run beside the regime model's speed for it
-    (the model's terms fitted on the same table; each term's leave-one-out error printed)."""
+    """anchors.csv: every published batch-1 decode run beside the decode model's speed for
+    it, in sample and held out (its terms fitted without the run's source); printed: the
+    held-out figures per regime — the headline — the ordering of same-machine pairs, and
+    each fitted term."""
     table = modeled_vs_published()
     _write_csv(table, out / "anchors.csv")
-    by_regime = ratios_by_regime(table)
-    print(f"\n# published batch-1 decode runs vs the regime model: {int(table['ratio'].notna().sum())} of {len(table)} "
-          "runs modeled (anchors.csv has every run, and why a run is not modeled)")
-    print(by_regime.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-    for term in regime_model().terms:
-        print(f"fitted {term.name}: {term.value:.3g} on {len(term.rows)} runs, "
-              f"median leave-one-out error {term.median_loo_error:.0%}")
+    model = regime_model()
+    held = regime_table(model.out_of_sample)
+    print(f"\n# published batch-1 decode runs vs the decode model, held out: each source's runs predicted by terms "
+          f"fitted without them ({int(table['held-out ratio'].notna().sum())} of {len(table)} runs modeled; "
+          "anchors.csv has every run, in sample too, and why a run is not modeled)")
+    print(held.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    pairs = ordering(model.out_of_sample)
+    if len(pairs):
+        print(f"same-machine pairs ordered as published: {int(pairs['ordered'].sum())} of {len(pairs)}")
+    for term in model.terms:
+        how = "prior (too few runs)" if term.prior else f"median leave-one-out error {term.median_loo_error:.0%}"
+        print(f"fitted {term.name}: {term.value:.3g} on {len(term.rows)} runs, {how}")
 
 
 def _finish(out: Path, started: float, results: Any) -> int:

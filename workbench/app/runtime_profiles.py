@@ -28,8 +28,8 @@ Rules:
 5. ``cost_model_figures`` (the ``RuntimeTerms`` protocol) sets: ``launch_mode``; eager:
    ``launch_overhead`` = ``per_launch_cost``; ``executor_overhead`` =
    ``framework_op_cost``; ``kernel_gap`` = ``kernel_time``; ``launch_overlap``,
-   ``overlap``, ``kernels_per_layer``, ``copies_per_expert``, ``pageable_copies`` as
-   stated; ``visited_expert_kernels`` = ``kernels_per_visited_expert × visits_every_expert``;
+   ``overlap``, ``kernels_per_layer``, ``copies_per_expert``, ``pageable_copies``,
+   ``loads_all_experts`` as stated; ``visited_expert_kernels`` = ``kernels_per_visited_expert × visits_every_expert``;
    ``device_memory_bandwidth`` = ``gpu_bandwidth_fraction`` × the GPU part's datasheet
    rate (a measured GPU's rate is already achieved: kept); ``host_memory_bandwidth`` =
    ``host_bandwidth_fraction`` × the DRAM peak of the sockets whose memory the threads
@@ -66,7 +66,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "kernel_time": (0.0, 1.0), "kernels_per_layer": (0.0, 1e5), "kernels_per_visited_expert": (0.0, 1e4),
     "visits_every_expert": (0.0, 1.0), "gpu_bandwidth_fraction": (0.0, 1.0), "host_bandwidth_fraction": (0.0, 1.0),
     "numa_aware": (0.0, 1.0), "per_copy_cost": (0.0, 1.0), "copies_per_expert": (0.0, 1e3),
-    "pageable_copies": (0.0, 1.0), "overlap": (0.0, 1.0),
+    "pageable_copies": (0.0, 1.0), "loads_all_experts": (0.0, 1.0), "overlap": (0.0, 1.0),
 }  # fmt: skip
 PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "host_kernels", *_RANGES)
 _COLUMNS = ("profile", "field", "value", "source")
@@ -152,6 +152,7 @@ class RuntimeProfile:
             "launch_overlap": v["launch_overlap"], "overlap": v["overlap"], "kernels_per_layer": v["kernels_per_layer"],
             "visited_expert_kernels": v["kernels_per_visited_expert"] * v["visits_every_expert"],
             "copies_per_expert": v["copies_per_expert"], "pageable_copies": v["pageable_copies"],
+            "loads_all_experts": v["loads_all_experts"],
             "h2d_latency": machine["h2d_latency"] + v["per_copy_cost"], "d2h_latency": machine["d2h_latency"] + v["per_copy_cost"],
         }  # fmt: skip
         if self.launch_mode == "eager":
@@ -170,8 +171,11 @@ class RuntimeProfile:
         return figures
 
 
+_DATA = Path(__file__).resolve().parents[2] / "data" / "runtimes"
+
+
 def _data_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "data" / "runtimes"
+    return _DATA
 
 
 def runtime_profiles_path() -> Path:

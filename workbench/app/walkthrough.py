@@ -33,12 +33,12 @@ rates 0 (nothing predicted), the measured one, and 1 (everything predicted).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 import torch
 
-from .anchors import anchors_table
+from .anchors import ANCHOR_FORMATS, anchors_table, full_size_plan
 from ..arguments import check_flag
 from ..capture import capture
 from ..errors import ArgumentValueError
@@ -48,24 +48,32 @@ from ..planning.memory_plan import MemoryPlan, plan
 from ..devices import CPU, Device
 from ..propagate import DeviceGraph
 from ..runtime.cost_model import CostModel, dtype_class, op_cost
-from ..runtime.default_model import default_cost_model, default_device_preset
-from ..runtime.executor import RunResult, estimate, run
+from ..runtime.decode_time import DecodeTime, time_decode
+from ..runtime.default_model import default_device_preset
+from ..runtime.executor import RunResult, run
 from ..runtime.tensors import stage_inputs, to_host
 from ..moe.strategies import Strategy, expert_streaming, strategy_variants
 from ..sweeps import InlineExecutor, ModelSource, SweepResult, default_grid, quick_grid, sweep
-from ..sweeps.reuse import estimated, planned
+from ..sweeps.reuse import laid_out, planned
+from .decode_model import regime_model, runtime_profile
 
 __all__ = [
+    "ANCHOR_FORMATS",
+    "DEPLOYMENT_RUNTIME",
     "LINKS",
     "StrategyResult",
     "anchors_table",
+    "STRATEGY_REGIMES",
     "answer_table",
     "capacity_sweep",
+    "deployment_cost_model",
+    "full_size_plan",
     "full_size_results",
     "full_size_table",
     "measured_hit_rate",
     "prefetch_sensitivity",
     "stage_inputs",
+    "strategy_regime",
     "streaming_breakeven",
     "strategy_table",
     "tiny_results",
@@ -73,21 +81,23 @@ __all__ = [
 
 #: The host↔device links compared for the full-size model (CostModel link presets).
 LINKS = ("pcie_gen4", "pcie_gen5", "nvlink_c2c")
+#: The runtime profile the full-size answers deploy the planned graph on (data/runtimes).
+DEPLOYMENT_RUNTIME = "workbench_graph"
 
 Progress = Optional[Callable[[Iterable, str], Iterable]]
 
 
 @dataclass(frozen=True, eq=False)
 class StrategyResult:
-    """One strategy applied to one model: its graph, plan and (tiny) run or (full) estimates."""
+    """One strategy applied to one model: its graph, plan and (tiny) run or (full) token times."""
 
     strategy: Strategy
     plan: MemoryPlan  # plan.device_graph is the DeviceGraph
     run: Optional[RunResult] = None  # tiny model: the executed decode step
     matches_eager: Optional[bool] = None  # tiny model: outputs equal eager PyTorch
-    estimates: Optional[dict[str, Any]] = None  # full size: link → modeled Timeline
+    tokens: Optional[dict[str, DecodeTime]] = None  # full size: link → the decode token's time (time_decode)
     prefetch_hit_rate: Optional[float] = None  # prefetch variants: measured (tiny) or assumed (full size)
-    device_preset: Optional[str] = None  # full size: the CostModel device preset of ``estimates``
+    cost_model: Optional[str] = None  # full size: the name of the cost model ``tokens`` were timed on
 
     @property
     def device_graph(self) -> DeviceGraph:
@@ -249,26 +259,35 @@ def strategy_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def deployment_cost_model(link: str = "pcie_gen5", gpu: Optional[str] = None) -> CostModel:
+    """The machine the full-size answers time a decode token on: ``gpu`` (default: the
+    measured preset of the GPU at hand, else the datasheet H200), the x86 server host,
+    ``link``, and the runtime profile ``DEPLOYMENT_RUNTIME`` (the planned graph replayed as
+    a compiled program) with the terms fitted to published runs (``decode_model``)."""
+    return CostModel.compose(gpu=gpu or default_device_preset(), host="x86_server", link=link,
+                             runtime=runtime_profile(DEPLOYMENT_RUNTIME))  # fmt: skip
+
+
 def full_size_results(
     config: Optional[MoEConfig] = None,
     *,
     links: Sequence[str] = LINKS,
-    device_preset: Optional[str] = None,
+    cost_model: Optional[CostModel] = None,
     algorithm: str = "greedy",
     strategies: Optional[Sequence[Strategy]] = None,
     prefetch_hit_rate: Optional[float] = None,
     progress: Progress = None,
     captured: Any = None,
 ) -> list[StrategyResult]:
-    """Shape-only analysis of the published configuration: plan every strategy and time its
-    decode step with the cost model under each link. Allocates no weights.
+    """Shape-only analysis of the published configuration: plan every strategy, lay its
+    decode token out (``runtime.decode_graph.layout_of``) and time it under each link with
+    ``runtime.decode_time.time_decode`` — the one decode physics. Allocates no weights.
 
-    ``device_preset``: the ``CostModel`` device preset, each link swapped in; None is the
-    default model's (``runtime.default_model``: the measured preset of the GPU at hand,
-    else the datasheet H200).
+    ``cost_model``: the machine, its link swapped per column; default
+    ``deployment_cost_model()``.
 
-    Prefetching strategies are timed with ``CostModel.prefetch_hit_rate`` set to
-    ``prefetch_hit_rate``; None means the tiny model's ``measured_hit_rate()`` (the
+    Prefetching strategies are laid out with ``prefetch_hit_rate`` of their reuse copies'
+    rows expected on the device; None means the tiny model's ``measured_hit_rate()`` (the
     full-size weights are not there to measure).
 
     ``captured``: a shape-only step captured elsewhere (``workbench.hf.capture_decode`` of a
@@ -276,10 +295,7 @@ def full_size_results(
     its default strategies are ``strategy_variants()``.
     """
     progress = progress or _quiet
-    # the default model itself when no preset is named: the capacity sweep times its
-    # points with it, so the timelines made here serve the sweep (sweeps.reuse rule 2)
-    base = default_cost_model() if device_preset is None else CostModel.preset(device_preset)
-    device_preset = device_preset or default_device_preset()
+    base = cost_model if cost_model is not None else deployment_cost_model()
     if captured is not None:
         strategies = strategies or strategy_variants()
     chosen = list(strategies or strategy_variants(prefetch=True))
@@ -296,32 +312,21 @@ def full_size_results(
     results = []
     for strategy in progress(chosen, "full size: strategies"):
         memory = planned(programs(strategy), strategy, algorithm)  # the sweep reuses it (sweeps.reuse)
-        models = {link: base.with_link(link) for link in links}
-        if strategy.prefetch:
-            assert rate is not None  # set above whenever a strategy prefetches
-            models = {link: m.with_prefetch_hit_rate(rate) for link, m in models.items()}
-        estimates = {link: estimated(memory, m) for link, m in models.items()}
-        results.append(
-            StrategyResult(
-                strategy,
-                memory,
-                estimates=estimates,
-                prefetch_hit_rate=rate if strategy.prefetch else None,
-                device_preset=device_preset,
-            )
-        )
+        own = rate if strategy.prefetch else None
+        layout = laid_out(memory, own if own is not None else 0.0)
+        tokens = {link: time_decode(layout, base.with_link(link)) for link in links}
+        results.append(StrategyResult(strategy, memory, tokens=tokens, prefetch_hit_rate=own, cost_model=base.name))
     return results
 
 
 def full_size_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
-    """One row per strategy: resident and arena GiB per device, MiB moved per token (from
-    the modeled timeline: a prefetching strategy's reuse copies move the share of rows its
-    ``prefetch_hit_rate`` expects to miss), and tokens/s under each link."""
+    """One row per strategy: resident and arena GiB per device, MiB over the link per token
+    (a prefetching strategy's reuse copies move the share of rows its ``prefetch_hit_rate``
+    expects to miss), and tokens/s under each link (``time_decode``)."""
     rows = []
     for r in results:
         dg, memory = r.device_graph, r.plan
-        moved = dg.copy_bytes()
-        first = next(iter((r.estimates or {}).values()), None)
+        first = next(iter((r.tokens or {}).values()), None)
         dev = Device.parse(r.strategy.device)
         row = {
             "strategy": r.strategy.variant,
@@ -329,13 +334,11 @@ def full_size_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
             "resident_cpu_GiB": round(dg.constant_bytes.get(CPU, 0) / 2**30, 3),
             f"resident_{dev}_GiB": round(dg.constant_bytes.get(dev, 0) / 2**30, 3),
             f"arena_{dev}_MiB": _mib(memory.arena_bytes.get(dev, 0)),
-            # what the modeled timeline moves (reuse copies: the rows expected to miss)
-            "h2d_MiB/token": _mib(first.bytes_moved()["h2d"] if first is not None else moved["h2d"]),
-            "d2h_MiB/token": _mib(moved["d2h"]),
+            "link_MiB/token": _mib(int(first.link_bytes)) if first is not None else None,
             "prefetch_hit_rate": round(r.prefetch_hit_rate, 3) if r.prefetch_hit_rate is not None else None,
         }
-        for link, timeline in (r.estimates or {}).items():
-            row[f"tok/s {link}"] = round(1e6 / timeline.span_us, 2) if timeline.span_us else None
+        for link, token in (r.tokens or {}).items():
+            row[f"tok/s {link}"] = round(token.tok_s, 2)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -345,18 +348,18 @@ def prefetch_sensitivity(
     *,
     hit_rates: Optional[Sequence[float]] = None,
     links: Sequence[str] = LINKS,
-    device_preset: Optional[str] = None,
+    cost_model: Optional[CostModel] = None,
     skip_copies: bool = True,
 ) -> pd.DataFrame:
     """Full-size expert streaming without prefetch, then with prefetch at each hit rate:
-    MiB per token over the link, tokens/s and overlap fraction under each link.
+    MiB per token over the link, tokens/s and the share of the copy time hidden beside
+    compute under each link (``time_decode``).
 
     ``results`` come from ``full_size_results`` and hold both ``expert_streaming`` and
     ``expert_streaming+prefetch`` with ``skip_copies``. Default hit rates: 0 (every slab
-    is fetched twice), the rate the prefetching result was timed with, and 1. Timelines
-    ``full_size_results`` already estimated (same link, preset and rate) are reused.
+    is fetched twice), the rate the prefetching result was laid out with, and 1.
     """
-    device_preset = device_preset or default_device_preset()
+    base = cost_model if cost_model is not None else deployment_cost_model()
 
     def find(prefetch: bool) -> StrategyResult:
         for r in results:
@@ -366,13 +369,6 @@ def prefetch_sensitivity(
         want = expert_streaming(skip_copies=skip_copies, prefetch=prefetch).label
         raise ArgumentValueError(f"results hold no {want!r}; run full_size_results with that strategy")
 
-    def timeline_of(result: StrategyResult, link: str, rate: Optional[float]):
-        cached = (result.estimates or {}).get(link)
-        if cached is not None and result.device_preset == device_preset and result.prefetch_hit_rate == rate:
-            return cached
-        model = CostModel.preset(device_preset, link=link)
-        return estimate(result.plan, model if rate is None else model.with_prefetch_hit_rate(rate))
-
     plain, hinted = find(False), find(True)
     if hit_rates is None:
         timed = hinted.prefetch_hit_rate
@@ -381,12 +377,14 @@ def prefetch_sensitivity(
     for label, result, rate in [("expert_streaming", plain, None)] + [
         ("expert_streaming+prefetch", hinted, float(h)) for h in hit_rates
     ]:
+        layout = laid_out(result.plan, 0.0 if rate is None else rate)
         row: dict[str, Any] = {"strategy": label, "prefetch_hit_rate": None if rate is None else round(rate, 3)}
         for link in links:
-            timeline = timeline_of(result, link, rate)
-            row.setdefault("h2d_MiB/token", _mib(timeline.bytes_moved()["h2d"]))
-            row[f"tok/s {link}"] = round(1e6 / timeline.span_us, 2)
-            row[f"overlap {link}"] = round(timeline.overlap_fraction(), 3)
+            token = time_decode(layout, base.with_link(link))
+            side = token.host + token.copy
+            row.setdefault("link_MiB/token", _mib(int(token.link_bytes)))
+            row[f"tok/s {link}"] = round(token.tok_s, 2)
+            row[f"hidden {link}"] = round(token.hidden / side, 3) if side else 0.0
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -401,6 +399,7 @@ def capacity_sweep(
     prefetch_hit_rate: Optional[float] = None,
     workers: Optional[int] = None,
     full_grid: bool = False,
+    cost_model: Optional[CostModel] = None,
 ) -> SweepResult:
     """The capacity-planning question for ``config`` (default: the published 35B-A3B,
     shape-only): every strategy setting of ``sweeps.quick_grid`` (``full_grid=True``:
@@ -410,7 +409,8 @@ def capacity_sweep(
 
     Without ``executor`` and ``workers`` the sweep runs in this process and reuses the
     program ``full_size_results`` captured (a worker process captures its own); with
-    ``workers`` it runs on that many local processes."""
+    ``workers`` it runs on that many local processes. ``cost_model``: the machine, its link
+    swapped per column (default ``deployment_cost_model()``)."""
     config = config or MoEConfig.full()
     check_flag(full_grid, "full_grid")
     rate = measured_hit_rate() if prefetch_hit_rate is None else prefetch_hit_rate
@@ -424,14 +424,32 @@ def capacity_sweep(
         executor,
         prefetch_hit_rate=rate,
         workers=workers,
+        cost_model=cost_model if cost_model is not None else deployment_cost_model(),
     )
 
 
-def answer_table(result: SweepResult) -> pd.DataFrame:
+#: The regime of published runs a sweep strategy's tokens/s are judged by (its interval).
+STRATEGY_REGIMES = {"all_on_device": "all_on_gpu", "experts_on_host": "experts_on_host_compute",
+                    "expert_streaming": "experts_copied", "expert_cache": "experts_copied",
+                    "partial_offload": "partial_offload"}  # fmt: skip
+
+
+def strategy_regime(strategy: str, on_miss: Any = None) -> str:
+    """The published regime whose out-of-sample errors judge ``strategy``'s tokens/s: an
+    expert cache whose misses the host computes is ``experts_on_host_compute``."""
+    if strategy == "expert_cache" and on_miss == "host_compute":
+        return "experts_on_host_compute"
+    return STRATEGY_REGIMES.get(strategy, "")
+
+
+def answer_table(result: SweepResult, intervals: Optional[Mapping[str, float]] = None) -> pd.DataFrame:
     """One row per (budget, link) of a ``capacity_sweep``: the best strategy, its
-    parameters, tokens/s, MiB over the link per token, device GiB used, where its hit
-    rate comes from ("" when it has none), and the strategies it ties with (tokens/s
-    within ``sweeps.TIE_RTOL``; a tie goes to the simpler strategy, ``sweeps.SIMPLICITY``)."""
+    parameters, tokens/s and its interval (``×/÷``: the out-of-sample error factor of the
+    strategy's regime, ``intervals``, default the shipped decode model's), MiB over the
+    link per token, device GiB used, where its hit rate comes from ("" when it has none),
+    and the strategies it ties with (tokens/s within ``sweeps.TIE_RTOL``; a tie goes to
+    the simpler strategy, ``sweeps.SIMPLICITY``)."""
+    factors = intervals if intervals is not None else regime_model().intervals
     best = result.best
     params = [c for c in best.columns if c.startswith("param.")]
 
@@ -448,6 +466,8 @@ def answer_table(result: SweepResult) -> pd.DataFrame:
             "best": best["strategy"].where(best["fits"], "(nothing fits)"),
             "parameters": best.apply(parameters, axis=1).where(best["fits"], ""),
             "tok/s": best["tok/s"],
+            "×/÷": [round(factors.get(strategy_regime(st, best.get("param.on_miss", pd.Series(dtype=object)).get(i)), float("nan")), 2)
+                    if fit else float("nan") for i, st, fit in zip(best.index, best["strategy"], best["fits"])],
             "MiB/token": best["link_MiB/token"],
             "device_GiB": best["device_GiB"],
             "hit_rate": best["expected_hit_rate"].round(3),

@@ -166,11 +166,11 @@ _MAY_BE_ZERO = frozenset(
      "visited_expert_kernels", "copies_per_expert"}
 )  # fmt: skip
 # Figures that are shares in [0, 1].
-_SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies"})
+_SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_experts"})
 # Runtime terms added after measured presets were first written: a file without them
 # takes the defaults (this executor's own terms), which no measurement sets.
 _LATER_TERMS = frozenset({"overlap", "launch_overlap", "kernels_per_layer", "visited_expert_kernels",
-                          "copies_per_expert", "pageable_copies", "host_matvec_rates"})  # fmt: skip
+                          "copies_per_expert", "pageable_copies", "loads_all_experts", "host_matvec_rates"})  # fmt: skip
 
 
 def _check_rates(rates: Any) -> None:
@@ -276,6 +276,7 @@ class CostModel:
     visited_expert_kernels: float = 0.0  # kernels per expert of a loop visiting every expert of a layer; 0: none
     copies_per_expert: float = 0.0  # copies the runtime makes per routed expert it loads; 0: a graph's own copies
     pageable_copies: float = 0.0  # share of copied bytes staged from pageable host memory
+    loads_all_experts: float = 0.0  # 1: the runtime loads every expert its loop visits that the GPU does not hold
     host_matvec_rates: tuple[tuple[str, float], ...] = ()  # (weight format, weights/s the host multiplies), per format
     # Host.
     host_flops: float = 3e12  # FLOP/s, any dtype

@@ -19,14 +19,16 @@ Rules:
    the share of the weight bytes read that the host reads);
    ``host_weights`` counts the weight elements they multiply (picked rows, or whole
    constants), ``host_format`` is the weight format most of those bytes are stored in,
-   and ``host_calls`` counts the runs of consecutive host steps (one call of the host
+   (a dtype's own name, bf16 or fp16, for weights stored as their dtype), and
+   ``host_calls`` counts the runs of consecutive host steps (one call of the host
    each). Placeholder bindings are the caller's, not the token's.
 4. Copies: h2d, d2h and d2d bytes as their variants charge them (a reuse copy's expected
-   link share at ``prefetch_hit_rate``; a counted copy its expected rows) give
-   ``link_bytes``. Copies of rows selected by an index carry experts (``expert_copies``);
-   ``expert_loads`` is the expected rows moved per distinct index (the weights of one
-   expert, stacked in several tensors, share an index and count once). Other copies
-   count in ``copies``. A step with a row share is charged its expected share.
+   link share at ``prefetch_hit_rate``; a counted copy its expected rows). Copies of rows
+   selected by an index carry experts (``expert_copies``); ``expert_loads`` is the
+   expected rows moved per distinct index (the weights of one expert, stacked in several
+   tensors, share an index and count once), ``expert_bytes`` their bytes per load, and a
+   graph loads nothing beyond them (``experts_offloaded`` = ``expert_loads``). Other
+   copies count in ``copies`` and ``link_bytes``. A step with a row share is charged its expected share.
 5. ``layers``: the most distinct indices of one module list among the constants'
    qualified names (``layers.0…``, ``model.layers.17…``), or ``layers=``. The graph's own
    kernel and copy counts are its runtime's unless a cost model states its own
@@ -61,6 +63,8 @@ from .steps import Step, steps_of
 
 __all__ = ["decode_time", "layout_of"]
 
+#: The weight format a tensor's own dtype is (rule 3: ``host_format``), where the table has it.
+_DTYPE_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _LAYER = re.compile(r"(?:^|\.)([A-Za-z_][A-Za-z0-9_]*)\.(\d+)\.")
 
 
@@ -109,6 +113,16 @@ def _numel(val: torch.Tensor) -> float:
     return n
 
 
+def _note_weights(node: torch.fx.Node, nbytes: float, formats: Counter[str], bits: dict[str, float]) -> None:
+    """Add ``nbytes`` of the weights ``node`` holds to ``formats`` under their format's
+    name ("" for a dtype), remembering their bits per element."""
+    fact = stored_format(node)
+    val = value_of(node)
+    name = fact.name if fact is not None else _DTYPE_FORMATS.get(getattr(val, "dtype", None), "")
+    bits[name] = fact.bits_per_weight if fact is not None else (val.element_size() * 8 if isinstance(val, torch.Tensor) else 0.0)
+    formats[name] += nbytes
+
+
 def _tensor_args(node: torch.fx.Node) -> list[torch.fx.Node]:
     found: list[torch.fx.Node] = []
     torch.fx.node.map_arg((node.args, node.kwargs), lambda a: found.append(a) or a)  # type: ignore[func-returns-value]
@@ -149,24 +163,23 @@ def _op_step(tally: _Tally, step: Step, node: torch.fx.Node, events: dict[str, S
     kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
     counted, _ = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node), stored_of(node))
     share = 1.0 if step.share is None else step.share.expected_share(rate)
-    nbytes, weights = float(counted.cost.bytes_touched), 0.0
+    nbytes = float(counted.cost.bytes_touched)
     formats: Counter[str] = Counter()
+    bits: dict[str, float] = {}
     picks = _weight_root(node) is not None
     if picks:  # rule 2: a pick is charged what it reads, not the rows it writes
         nbytes -= _stored_bytes(node)
-        weights += _numel(value_of(node))
-        fact = stored_format(node)
-        formats[fact.name if fact is not None else ""] += _stored_bytes(node)
+        _note_weights(node, _stored_bytes(node), formats, bits)
     for arg in _tensor_args(node):
         if _weight_root(arg) is None:
             continue
         if _materialised_by_step(arg, events):  # rule 2: read again, charged at the pick
             nbytes -= _stored_bytes(arg)
         elif not picks and _constant(_weight_root(arg)):  # type: ignore[arg-type]
-            weights += _numel(value_of(arg))
-            fact = stored_format(arg)
-            formats[fact.name if fact is not None else ""] += _stored_bytes(arg)
+            # what the op reads of it: all of it, or the groups an index selects (op_cost)
+            _note_weights(arg, min(_stored_bytes(arg), float(counted.cost.bytes_touched)), formats, bits)
     nbytes = max(0.0, nbytes) * share
+    weights = sum(b * 8 / bits[f] for f, b in formats.items() if bits[f] > 0)
     prefix = "host" if on_host else "device"
     tally.sums[f"{prefix}_bytes"] += nbytes
     tally.sums[f"{prefix}_flops"] += counted.cost.flops * share
@@ -185,10 +198,11 @@ def _copy_step(tally: _Tally, step: Step, node: torch.fx.Node, reference: CostMo
     record = step.copy
     assert record is not None
     _, moved, _ = copy_variant(record.role).cost(reference, step, node, record)()
-    tally.sums["link_bytes"] += moved
     if not record.is_gather:
+        tally.sums["link_bytes"] += moved
         tally.sums["copies"] += 1
         return
+    tally.sums["expert_link_bytes"] += moved
     tally.sums["expert_copies"] += 1
     if record.role == CopyRole.PREFETCH:
         tally.prefetched += moved
@@ -229,12 +243,15 @@ def layout_of(plan: MemoryPlan, *, device: Optional[DeviceLike] = None, prefetch
     weight_bytes = s["host_weight_bytes"] + s["device_weight_bytes"]
     host_format = max(tally.host_formats, key=lambda k: tally.host_formats[k]) if tally.host_formats else ""
     dequant = _dequant_ops(host_format)
-    link = s["link_bytes"]
+    link = s["link_bytes"] + s["expert_link_bytes"]
+    loads = sum(tally.loads.values())
     return DecodeLayout(
         device_bytes=s["device_bytes"], device_flops=s["device_flops"], kernels=float(s["kernels"]),
         layers=int(layers) if layers is not None else _layers(plan), host_bytes=s["host_bytes"],
         host_weights=s["host_weights"], host_format=host_format, host_dequant_ops=dequant, host_calls=s["host_calls"],
-        link_bytes=link, copies=s["copies"], expert_loads=sum(tally.loads.values()), expert_copies=s["expert_copies"],
+        link_bytes=s["link_bytes"], copies=s["copies"], expert_loads=loads,
+        expert_bytes=s["expert_link_bytes"] / loads if loads else 0.0, expert_copies=s["expert_copies"],
+        experts_offloaded=loads,
         host_share=s["host_weight_bytes"] / weight_bytes if weight_bytes else 0.0,
         overlappable=min(1.0, tally.prefetched / link) if link else 1.0, gpu=str(gpu) if gpu is not None else "",
         origin="graph", notes=(f"counted from {len(events)} steps of the plan",),

@@ -26,9 +26,12 @@ Rules of ``for_machine``:
    cross the link first; the cache holds ``resident_expert_bytes`` (default: the GPU's
    memory less the non-expert weights and ``CACHE_RESERVE`` of it kept for the context,
    activations and the KV cache), none when ``cache=False``; its hit rate is the
-   placement's routing's for the share held (uniform routing: the share).
-4. Each MoE layer whose experts the host computes makes one host call and two activation
-   copies (the hidden state to the host and back) of ``activation_bytes`` per element.
+   placement's routing's for the share held (uniform routing: the share). The experts
+   not held (``experts_offloaded``) are what a runtime that loads every expert its loop
+   visits copies in instead.
+4. Each MoE layer whose experts the host computes makes one host call and four copies:
+   the hidden state, the routed experts' ids and weights (4 bytes each) to the host, and
+   the result back (``activation_bytes`` per element of the hidden state).
 5. A part the facts need must be named: a host where the host computes, a link where
    anything crosses it (default: the GPU's own host interface, ``pcie_gen`` and
    ``pcie_lanes``). An unknown part is refused with the valid names.
@@ -249,10 +252,12 @@ class DecodeLayout:
     host_format: str = ""  # their stored weight format ("" when only bits are known)
     host_dequant_ops: float = 0.0  # operations to dequantize one of them
     host_calls: float = 0.0  # calls the host makes per token (one per host layer, or one per host op of a graph)
-    link_bytes: float = 0.0  # bytes over the host link per token, both directions
+    link_bytes: float = 0.0  # bytes over the host link per token that carry no expert weights, both directions
     copies: float = 0.0  # copies per token that carry no expert weights (activations, states)
     expert_loads: float = 0.0  # routed experts copied in per token
+    expert_bytes: float = 0.0  # bytes of one expert copied in
     expert_copies: float = 0.0  # copies that carry them: a graph's own, or one per expert loaded
+    experts_offloaded: float = 0.0  # experts per token not held on the GPU: what a loop visiting every expert loads
     host_share: float = 0.0  # share of the active expert bytes the host computes
     cache_share: float = 0.0  # share of the experts the GPU's expert cache holds
     hit_rate: float = 0.0  # share of the active experts found on the GPU (copied regime)
@@ -265,7 +270,7 @@ class DecodeLayout:
 
     def __post_init__(self) -> None:
         for name in ("device_bytes", "device_flops", "host_bytes", "host_weights", "host_dequant_ops", "host_calls",
-                     "link_bytes", "copies", "expert_loads", "expert_copies"):
+                     "link_bytes", "copies", "expert_loads", "expert_bytes", "expert_copies", "experts_offloaded"):
             _check_number(f"layout {name}", getattr(self, name), 0, 1e18)
         if self.kernels is not None:
             _check_number("layout kernels", self.kernels, 0, 1e9)
@@ -329,7 +334,7 @@ def _laid_out(gpu: str, host: Optional[str], link: Optional[str], model: ModelFa
     expert_active = model.expert_active * bits.experts / 8
     kv = model.kv_bytes_per_token * placement.context_tokens
     notes = [f"bits: {bits.how or f'{bits.experts:g} / {bits.other:g}'}"]
-    host_share, cache_share, hit, loads, link_name, host_name = 0.0, 0.0, 0.0, 0.0, "", ""
+    host_share, cache_share, hit, loads, offloaded, link_name, host_name = 0.0, 0.0, 0.0, 0.0, 0.0, "", ""
     regime = placement.regime
     if regime == "all_on_gpu":
         if memory is not None and expert_bytes_total + other_bytes_total > memory:
@@ -344,6 +349,7 @@ def _laid_out(gpu: str, host: Optional[str], link: Optional[str], model: ModelFa
         hit = float(placement.routing.hit_rate(cache_share)) if cache_share > 0 else 0.0
         _check_number("routing hit rate", hit, 0, 1)
         loads = (1 - hit) * model.moe_layers * model.top_k
+        offloaded = (1 - cache_share) * model.moe_layers * model.num_experts
         notes.append(f"expert cache holds {cache_share:.3f} of the experts; {placement.routing.label}: hit rate {hit:.3f}")
     host_calls = copies = activation = 0.0
     if host_share > 0:
@@ -351,8 +357,8 @@ def _laid_out(gpu: str, host: Optional[str], link: Optional[str], model: ModelFa
         link_name = _link_of(gpu, link, parts)
         host_layers = round(host_share * model.moe_layers) if regime == "partial_offload" else model.moe_layers
         host_calls = float(host_layers)
-        copies = 2.0 * host_layers
-        activation = copies * model.hidden * model.activation_bytes
+        copies = 4.0 * host_layers  # rule 4: the hidden state, the experts' ids and weights, the result
+        activation = host_layers * (2 * model.hidden * model.activation_bytes + 2 * model.top_k * 4)
     gpu_expert = (1 - host_share) * expert_active
     return DecodeLayout(
         device_bytes=model.other_active * bits.other / 8 + gpu_expert + kv,
@@ -361,8 +367,9 @@ def _laid_out(gpu: str, host: Optional[str], link: Optional[str], model: ModelFa
         top_k=model.top_k, host_bytes=host_share * expert_active, host_weights=host_share * model.expert_active,
         host_format=bits.expert_format if host_share > 0 else "",
         host_dequant_ops=bits.expert_dequant_ops if host_share > 0 else 0.0, host_calls=host_calls,
-        link_bytes=activation + (1 - hit) * expert_active * (regime == "experts_copied"),
-        copies=copies, expert_loads=loads, expert_copies=loads, host_share=host_share, cache_share=cache_share, hit_rate=hit,
+        link_bytes=activation, copies=copies, expert_loads=loads,
+        expert_bytes=model.expert_params * bits.experts / 8 if regime == "experts_copied" else 0.0,
+        expert_copies=loads, experts_offloaded=offloaded, host_share=host_share, cache_share=cache_share, hit_rate=hit,
         overlappable=placement.overlappable, gpu=gpu, host=host_name, link=link_name, origin="facts",
         notes=tuple(notes),
     )  # fmt: skip

@@ -27,10 +27,12 @@ Rules:
    (``CostModel.host_matvec_rate``), else ``host_flops / (2 + dequant ops per weight)``:
    a multiply-add and the dequantization of every weight at the host's FLOP rate.
    ``host_bound`` says which of the two terms is the longer.
-4. Copy: ``link_bytes / (h2d_bandwidth × (1 - pageable_copies × (1 - pageable_factor)))
-   + (copies + expert copies) × h2d_latency``; expert copies = ``expert_loads ×
-   copies_per_expert`` when the runtime states its copies per expert, else the layout's
-   own ``expert_copies``.
+4. Copy: experts loaded = the layout's ``expert_loads``, or its ``experts_offloaded``
+   for a runtime that loads every expert its loop visits (``loads_all_experts``); ``(link_bytes
+   + loaded × expert_bytes) / (h2d_bandwidth × (1 - pageable_copies × (1 -
+   pageable_factor))) + (copies + expert copies) × h2d_latency``; expert copies = loaded ×
+   ``copies_per_expert`` when the runtime states its copies per expert, else the layout's
+   own ``expert_copies`` (scaled to the experts loaded).
 5. The time is a finite number > 0, or a ``DecodeTimeError`` names what made it not one;
    tokens/s is never negative, zero or NaN.
 """
@@ -62,6 +64,7 @@ class DecodeTime:
     host: float  # the host part (rule 3)
     copy: float  # the copy part (rule 4)
     hidden: float  # seconds of host-or-copy work hidden beside the GPU (rule 1)
+    link_bytes: float  # bytes over the host link per token, experts loaded included (rule 4)
     kernels: float  # device kernels per token
     host_bound: str  # "memory" or "compute" when the host computes, else ""
     cost_model: str  # the name of the cost model that timed it
@@ -100,10 +103,18 @@ def _host_seconds(layout: DecodeLayout, model: CostModel) -> tuple[float, str]:
     return max(memory, compute) + layout.host_calls * model.host_op_overhead, bound
 
 
+def _link_bytes(layout: DecodeLayout, model: CostModel) -> tuple[float, float]:
+    """(bytes over the link, experts loaded) per token (rule 4)."""
+    loads = layout.experts_offloaded if model.loads_all_experts >= 0.5 and layout.experts_offloaded else layout.expert_loads
+    return layout.link_bytes + loads * layout.expert_bytes, loads
+
+
 def _copy_seconds(layout: DecodeLayout, model: CostModel) -> float:
     bandwidth = model.h2d_bandwidth * (1.0 - model.pageable_copies * (1.0 - model.pageable_factor))
-    expert_copies = layout.expert_loads * model.copies_per_expert if model.copies_per_expert > 0 else layout.expert_copies
-    return layout.link_bytes / bandwidth + (layout.copies + expert_copies) * model.h2d_latency
+    nbytes, loads = _link_bytes(layout, model)
+    expert_copies = loads * model.copies_per_expert if model.copies_per_expert > 0 else layout.expert_copies * (
+        loads / layout.expert_loads if layout.expert_loads else 1.0)
+    return nbytes / bandwidth + (layout.copies + expert_copies) * model.h2d_latency
 
 
 def time_decode(layout: DecodeLayout, cost_model: CostModel) -> DecodeTime:
@@ -130,4 +141,5 @@ def time_decode(layout: DecodeLayout, cost_model: CostModel) -> DecodeTime:
     if not (math.isfinite(seconds) and seconds > 0):
         raise DecodeTimeError(f"the layout on {cost_model.name!r} gives {seconds!r} s per token (gpu {gpu!r}, host "
                               f"{host!r}, copy {copy!r}): a layout with no bytes and no kernels has no decode time")
-    return DecodeTime(seconds, gpu, device, issue, host, copy, hidden, kernels, bound, cost_model.name)
+    return DecodeTime(seconds, gpu, device, issue, host, copy, hidden, _link_bytes(layout, cost_model)[0], kernels, bound,
+                      cost_model.name)

@@ -1,4 +1,4 @@
-"""Plans and timelines a process made already, handed to whoever asks for the same again.
+"""Plans and layouts a process made already, handed to whoever asks for the same again.
 
 A capacity sweep plans the strategies an analysis of the same program planned a moment
 before (the walkthrough's full-size table holds ``all_on_device``, ``experts_on_host`` and
@@ -9,12 +9,13 @@ Rules:
      made once per (program object, strategy, algorithm). Strategies compare by value
      (their placement rules are values, ``strategy.EveryOpOn``), so two built alike share
      one plan; a strategy that cannot be hashed is planned every time.
-  2. ``estimated(plan, cost_model)`` is ``estimate(plan, cost_model)``, made once per (plan
-     object, cost model); cost models are frozen values.
-  3. Plans and timelines are never changed after they are made, so sharing them is safe.
+  2. ``laid_out(plan, prefetch_hit_rate)`` is ``runtime.decode_graph.layout_of(plan,
+     prefetch_hit_rate=...)``, made once per (plan object, rate): every link and cost model
+     times the same layout.
+  3. Plans and layouts are never changed after they are made, so sharing them is safe.
      At most ``KEEP`` plans are remembered (the least recently asked for is forgotten
-     first, with its timelines), so a long sweep holds no more than a short one; a
-     program that is gone takes its plans with it.
+     first, with its layouts), so a long sweep holds no more than a short one; a program
+     that is gone takes its plans with it.
   4. The cache is per process and thread-safe; a worker process starts with its own.
 """
 
@@ -27,17 +28,17 @@ from typing import Any
 
 from ..capture import Program
 from ..planning.memory_plan import MemoryPlan, plan
-from ..runtime import CostModel, estimate
-from ..runtime.timeline import Timeline
+from ..runtime.decode_graph import layout_of
+from ..runtime.decode_layout import DecodeLayout
 from ..strategy import Strategy
 
-__all__ = ["KEEP", "estimated", "forget", "planned"]
+__all__ = ["KEEP", "forget", "laid_out", "planned"]
 
 #: Plans remembered per process (rule 3): the walkthrough's eight full-size strategies.
 KEEP = 8
 
 _PLANS: "OrderedDict[tuple[int, Strategy, str], tuple[weakref.ref, MemoryPlan]]" = OrderedDict()
-_TIMELINES: "weakref.WeakKeyDictionary[MemoryPlan, dict[CostModel, Timeline]]" = weakref.WeakKeyDictionary()
+_LAYOUTS: "weakref.WeakKeyDictionary[MemoryPlan, dict[float, DecodeLayout]]" = weakref.WeakKeyDictionary()
 _LOCK = threading.RLock()
 
 
@@ -68,21 +69,21 @@ def planned(program: Program, strategy: Strategy, algorithm: str) -> MemoryPlan:
     return made
 
 
-def estimated(memory: MemoryPlan, cost_model: CostModel) -> Timeline:
+def laid_out(memory: MemoryPlan, prefetch_hit_rate: float = 0.0) -> DecodeLayout:
     """Rule 2."""
     with _LOCK:
-        known = memory in _TIMELINES and cost_model in _TIMELINES[memory]
-        if known:
-            return _TIMELINES[memory][cost_model]
-    timeline = estimate(memory, cost_model)
+        known = _LAYOUTS.get(memory, {}).get(prefetch_hit_rate)
+    if known is not None:
+        return known
+    layout = layout_of(memory, prefetch_hit_rate=prefetch_hit_rate)
     with _LOCK:
-        if any(p is memory for _, p in _PLANS.values()):  # rule 3: only remembered plans keep timelines
-            _TIMELINES.setdefault(memory, {})[cost_model] = timeline
-    return timeline
+        if any(p is memory for _, p in _PLANS.values()):  # rule 3: only remembered plans keep layouts
+            _LAYOUTS.setdefault(memory, {})[prefetch_hit_rate] = layout
+    return layout
 
 
 def forget() -> None:
-    """Drop every remembered plan and timeline (e.g. to time a sweep from scratch)."""
+    """Drop every remembered plan and layout (e.g. to time a sweep from scratch)."""
     with _LOCK:
         _PLANS.clear()
-        _TIMELINES.clear()
+        _LAYOUTS.clear()

@@ -1,18 +1,21 @@
-"""One sweep task, run where an executor puts it: place, propagate, plan, estimate.
+"""One sweep task, run where an executor puts it: place, propagate, plan, time a token.
 
 Rules:
   1. A ``SweepTask`` is plain data — a source recipe, a strategy spec, link names, a
      ``CostModel``, the planning algorithm and the expected hit rate of the strategy's
      reuse copies — so it pickles to a few hundred bytes for any executor.
   2. ``evaluate(task)`` applies the strategy to the source's program (captured once per
-     process, ``source`` rule 1), plans it once and estimates it once per link (a plan or
-     timeline this process made already is reused, ``reuse`` rules 1-2); it
-     returns one row per link, plus the process id, its peak resident memory so far and
-     the seconds it took, so the caller can report memory per worker.
+     process, ``source`` rule 1), plans it and lays its token out once
+     (``runtime.decode_graph.layout_of``; a plan or layout this process made already is
+     reused, ``reuse`` rules 1-2), and times the token once per link with
+     ``runtime.decode_time.time_decode`` — the one decode physics; it returns one row per
+     link, plus the process id, its peak resident memory so far and the seconds it took,
+     so the caller can report memory per worker.
   3. A row's device figures are for ``strategy.device``: ``device_bytes`` = resident
      constants + planned arena there, the memory a budget must hold. Link bytes are the
-     h2d + d2h bytes the modeled timeline moved (a reuse copy counts the rows it is
-     expected to miss). ``tok/s = 1e6 / span``: one decode step per token.
+     bytes over the link per token (a reuse copy counts the rows it is expected to miss);
+     ``tok/s`` is one decode token per step; ``overlap`` the share of the host-or-copy
+     time hidden beside the GPU.
   4. The same task gives the same rows on every machine and in every process (the cost
      model is deterministic), so sweeps through different executors compare equal.
 """
@@ -28,7 +31,8 @@ from typing import Any, Optional
 
 from ..devices import CPU, Device
 from ..runtime import CostModel
-from .reuse import estimated, planned
+from ..runtime.decode_time import time_decode
+from .reuse import laid_out, planned
 from .source import Source
 from .spec import StrategySpec
 
@@ -75,13 +79,14 @@ def evaluate(task: SweepTask) -> TaskResult:
     resident = int(memory.constant_bytes.get(device, 0))
     arena = int(memory.arena_bytes.get(device, 0))
     host = int(memory.constant_bytes.get(CPU, 0)) + int(memory.arena_bytes.get(CPU, 0))
+    layout = laid_out(memory, task.expected_hit_rate if task.expected_hit_rate is not None else 0.0)
     rows = []
     for link in task.links:
         model = task.cost_model.with_link(link)
         if task.expected_hit_rate is not None:
             model = model.with_prefetch_hit_rate(task.expected_hit_rate)
-        timeline = estimated(memory, model)
-        moved = timeline.bytes_moved()
+        token = time_decode(layout, model)
+        side = token.host + token.copy
         rows.append(
             {
                 "strategy": task.spec.name,
@@ -94,10 +99,10 @@ def evaluate(task: SweepTask) -> TaskResult:
                 "resident_GiB": round(resident / 2**30, 3),
                 "arena_MiB": round(arena / 2**20, 3),
                 "host_GiB": round(host / 2**30, 3),
-                "ms/token": round(timeline.span_us / 1e3, 4),
-                "tok/s": round(1e6 / timeline.span_us, 3) if timeline.span_us else float("inf"),
-                "link_MiB/token": round((moved["h2d"] + moved["d2h"]) / 2**20, 3),
-                "overlap": round(timeline.overlap_fraction(), 4),
+                "ms/token": round(token.ms, 4),
+                "tok/s": round(token.tok_s, 3),
+                "link_MiB/token": round(token.link_bytes / 2**20, 3),
+                "overlap": round(token.hidden / side, 4) if side else 0.0,
                 "expected_hit_rate": task.expected_hit_rate,
                 "hit_rate_source": task.hit_rate_source,
             }
