@@ -23,12 +23,14 @@ Rules:
    profiles name them, when at least 3 runs do: the value at which the median of
    log(modeled / published) over them is 0 (bisection in the term's range; the bound
    nearer to 0 when none inside makes it 0). With fewer runs the term keeps its prior,
-   the physical default its row cites, and says so (``FittedTerm.prior``).
+   the physical default its row cites, and says so (``FittedTerm.prior``). The terms are
+   fitted twice over: the second pass refits each with the others at their first-pass
+   values.
 3. Each fitted term's leave-one-out error for a run: refit without it, predict it,
    ``|predicted / published - 1|`` (in-sample diagnostics of one term).
 4. Leave-one-source-out (the headline): for each source, every term refitted on the
    other sources' runs (rule 2), and that source's runs predicted. A regime's interval is
-   the factor ``exp(q)``, q the 80th percentile of ``|log(predicted / published)|`` over
+   the factor ``exp(q)``, q the 90th percentile of ``|log(predicted / published)|`` over
    its out-of-sample predictions (over every regime's when it has fewer than 4).
 """
 
@@ -49,7 +51,7 @@ from ..runtime.decode_layout import DecodeLayout, LayoutError, ModelFacts, Place
 from ..runtime.decode_time import DecodeTimeError, time_decode
 from ..runtime.op_cost import CostModelError
 from ..runtime.parts import PartsFile, parts_path
-from .published_runs import FittedTerm, PublishedRun, published_dir, published_runs, read_run
+from .published_runs import AnchorError, FittedTerm, PublishedRun, published_dir, published_runs, read_run
 from .runtime_profiles import FittedTermSpec, RuntimeProfile, RuntimeProfileError, fitted_terms, runtime_profiles, runtime_profiles_path
 
 __all__ = ["INTERVAL_QUANTILE", "DecodePrediction", "OutOfSample", "RegimeModel", "fit_regime_model",
@@ -59,8 +61,10 @@ _MIN_FIT_ROWS = 3
 #: A run depends on a term when its time moves by at least this share of the term's own
 #: relative change (rule 2): the term is a material part of its time.
 _ELASTICITY = 0.1
+#: Halvings of a term's log range in a fit: 2^-26 of a range of 1e4 is a relative error of 1e-7.
+_BISECTIONS = 26
 #: The quantile of out-of-sample |log ratio| an interval covers (rule 4).
-INTERVAL_QUANTILE = 0.8
+INTERVAL_QUANTILE = 0.9
 _MIN_REGIME_ROWS = 4
 
 
@@ -151,6 +155,17 @@ class RegimeModel:
 
     def _profile(self, name: str) -> Optional[RuntimeProfile]:
         return next((p for p in self.profiles if p.name == name), None)
+
+    def machine(self, run: Union[PublishedRun, Mapping[str, Any]]) -> tuple[DecodeLayout, CostModel]:
+        """The layout of ``run`` and the machine its runtime profile composes (with this
+        model's fits): what ``predict`` times with ``time_decode``. A run that cannot be
+        modeled is an ``AnchorError`` saying why."""
+        run = _as_run(run)
+        profile = self._profile(run.runtime)
+        layout, why = _layout(run)
+        if profile is None or layout is None:
+            raise AnchorError(f"run {run.id!r} is not modeled: {why or run.why or 'no runtime profile'}")
+        return layout, _machine(run, layout, profile.resolved(self.fits))
 
     def predict(self, run: Union[PublishedRun, Mapping[str, Any]]) -> DecodePrediction:
         """One run modeled (rules 1, 4); a table row (a mapping of its columns) is read
@@ -254,7 +269,7 @@ def _solve(data: _Rows, rows: Sequence[int], spec: FittedTermSpec, fits: Mapping
     gb = data.log_gap(rows, {**fits, spec.term: spec.high})
     if not (ga * gb <= 0):  # no root inside (or an unmodelable end): the bound nearer to 0
         return spec.low if abs(ga) < abs(gb) else spec.high
-    for _ in range(36):
+    for _ in range(_BISECTIONS):
         mid = (a + b) / 2
         gm = data.log_gap(rows, {**fits, spec.term: math.exp(mid)})
         if (gm > 0) == (ga > 0):
@@ -265,6 +280,13 @@ def _solve(data: _Rows, rows: Sequence[int], spec: FittedTermSpec, fits: Mapping
 
 
 def _fit(data: _Rows, order: Sequence[str], loo: bool) -> tuple[dict[str, float], list[FittedTerm]]:
+    """Rule 2, twice: the second pass refits each term with every other at its first-pass
+    value (a run that barely depends on a term still sees its fitted value, not its prior)."""
+    first, _ = _fit_pass(data, order, False, {})
+    return _fit_pass(data, order, loo, first)
+
+
+def _fit_pass(data: _Rows, order: Sequence[str], loo: bool, earlier: Mapping[str, float]) -> tuple[dict[str, float], list[FittedTerm]]:
     fits: dict[str, float] = {}
     terms: list[FittedTerm] = []
     pending = list(order)
@@ -281,13 +303,14 @@ def _fit(data: _Rows, order: Sequence[str], loo: bool) -> tuple[dict[str, float]
         pending.remove(term)
         rows = eligible[term]
         spec = data.specs[term]
-        fits[term] = _solve(data, rows, spec, fits)
+        context = {**earlier, **fits}
+        fits[term] = _solve(data, rows, spec, context)
         errors = []
         if loo:  # rule 3
             for k, i in enumerate(rows):
-                held = _solve(data, rows[:k] + rows[k + 1:], spec, fits)
+                held = _solve(data, rows[:k] + rows[k + 1:], spec, context)
                 run, layout, profile, _ = data.rows[i]
-                speed = data.tok_s(run, layout, profile, {**fits, term: held})
+                speed = data.tok_s(run, layout, profile, {**context, term: held})
                 errors.append(abs(speed / run.tok_s - 1) if speed else math.inf)
         terms.append(FittedTerm(f"{term} ({spec.field})", fits[term], tuple(data.rows[i][0].id for i in rows), tuple(errors)))
     return fits, terms

@@ -282,6 +282,12 @@ def read_run(row: Mapping[str, Any], parts: PartsFile = None,
                           f"{', '.join(PUBLISHED_COLUMNS)}")
     cells = {c: ("" if row.get(c) is None or (isinstance(row.get(c), float) and math.isnan(row[c])) else row[c])
              for c in PUBLISHED_COLUMNS}  # fmt: skip
+    for column, (low, low_open, high) in _RANGES.items():
+        given = cells[column]
+        value = _finite(given) if not isinstance(given, bool) else None
+        if str(given).strip() != "" and (value is None or (value <= low if low_open else value < low) or value > high):
+            raise AnchorError(f"run {str(cells['id'])[:40]!r}: {column} must be a number in {'(' if low_open else '['}"
+                              f"{low:g}, {high:g}] or empty, got {str(given)[:40]!r}")
     tok_s = _finite(cells["decode_tok_s"])
     if tok_s is None or tok_s <= 0:
         raise AnchorError(f"run {str(cells['id'])[:40]!r}: decode_tok_s must be a finite number > 0, got {cells['decode_tok_s']!r}")

@@ -127,11 +127,21 @@ def threads_text(value: object) -> Optional[int]:
 _POOLS = re.compile(r"--kt-threadpool-count (\d)|(\d) threadpools?\b")
 
 
+#: ``sockets_text``'s answer for "every socket" (a runtime built NUMA-aware): capped by the host's sockets.
+ALL_SOCKETS = 64
+
+
 def sockets_text(value: object) -> Optional[int]:
     """Sockets whose memory a run's host threads use, when it states them
-    (KTransformers' ``--kt-threadpool-count N``, one pool per NUMA node), or None."""
-    found = _POOLS.search(_text(value))
-    return int(found.group(1) or found.group(2)) if found else None
+    (KTransformers' ``--kt-threadpool-count N``, one pool per NUMA node; a build with
+    ``USE_NUMA=1``, every socket: ``ALL_SOCKETS``), or None."""
+    text = _text(value)
+    found = _POOLS.search(text)
+    if found:
+        return int(found.group(1) or found.group(2))
+    if "without USE_NUMA" in text:  # "built without USE_NUMA=1" says the opposite
+        return None
+    return ALL_SOCKETS if "USE_NUMA=1" in text else None
 
 
 _RESIDENT = re.compile(r"(\d+(?:\.\d+)?) GB of experts resident")

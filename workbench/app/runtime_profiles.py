@@ -33,9 +33,10 @@ Rules:
    ``device_memory_bandwidth`` = ``gpu_bandwidth_fraction`` × the GPU part's datasheet
    rate (a measured GPU's rate is already achieved: kept); ``host_memory_bandwidth`` =
    ``host_bandwidth_fraction`` × the DRAM peak of the sockets whose memory the threads
-   use (every socket when ``numa_aware``, else one); ``host_matvec_rates`` = the kernel
-   family's rate per core × the threads (the run's, else the host's ``math_cores`` or
-   ``cores``, at most its cores); h2d and d2h latency = the link part's +
+   use (the run's, else every socket when ``numa_aware``, else one); ``host_matvec_rates``
+   = the kernel family's rate per core, scaled by this host's FP32 FLOP/s per core over
+   the core it was measured on, × the threads (the run's, else the host's ``math_cores``
+   or ``cores``, at most its cores); h2d and d2h latency = the link part's +
    ``per_copy_cost``.
 """
 
@@ -70,7 +71,7 @@ _RANGES: dict[str, tuple[float, float]] = {
 }  # fmt: skip
 PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "host_kernels", *_RANGES)
 _COLUMNS = ("profile", "field", "value", "source")
-_MATVEC_COLUMNS = ("kernels", "format", "weights_per_s_per_core", "source")
+_MATVEC_COLUMNS = ("kernels", "format", "weights_per_s_per_core", "core_flops", "source")
 _TERM_COLUMNS = ("term", "field", "low", "high", "prior", "source")
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
@@ -167,7 +168,9 @@ class RuntimeProfile:
         cores = machine.get("host.cores")
         if self.host_kernels != "none" and cores is not None:
             threads = min(float(self.threads or machine.get("host.math_cores", cores)), float(cores))
-            figures["host_matvec_rates"] = tuple(sorted((fmt, rate * threads) for fmt, rate in host_matvec(self.host_kernels)))
+            core = machine["host_flops"] / float(cores)  # this host's FP32 FLOP/s per core
+            figures["host_matvec_rates"] = tuple(sorted((fmt, rate * core / measured_on * threads)
+                                                        for fmt, rate, measured_on in host_matvec(self.host_kernels)))  # fmt: skip
         return figures
 
 
@@ -200,9 +203,9 @@ def _read(path: Path, what: str, columns: tuple[str, ...]) -> list[Any]:
     return list(table.itertuples(index=False))
 
 
-def host_matvec(kernels: str, path: Optional[Union[str, Path]] = None) -> tuple[tuple[str, float], ...]:
-    """``(weight format, weights per second per core)`` of the host kernel family
-    ``kernels`` (``data/runtimes/host_matvec.csv``)."""
+def host_matvec(kernels: str, path: Optional[Union[str, Path]] = None) -> tuple[tuple[str, float, float], ...]:
+    """``(weight format, weights per second per core, FP32 FLOP/s of the core it was
+    measured on)`` of the host kernel family ``kernels`` (``data/runtimes/host_matvec.csv``)."""
     table = _matvec(_key(path if path is not None else _data_dir() / "host_matvec.csv"))
     if kernels not in table:
         raise RuntimeProfileError(f"no host kernel family {kernels!r} in the matvec table; valid: {', '.join(sorted(table))}")
@@ -210,9 +213,9 @@ def host_matvec(kernels: str, path: Optional[Union[str, Path]] = None) -> tuple[
 
 
 @functools.lru_cache(maxsize=4)
-def _matvec(key: tuple[str, int, int]) -> dict[str, tuple[tuple[str, float], ...]]:
+def _matvec(key: tuple[str, int, int]) -> dict[str, tuple[tuple[str, float, float], ...]]:
     formats = weight_formats()
-    found: dict[str, list[tuple[str, float]]] = {}
+    found: dict[str, list[tuple[str, float, float]]] = {}
     problems: list[str] = []
     for i, row in enumerate(_read(Path(key[0]), "table of host matvec rates", _MATVEC_COLUMNS)):
         where = f"row {i + 2} ({row.kernels[:40]}/{row.format[:40]})"
@@ -223,12 +226,15 @@ def _matvec(key: tuple[str, int, int]) -> dict[str, tuple[tuple[str, float], ...
             problems.append(f"{where}: format is none of the format table's ({', '.join(sorted(formats))})")
         if rate is None or not 1e6 <= rate <= 1e12:
             problems.append(f"{where}: weights_per_s_per_core must be a number in [1e6, 1e12]")
+        core = _number(row.core_flops)
+        if core is None or not 1e8 <= core <= 1e13:
+            problems.append(f"{where}: core_flops must be a number in [1e8, 1e13] (FP32 FLOP/s of one core)")
         if not row.source.strip():
             problems.append(f"{where}: no source")
-        if any(f == row.format for f, _ in found.get(row.kernels, [])):
+        if any(f == row.format for f, _, _ in found.get(row.kernels, [])):
             problems.append(f"{where}: given twice")
-        if rate is not None:
-            found.setdefault(row.kernels, []).append((row.format, rate))
+        if rate is not None and core is not None:
+            found.setdefault(row.kernels, []).append((row.format, rate, core))
     if problems:
         raise RuntimeProfileError(f"{key[0]}: " + "; ".join(problems[:12]))
     return {k: tuple(v) for k, v in found.items()}

@@ -95,9 +95,11 @@ one of them on the machine at hand and writes a measured preset under
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+from types import MappingProxyType
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Union, runtime_checkable
@@ -106,7 +108,7 @@ import torch
 
 from ..devices import CopyKind, Device, DeviceError, DeviceLike
 from ..file_reading import read_regular_file
-from .parts import PART_FIELDS, PartsFile, part_facts, part_figures, part_names
+from .parts import PART_FIELDS, PartsFile, part_facts, part_figures, part_names, parts_file_key
 # What an op costs is counted in ``op_cost``; its names stay importable from here.
 from .op_cost import (
     CostModelError,
@@ -173,8 +175,17 @@ _LATER_TERMS = frozenset({"overlap", "launch_overlap", "kernels_per_layer", "vis
                           "copies_per_expert", "pageable_copies", "loads_all_experts", "host_matvec_rates"})  # fmt: skip
 
 
+_CHECKED_RATES: set[Any] = set()
+
+
 def _check_rates(rates: Any) -> None:
-    """``host_matvec_rates`` is a tuple of (format name, weights/s > 0), one per format."""
+    """``host_matvec_rates`` is a tuple of (format name, weights/s > 0), one per format
+    (a tuple already checked is not checked again)."""
+    try:
+        if rates in _CHECKED_RATES:
+            return
+    except TypeError:  # unhashable: not a tuple of pairs
+        pass
     ok = isinstance(rates, tuple) and all(
         isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]
         and not isinstance(pair[1], bool) and isinstance(pair[1], (int, float)) and math.isfinite(pair[1]) and pair[1] > 0
@@ -182,6 +193,8 @@ def _check_rates(rates: Any) -> None:
     if not ok or len({name for name, _ in rates}) != len(rates):
         raise CostModelError(f"CostModel.host_matvec_rates must be a tuple of (weight format, weights/s > 0) pairs, "
                              f"one per format, got {rates!r}")
+    if len(_CHECKED_RATES) < 4096:
+        _CHECKED_RATES.add(rates)
 
 
 def _choice(kind: str, name: str) -> dict[str, Any]:
@@ -288,7 +301,7 @@ class CostModel:
     name: str = "h200+pcie_gen5+x86_server"
 
     def __post_init__(self) -> None:
-        for f in fields(self):
+        for f in _FIELDS:
             value = getattr(self, f.name)
             if f.name == "name":
                 if not isinstance(value, str):
@@ -381,21 +394,16 @@ class CostModel:
         ``compiled`` runtime part first, then the figures the object sets. ``parts``: the
         path of a parts file of your own (``runtime.parts``): its parts join the shipped
         ones. The name is ``gpu+link+host+runtime``."""
-        values: dict[str, Any] = {}
         terms: Optional[RuntimeTerms] = None
         if not isinstance(runtime, str):
-            if not isinstance(runtime, RuntimeTerms):
+            if not (callable(getattr(runtime, "cost_model_figures", None)) and isinstance(getattr(runtime, "name", None), str)):
                 raise CostModelTypeError(f"runtime must be a runtime part name (a string) or an object with "
                                          f"name and cost_model_figures (RuntimeTerms), got {runtime!r}")
             terms, runtime = runtime, _PRESET_RUNTIME
         for kind, name in (("gpu", gpu), ("host", host), ("link", link), ("runtime", runtime)):
             if not isinstance(name, str):
                 raise CostModelTypeError(f"{kind} must be a part name (a string), got {name!r}")
-            if name.startswith(MEASURED_PREFIX):
-                measured = cls.preset(name).to_dict()
-                values.update({field: measured[field] for field in PART_FIELDS[kind]})
-            else:
-                values.update(part_figures(kind, name, parts))
+        values = dict(_composed(gpu, host, link, runtime, parts))
         if terms is None:
             return cls(**values, name=f"{gpu}+{link}+{host}+{runtime}")
         machine = {**values, **_facts_of(gpu, host, parts)}
@@ -555,14 +563,37 @@ def _rates_from(value: Any) -> tuple[tuple[str, float], ...]:
         raise CostModelError(f"host_matvec_rates must map weight formats to weights/s, got {value!r}") from None
 
 
-def _facts_of(gpu: str, host: str, parts: PartsFile) -> dict[str, float]:
+def _composed(gpu: str, host: str, link: str, runtime: str, parts: PartsFile) -> Mapping[str, Any]:
+    """The figures the named parts set, by field: read once per parts and file version."""
+    key = parts_file_key(parts)
+    return _composed_cached(gpu, host, link, runtime, str(parts) if parts is not None else None, key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _composed_cached(gpu: str, host: str, link: str, runtime: str, parts: Optional[str], _key: Any) -> Mapping[str, Any]:
+    values: dict[str, Any] = {}
+    for kind, name in (("gpu", gpu), ("host", host), ("link", link), ("runtime", runtime)):
+        if name.startswith(MEASURED_PREFIX):
+            measured = CostModel.preset(name).to_dict()
+            values.update({field: measured[field] for field in PART_FIELDS[kind]})
+        else:
+            values.update(part_figures(kind, name, parts))
+    return MappingProxyType(values)
+
+
+def _facts_of(gpu: str, host: str, parts: PartsFile) -> Mapping[str, float]:
     """The descriptive facts of the gpu and host parts, as ``"gpu.memory_bytes"`` and the
     like (a measured part states none)."""
+    return _facts_cached(gpu, host, str(parts) if parts is not None else None, parts_file_key(parts))
+
+
+@functools.lru_cache(maxsize=1024)
+def _facts_cached(gpu: str, host: str, parts: Optional[str], _key: Any) -> Mapping[str, float]:
     facts: dict[str, float] = {}
     for kind, name in (("gpu", gpu), ("host", host)):
         if not name.startswith(MEASURED_PREFIX):
             facts.update({f"{kind}.{field}": value for field, value in part_facts(kind, name, parts).items()})
-    return facts
+    return MappingProxyType(facts)
 
 
 def _runtime_figures(terms: RuntimeTerms, machine: Mapping[str, Any], parts: Mapping[str, str]) -> dict[str, Any]:
@@ -578,3 +609,6 @@ def _runtime_figures(terms: RuntimeTerms, machine: Mapping[str, Any], parts: Map
         raise CostModelError(f"runtime {terms.name!r} sets figures a cost model does not have: {unknown}; "
                              f"valid: {', '.join(sorted(known))}")
     return dict(figures)
+
+
+_FIELDS = fields(CostModel)  # the checks of __post_init__ walk these, once per model made

@@ -42,7 +42,7 @@ from ..file_reading import finite_number, read_csv_table
 from .op_cost import CostModelError
 
 __all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "PartsFile", "part_facts", "part_figures", "part_names",
-           "part_phrases", "parts", "parts_path"]  # fmt: skip
+           "part_phrases", "parts", "parts_file_key", "parts_path"]  # fmt: skip
 
 #: A user's parts file, by path (None: the shipped table alone).
 PartsFile = Optional[Union[str, "os.PathLike[str]"]]
@@ -196,6 +196,13 @@ def part_names(kind: str, parts: PartsFile = None) -> tuple[str, ...]:
 def _check_kind(kind: str) -> None:
     if kind not in PART_FIELDS:
         raise CostModelError(f"unknown kind of part {kind!r}; valid: {', '.join(PART_KINDS)}")
+
+
+def parts_file_key(parts: PartsFile = None) -> tuple[Any, ...]:
+    """What a reading of the catalog (shipped, and ``parts``) depends on: each file's path,
+    size and modification time — equal keys, equal parts (rule 3)."""
+    shipped = _file_key(parts_path())
+    return (shipped,) if parts is None else (shipped, _file_key(Path(parts)))
 
 
 def _index(parts: PartsFile) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
