@@ -44,8 +44,13 @@ def _row(**changes):
     "changes, message",
     [
         ({"regime": "on_the_moon"}, r"regime outside all_on_gpu"),
-        ({"decode_tok_s": -3}, r"no finite positive decode_tok_s"),
-        ({"decode_tok_s": "fast"}, r"no finite positive decode_tok_s"),
+        ({"decode_tok_s": -3}, r"no finite decode_tok_s > 0"),
+        ({"decode_tok_s": "fast"}, r"no finite decode_tok_s > 0"),
+        ({"bits_per_weight": 1e9}, r"bits_per_weight is not a number in \(0, 64\]"),
+        ({"total_params_b": "many"}, r"total_params_b is not a number"),
+        ({"total_params_b": 3, "active_params_b": 30}, r"active_params_b exceeds total_params_b"),
+        ({"gpu_count": 0.5}, r"gpu_count is not a number in \[1, 1024\]"),
+        ({"runtime": "x" * 2001}, r"a cell longer than 2000 characters"),
         ({"source_url": "http://example.org"}, r"lack an https source_url or a quote"),
         ({"quote": ""}, r"lack an https source_url or a quote"),
         ({"quote": "x" * 201}, r"more than 200 characters"),
@@ -64,7 +69,7 @@ def test_a_bad_row_is_refused_by_name(tmp_path, changes, message):
 def test_a_good_row_loads_and_a_duplicate_id_does_not(tmp_path):
     """A valid one-row file loads with a float speed; two rows with one id are refused."""
     assert published_decode_runs(_write(tmp_path, [_row()]))["decode_tok_s"].tolist() == [10.0]
-    with pytest.raises(AnchorError, match=r"duplicate ids \['a'\]"):
+    with pytest.raises(AnchorError, match=r"ids \['a'\] are empty or duplicated"):
         published_decode_runs(_write(tmp_path, [_row(), _row()]))
 
 
@@ -101,8 +106,9 @@ def test_memory_bound_model_per_row_and_median_per_regime():
     gpu_rows = table[(table["regime"] == "all_on_gpu") & table["ratio"].notna()]
     assert by_regime.loc["all_on_gpu", "median ratio"] == pytest.approx(gpu_rows["ratio"].median())
     assert by_regime.loc["all_on_gpu", "modeled"] == len(gpu_rows)
-    assert [gpu_part(g) for g in ("NVIDIA GeForce RTX 4090D", "NVIDIA L40S 48GB", "NVIDIA H200", "NVIDIA L4")] == [
-        None, None, None, "l4"
+    # parts are found by their names as written, never as a prefix of another part's name
+    assert [gpu_part(g) for g in ("NVIDIA GeForce RTX 4090D", "NVIDIA L40S 48GB", "NVIDIA H200", "NVIDIA L4", "h200")] == [
+        None, None, "h200", "l4", "h200"
     ]
 
 
@@ -119,3 +125,23 @@ def test_bandwidth_fraction_fit_and_its_leave_one_out_error():
     assert with_outlier.loo_errors[3] == pytest.approx(0.6)  # predicted 0.4 × 80 = 32 against 80
     with pytest.raises(AnchorError, match="at least 3 modeled rows"):
         fit_bandwidth_fraction(table, ["a", "b"])
+
+
+def test_a_table_larger_than_sixteen_mebibytes_is_refused_before_it_is_read(tmp_path):
+    """Like every other table, the published table is read within a size limit."""
+    path = _write(tmp_path, [_row()])
+    with open(path, "a") as f:
+        f.write("x" * (16 << 20))
+    with pytest.raises(AnchorError, match="more than the 16777216 accepted"):
+        published_decode_runs(path)
+
+
+def test_a_source_is_its_publication():
+    """Runs of one GitHub issue, pull request or discussion share a source, whatever
+    anchor or commit their URL names; other pages are their host and path."""
+    from workbench.app.published_runs import source_key
+
+    assert source_key("https://github.com/ikawrakow/ik_llama.cpp/discussions/258#discussioncomment-1") == "ikawrakow/ik_llama.cpp#258"
+    assert source_key("https://github.com/ggml-org/llama.cpp/pull/16834") == "ggml-org/llama.cpp#16834"
+    assert source_key("https://github.com/EfficientMoE/MoE-Infinity/blob/00181f/README.md") == "EfficientMoE/MoE-Infinity"
+    assert source_key("https://example.org/posts/run?x=1") == "example.org/posts/run"

@@ -15,7 +15,6 @@ from workbench import walkthrough as wt
 from workbench.models import MoEConfig, QwenMoEDecoder, param_count
 from workbench.strategies import expert_streaming
 from workbench.runtime import CostModel
-from workbench.runtime.executor import estimate
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,7 +111,7 @@ def test_measured_hit_rate_counts_per_token_agreement():
 def test_prefetch_sensitivity_brackets_plain_streaming():
     """Shape-only (tiny config): with prefetch at hit rate 1 the link carries exactly plain
     streaming's bytes; at 0 every predicted slab is fetched again (plain + (L-1)·k slabs);
-    in between, linearly. Cells come from estimate."""
+    in between, linearly. Cells are ``time_decode`` of each plan's layout."""
     cfg = MoEConfig.tiny()
     res = wt.full_size_results(
         cfg, strategies=[expert_streaming(), expert_streaming(prefetch=True)], prefetch_hit_rate=0.5, links=["pcie_gen5"]
@@ -120,10 +119,11 @@ def test_prefetch_sensitivity_brackets_plain_streaming():
     table = wt.prefetch_sensitivity(res, hit_rates=[0.0, 0.5, 1.0], links=["pcie_gen5"])
     slab = 3 * cfg.hidden_size * cfg.moe_intermediate_size * 4
     extra = (cfg.num_hidden_layers - 1) * cfg.num_experts_per_tok * slab
-    plain = res[0].estimates["pcie_gen5"].bytes_moved()["h2d"]
-    assert list(table["h2d_MiB/token"]) == [round(b / 2**20, 3) for b in (plain, plain + extra, plain + extra / 2, plain)]
+    plain = res[0].tokens["pcie_gen5"].link_bytes
+    assert list(table["link_MiB/token"]) == [round(b / 2**20, 3) for b in (plain, plain + extra, plain + extra / 2, plain)]
     assert res[1].prefetch_hit_rate == 0.5
-    assert table["tok/s pcie_gen5"][2] == round(1e6 / res[1].estimates["pcie_gen5"].span_us, 2)  # rate 0.5
+    assert table["tok/s pcie_gen5"][2] == round(res[1].tokens["pcie_gen5"].tok_s, 2)  # rate 0.5
+    assert table["hidden pcie_gen5"][0] == 0 and table["hidden pcie_gen5"][3] > 0  # only prefetched copies overlap
     with pytest.raises(ValueError, match=r"expert_streaming\+prefetch\+skip"):
         wt.prefetch_sensitivity(res[:1])
 
@@ -147,7 +147,7 @@ FULL_SIZE_SCRIPT = textwrap.dedent(
     from workbench.strategies import all_on_device, experts_on_host
     res = wt.full_size_results(strategies=[all_on_device(), experts_on_host()], links=["pcie_gen5"])
     out = {r.strategy.label: {str(d): n for d, n in r.device_graph.constant_bytes.items()} for r in res}
-    out["tok_s"] = {r.strategy.label: 1e6 / r.estimates["pcie_gen5"].span_us for r in res}
+    out["tok_s"] = {r.strategy.label: r.tokens["pcie_gen5"].tok_s for r in res}
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(out))
     """
@@ -171,22 +171,21 @@ def test_full_size_analysis_fits_and_counts_every_parameter():
 
 @pytest.mark.slow
 def test_full_size_prefetch_beats_plain_streaming_on_nvlink_under_graph_replay():
-    """Full size, shape-only, NVLink-C2C, CUDA-graph replay (the step is not bound by
-    kernel launches): at the tiny model's measured hit rate, prefetch raises tokens/s and
-    the share of copy time hidden behind compute over plain streaming; at hit rate 1 it
-    moves exactly plain streaming's bytes; the weights' residency is unchanged, and the
-    device arena grows by at most one layer's prefetch."""
+    """Full size, shape-only, NVLink-C2C, the deployment's graph replay: at the tiny
+    model's measured hit rate, prefetch raises tokens/s and the share of copy time hidden
+    behind compute over plain streaming; at hit rate 1 it moves exactly plain streaming's
+    bytes; the weights' residency is unchanged, and the device arena grows by at most one
+    layer's prefetch."""
     cfg = MoEConfig.full()
     rate = wt.measured_hit_rate()
     res = wt.full_size_results(
         strategies=[expert_streaming(), expert_streaming(prefetch=True)], links=["nvlink_c2c"], prefetch_hit_rate=rate
     )
-    graph = CostModel.preset("h200", link="nvlink_c2c").with_launch_mode("graph")
-    plain, hinted = estimate(res[0].plan, graph), estimate(res[1].plan, graph.with_prefetch_hit_rate(rate))
-    assert 1 / hinted.span_us > 1 / plain.span_us
-    assert hinted.overlap_fraction() > plain.overlap_fraction()
+    plain, hinted = res[0].tokens["nvlink_c2c"], res[1].tokens["nvlink_c2c"]
+    assert hinted.tok_s > plain.tok_s
+    assert hinted.hidden / hinted.copy > plain.hidden / plain.copy
     table = wt.prefetch_sensitivity(res, hit_rates=[1.0], links=["nvlink_c2c"])
-    assert table["h2d_MiB/token"][1] == table["h2d_MiB/token"][0]
+    assert table["link_MiB/token"][1] == table["link_MiB/token"][0]
     assert res[0].device_graph.constant_bytes == res[1].device_graph.constant_bytes
     slab = 3 * cfg.hidden_size * cfg.moe_intermediate_size * 2
     grown = res[1].plan.arena_bytes["cuda:0"] - res[0].plan.arena_bytes["cuda:0"]

@@ -1,12 +1,14 @@
-"""Plans and timelines made once per process: equal strategies share one plan, a reused
-plan gives the same rows as a fresh one, and the cache stays bounded."""
+"""Plans and layouts made once per process: equal strategies share one plan, a reused plan
+gives the same rows as a fresh one, and the cache stays bounded."""
 
 import pytest
 
 from workbench.models import MoEConfig
 from workbench.moe.strategies import expert_streaming, partial_offload, strategy_variants
 from workbench.planning.memory_plan import plan
-from workbench.runtime import CostModel, estimate
+from workbench.runtime import CostModel
+from workbench.runtime.decode_graph import layout_of
+from workbench.runtime.decode_time import time_decode
 from workbench.strategy import all_on_device
 from workbench.sweeps import InlineExecutor, ModelSource, StrategySpec, sweep
 from workbench.sweeps import reuse
@@ -33,31 +35,29 @@ def test_strategies_built_alike_are_equal():
     assert partial_offload(1) != partial_offload(2)
 
 
-def test_equal_requests_share_one_plan_and_timeline():
+def test_equal_requests_share_one_plan_and_layout():
     """The same (program, strategy, algorithm) gives the very same plan; another strategy or
-    algorithm gives its own; a timeline is made once per (plan, cost model)."""
+    algorithm gives its own; a layout is made once per (plan, prefetch hit rate)."""
     program = ModelSource(TINY).program(False)
     first = reuse.planned(program, all_on_device(), "greedy")
     assert reuse.planned(program, all_on_device(), "greedy") is first
     assert reuse.planned(program, all_on_device(), "naive") is not first
     other = reuse.planned(program, expert_streaming(), "greedy")
     assert other is not first and other.device_graph.copies
-    model = CostModel.preset("h200", link="pcie_gen4")
-    timeline = reuse.estimated(other, model)
-    assert reuse.estimated(other, CostModel.preset("h200", link="pcie_gen4")) is timeline
-    assert reuse.estimated(other, model.with_link("pcie_gen5")) is not timeline
+    layout = reuse.laid_out(other, 0.0)
+    assert reuse.laid_out(other, 0.0) is layout
+    assert reuse.laid_out(other, 0.5) is not layout
 
 
 def test_a_reused_plan_times_like_a_fresh_one():
-    """What the cache hands back is what planning and estimating afresh give."""
+    """What the cache hands back is what planning and laying out afresh give."""
     program = ModelSource(TINY).program(False)
     strategy = expert_streaming()
     model = CostModel.preset("h200", link="pcie_gen5")
-    reused = reuse.estimated(reuse.planned(program, strategy, "greedy"), model)
+    reused = time_decode(reuse.laid_out(reuse.planned(program, strategy, "greedy")), model)
     fresh_plan = plan(strategy.apply(program), "greedy")
-    fresh = estimate(fresh_plan, model)
-    assert reused.span_us == pytest.approx(fresh.span_us, rel=1e-12)
-    assert reused.bytes_moved() == fresh.bytes_moved()
+    fresh = time_decode(layout_of(fresh_plan), model)
+    assert reused == fresh
     assert dict(reuse.planned(program, strategy, "greedy").arena_bytes) == dict(fresh_plan.arena_bytes)
 
 
