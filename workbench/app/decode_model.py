@@ -60,7 +60,7 @@ __all__ = ["INTERVAL_QUANTILE", "DecodePrediction", "OutOfSample", "RegimeModel"
 _MIN_FIT_ROWS = 3
 #: A run depends on a term when its time moves by at least this share of the term's own
 #: relative change (rule 2): the term is a material part of its time.
-_ELASTICITY = 0.1
+_ELASTICITY = 0.25
 #: Halvings of a term's log range in a fit: 2^-26 of a range of 1e4 is a relative error of 1e-7.
 _BISECTIONS = 26
 #: The quantile of out-of-sample |log ratio| an interval covers (rule 4).
@@ -129,7 +129,8 @@ def _layout(run: PublishedRun) -> tuple[Optional[DecodeLayout], str]:
 
 def _machine(run: PublishedRun, layout: DecodeLayout, profile: RuntimeProfile, parts: PartsFile = None) -> CostModel:
     return CostModel.compose(gpu=layout.gpu, host=layout.host or "x86_server", link=layout.link or "pcie_gen4",
-                             runtime=profile.with_settings(run.threads, run.sockets), parts=parts)  # fmt: skip
+                             runtime=profile.with_settings(run.threads, run.sockets, pageable=run.pageable,
+                                                           copy_rate=run.copy_rate), parts=parts)  # fmt: skip
 
 
 def _timed(layout: DecodeLayout, model: CostModel, profile: RuntimeProfile, terms: tuple[str, ...], routing: str,

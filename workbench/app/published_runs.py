@@ -53,7 +53,7 @@ from .published_errors import AnchorError
 from .runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
 
 __all__ = ["AnchorError", "FittedTerm", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES", "PublishedRun",
-           "TraceRouting", "gpu_part", "published_decode_runs", "published_dir", "published_runs", "read_run",
+           "StatedHitRate", "TraceRouting", "gpu_part", "published_decode_runs", "published_dir", "published_runs", "read_run",
            "routing_for", "source_key"]  # fmt: skip
 
 PUBLISHED_REGIMES = PLACEMENT_REGIMES
@@ -175,6 +175,20 @@ class TraceRouting:
         return float(lru_hit_rate(self.trace, share * self.trace.num_experts))
 
 
+@dataclass(frozen=True)
+class StatedHitRate:
+    """An expert cache's hit rate as the run states it measured (whatever share it holds)."""
+
+    hit: float
+
+    @property
+    def label(self) -> str:
+        return f"the run's stated hit rate {self.hit:.3f}"
+
+    def hit_rate(self, share: float) -> float:
+        return self.hit if share > 0 else 0.0
+
+
 def routing_for(family: str) -> CacheRouting:
     """The routing a copying run's cache sees: a trace matching the family's published
     routing statistics (``data/routing/locality.csv``), else uniform routing."""
@@ -205,6 +219,8 @@ class PublishedRun:
     link: Optional[str] = None
     threads: Optional[int] = None  # host threads the run states
     sockets: Optional[int] = None  # sockets whose memory its host threads use, when stated
+    pageable: Optional[bool] = None  # its copies from pageable (True) or pinned (False) memory, when stated
+    copy_rate: Optional[float] = None  # the host-to-device bytes/s it measured, when stated
     why: str = ""
 
 
@@ -265,8 +281,9 @@ def _placement(row: Mapping[str, Any], family: ModelFamily, context: int) -> tup
         if run_text.storage_text(f"{detail} {row.get('runtime', '')}"):
             return None, "experts read from storage: the model has no storage tier"
         cache, resident = run_text.cache_text(f"{detail} {row.get('runtime', '')}")
-        return Placement(regime, resident_expert_bytes=resident, cache=cache, routing=routing_for(family.name),
-                         context_tokens=context), ""  # fmt: skip
+        stated = run_text.hit_rate_text(detail)
+        routing = StatedHitRate(stated) if stated is not None else routing_for(family.name)
+        return Placement(regime, resident_expert_bytes=resident, cache=cache, routing=routing, context_tokens=context), ""
     return Placement("all_on_gpu", context_tokens=context), ""
 
 
@@ -298,7 +315,9 @@ def read_run(row: Mapping[str, Any], parts: PartsFile = None,
                 source_url=str(cells["source_url"]), runtime=profile.name if profile is not None else "")  # fmt: skip
     family = family_of(cells["model"], model_families())
     detail = f"{cells['offload_detail']} {cells['runtime']}"
-    settings = dict(threads=run_text.threads_text(detail), sockets=run_text.sockets_text(detail))
+    settings = dict(threads=run_text.threads_text(detail), sockets=run_text.sockets_text(detail),
+                    pageable=run_text.pageable_text(detail) if cells["regime"] == "experts_copied" else None,
+                    copy_rate=run_text.copy_rate_text(f"{cells['link']} {detail}"))  # fmt: skip
     why, model, bits = _model_and_bits(cells, family)
     if profile is None:
         why = why or f"no runtime profile names {str(cells['runtime'])[:80]!r}"

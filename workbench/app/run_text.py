@@ -21,8 +21,9 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional
 
-__all__ = ["MAX_CELL_CHARS", "cache_text", "find_name", "host_layers_text", "gpu_experts_text", "sockets_text",
-           "stated_file_bytes", "storage_text", "threads_text", "words"]  # fmt: skip
+__all__ = ["ALL_SOCKETS", "MAX_CELL_CHARS", "cache_text", "copy_rate_text", "find_name", "gpu_experts_text",
+           "hit_rate_text", "host_layers_text", "pageable_text", "sockets_text", "stated_file_bytes", "storage_text",
+           "threads_text", "words"]  # fmt: skip
 
 #: The longest cell a published run may have (a quote is at most 200 characters).
 MAX_CELL_CHARS = 2000
@@ -161,3 +162,37 @@ def storage_text(value: object) -> bool:
     """True when a run reads its experts from storage (an NVMe or SSD tier)."""
     lowered = _text(value).lower()
     return "nvme" in lowered or "ssd" in lowered
+
+
+_HIT = re.compile(r"hit rate (?:of )?~?(\d{1,3}(?:\.\d+)?) ?%|~?(\d{1,3}(?:\.\d+)?) ?% hit rate")
+
+
+def hit_rate_text(value: object) -> Optional[float]:
+    """The expert cache's hit rate a run states (``hit rate 88.7 %``), as a share, or None."""
+    found = _HIT.search(_text(value))
+    if not found:
+        return None
+    share = float(found.group(1) or found.group(2)) / 100
+    return share if 0 <= share <= 1 else None
+
+
+_COPY_RATE = re.compile(r"(?:CPU→GPU copy|CPU->GPU copy|copies at|PCIe measured|linear H2D|pcie_linear_h2d|of the) "
+                        r"~?(\d{1,4}(?:\.\d+)?) GB/s(?! averaged)(?: the box reaches)?")
+
+
+def copy_rate_text(value: object) -> Optional[float]:
+    """The host-to-device copy rate a run measured and states (``CPU→GPU copy ~8 GB/s``,
+    ``PCIe measured 12.3 GB/s``), in bytes/s, or None."""
+    found = _COPY_RATE.search(_text(value))
+    return float(found.group(1)) * 1e9 if found and float(found.group(1)) > 0 else None
+
+
+def pageable_text(value: object) -> Optional[bool]:
+    """Whether a run states its copied experts sit in pageable (True) or pinned, page-locked
+    (False) host memory; None when it does not say."""
+    lowered = _text(value).lower()
+    if "pageable" in lowered:
+        return True
+    if "pinned" in lowered or "page-locked" in lowered:
+        return False
+    return None

@@ -37,7 +37,8 @@ Rules:
    = the kernel family's rate per core, scaled by this host's FP32 FLOP/s per core over
    the core it was measured on, × the threads (the run's, else the host's ``math_cores``
    or ``cores``, at most its cores); h2d and d2h latency = the link part's +
-   ``per_copy_cost``.
+   ``per_copy_cost``. A run's own settings (``with_settings``) come last: the copies'
+   staging it states, and a copy rate it measured (the h2d bandwidth, as reached).
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ class RuntimeProfile:
     sources: Mapping[str, str] = field(default_factory=dict)  # field -> source
     threads: Optional[int] = None  # host threads a run states (rule 5)
     sockets: Optional[int] = None  # sockets whose memory a run's threads use, when it states them
+    pageable: Optional[bool] = None  # a run's copies from pageable (True) or pinned (False) memory, when stated
+    copy_rate: Optional[float] = None  # host-to-device bytes/s a run measured, when stated
 
     def value(self, name: str, fits: Mapping[str, float]) -> float:
         """The field ``name``, its fitted term taken from ``fits`` when it is fitted."""
@@ -133,13 +136,20 @@ class RuntimeProfile:
                                       for f, t in self.fitted.items()}}  # fmt: skip
         return dataclasses.replace(self, values=values, fitted={}, sources=sources)
 
-    def with_settings(self, threads: Optional[int] = None, sockets: Optional[int] = None) -> "RuntimeProfile":
+    def with_settings(self, threads: Optional[int] = None, sockets: Optional[int] = None, *,
+                      pageable: Optional[bool] = None, copy_rate: Optional[float] = None) -> "RuntimeProfile":
         """This profile as a run set it up: ``threads`` host threads, its threads using the
-        memory of ``sockets`` sockets (None: the profile's own rule)."""
+        memory of ``sockets`` sockets, its copies from ``pageable`` memory or not, at a
+        measured ``copy_rate`` (bytes/s) — each None: the profile's and parts' own."""
         for what, value in (("threads", threads), ("sockets", sockets)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096):
                 raise RuntimeProfileError(f"{what} must be a whole number in [1, 4096], got {value!r}")
-        return dataclasses.replace(self, threads=threads, sockets=sockets)
+        if copy_rate is not None and (isinstance(copy_rate, bool) or not isinstance(copy_rate, (int, float))
+                                      or not 1e6 <= copy_rate <= 1e13):  # fmt: skip
+            raise RuntimeProfileError(f"copy_rate must be bytes/s in [1e6, 1e13], got {copy_rate!r}")
+        if pageable is not None and not isinstance(pageable, bool):
+            raise RuntimeProfileError(f"pageable must be True, False or None, got {pageable!r}")
+        return dataclasses.replace(self, threads=threads, sockets=sockets, pageable=pageable, copy_rate=copy_rate)
 
     def cost_model_figures(self, machine: Mapping[str, Any], parts: Mapping[str, str]) -> dict[str, Any]:
         """The cost-model figures this profile sets on a composed machine (rule 5)."""
@@ -158,6 +168,10 @@ class RuntimeProfile:
         }  # fmt: skip
         if self.launch_mode == "eager":
             figures["launch_overhead"] = v["per_launch_cost"]
+        if self.pageable is not None:
+            figures["pageable_copies"] = 1.0 if self.pageable else 0.0
+        if self.copy_rate is not None:  # measured: already what the copies reach, from whatever memory
+            figures["h2d_bandwidth"], figures["pageable_copies"] = self.copy_rate, 0.0
         if not str(parts.get("gpu", "")).startswith(MEASURED_PREFIX):
             figures["device_memory_bandwidth"] = machine["device_memory_bandwidth"] * v["gpu_bandwidth_fraction"]
         sockets = float(machine.get("host.sockets", 1.0))
