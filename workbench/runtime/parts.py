@@ -21,13 +21,12 @@ Rules:
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any, Optional
 
 import pandas as pd
 
-from ..file_reading import finite_number, read_csv_table
+from ..file_reading import cached_by_file, finite_number, read_csv_table
 from .op_cost import CostModelError
 
 __all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "part_facts", "part_figures", "part_names", "parts", "parts_path"]
@@ -60,7 +59,7 @@ def parts(path: Optional[Path] = None) -> pd.DataFrame:
     return _parts(Path(path) if path is not None else parts_path()).copy()
 
 
-@functools.lru_cache(maxsize=4)
+@cached_by_file
 def _parts(path: Path) -> pd.DataFrame:
     table = read_csv_table(path, "table of hardware parts", CostModelError, _COLUMNS)
     problems: list[str] = []
