@@ -43,6 +43,7 @@ from .anchors import modeled_vs_published, ratios_by_regime
 from .decode_model import regime_model
 from ..atomic_files import atomic_path
 from ..capture import capture
+from ..csv_files import write_csv
 from ..errors import WorkbenchError
 from ..memory_limits import check_weights_fit
 from ..models.examples import EXAMPLES, example
@@ -224,8 +225,7 @@ def _cost_model_line(backend: str) -> str:
 
 
 def _write_csv(table: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path, "a table") as tmp:
-        table.to_csv(tmp, index=False)
+    write_csv(table, path, "a table")  # atomic; text a spreadsheet would evaluate is marked as text
 
 
 def _cmd_walkthrough(args: argparse.Namespace) -> int:
