@@ -30,6 +30,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from workbench.csv_files import write_csv  # noqa: E402
 from workbench.anchors import ANCHORS, UNMODELED_ANCHORS, anchors_table, full_size_plan  # noqa: E402
 from workbench.runtime import CostModel  # noqa: E402
 from workbench.runtime.executor import estimate  # noqa: E402
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n# anchors, modeled on the preset they are checked against")
     print(table.to_string(index=False))
     if args.out:
-        table.to_csv(args.out, index=False)
+        write_csv(table, args.out, "an anchors table")
         print(f"wrote {args.out}")
     for preset in ("a100_40gb", "h200"):
         other = anchors_table(plan, anchors=[dataclasses.replace(a, preset=preset) for a in ANCHORS])

@@ -3,7 +3,9 @@ Program is never modified by later stages)."""
 
 import functools
 import os
+import threading
 
+import pytest
 import torch
 
 import workbench as wb
@@ -107,3 +109,40 @@ def assert_no_cross_device_reads(dg) -> None:
             if arg.name in dg.residency or not isinstance(arg.meta.get("val"), torch.Tensor):
                 continue
             assert dg.node_device[arg.name] == dg.node_device[node.name], (arg.name, node.name)
+
+
+def call_with_timeout(function, path, seconds=20.0):
+    """``function(path)``'s exception (or None), failing the test if it blocks: a reader
+    given the named pipe ``path`` must refuse it at once (if it waits in ``open``,
+    opening the pipe's write end lets it through before the test fails)."""
+    outcome: dict = {}
+
+    def target():
+        try:
+            function(path)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        worker.join(5)
+        pytest.fail(f"{function} blocked on a named pipe for {seconds} s")
+    return outcome.get("error")
+
+
+def starts_no_formula(cells) -> bool:
+    """Whether no CSV cell would start a spreadsheet formula: none begins with ``=``,
+    ``+``, ``@``, a tab or a carriage return, or with ``-`` unless it is a number."""
+
+    def number(text):
+        try:
+            float(text)
+        except ValueError:
+            return False
+        return True
+
+    return all(not c.startswith(("=", "+", "-", "@", "\t", "\r")) or number(c) for c in cells)

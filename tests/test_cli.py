@@ -47,6 +47,7 @@ CASES = [
     ("unknown backend", ["walkthrough", "--backend", "tpu", "--out", "out7"], "argument --backend: invalid choice: 'tpu'"),
     ("cuda without a gpu", ["walkthrough", "--backend", "cuda", "--out", "out8"], "--backend cuda: CUDA is unavailable"),
     ("no sweep workers", ["walkthrough", "--sweep-workers", "0", "--out", "out9"], "--sweep-workers: 0 processes; give 1 or more"),
+    ("config too large to run", ["walkthrough", "--config", "full", "--out", "out10"], "--config full: 34.7 B parameters (64.6 GiB of weights) is more than the 2.0 B"),
     ("unknown example", ["propagate", "--example", "nope"], "--example: unknown example 'nope'; valid ones are mlp"),
     ("rule without a device", ["propagate", "--place", "aten.linear"], "--place takes DEVICE=PATTERN"),
     ("unknown device", ["propagate", "--place", "tpu:0=aten.linear"], "--place: bad device in placement rules: unknown device type 'tpu'"),
@@ -75,7 +76,7 @@ def test_a_bad_argument_is_one_line_and_status_2(outcomes, files, name, args, me
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith("python -m workbench") and message in lines[0], lines[0]
     assert result.stdout == ""
-    assert not any((files / f"out{i}").exists() for i in range(1, 9))
+    assert not any((files / f"out{i}").exists() for i in range(1, 11))
 
 
 def test_a_good_command_still_runs(files):

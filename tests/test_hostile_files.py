@@ -1,8 +1,8 @@
 """Hostile and faulty files for every reader and writer of the workbench.
 
 Properties:
-- Every path that is read (plan files, .pte files, routing traces, cost models, model
-  configs) is read only if it is a regular file: a named pipe is refused at once with the
+- Every path that is read (plan files, .pte files, routing traces, cost models, measured
+  presets, model configs) is read only if it is a regular file: a named pipe is refused at once with the
   reader's ``WorkbenchError``, never waited on (each read runs under a timeout guard, so
   a regression fails instead of hanging the suite).
 - Every file that is written (routing traces, Chrome traces, DOT files, view figures)
@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import zipfile
 from pathlib import Path
 
@@ -33,7 +32,10 @@ from workbench.models import MoEConfig
 from workbench.models.config import ConfigError
 from workbench.moe import RoutingTrace, TraceError, synthetic_trace
 from workbench.moe.cache_policies import CachePolicyError, replay
+from workbench.runtime.calibrate import Calibration, CalibrationError
 from workbench.runtime.cost_model import CostModel, CostModelError
+
+from conftest import call_with_timeout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,31 +50,10 @@ READERS = {
     "plan file": (wb.load_plan, wb.PlanFileError),
     "routing trace": (RoutingTrace.load, TraceError),
     "cost model": (CostModel.load, CostModelError),
+    "measured preset": (Calibration.load, CalibrationError),
     "model config": (MoEConfig.from_json, ConfigError),
     ".pte file": (_pte, WorkbenchError),
 }
-
-
-def _call_with_timeout(function, path, seconds=20.0):
-    """``function(path)``'s exception (or None), failing the test if it blocks."""
-    outcome: dict = {}
-
-    def target():
-        try:
-            function(path)
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        # release a reader blocked in open(): opening the write end lets it through
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        os.close(fd)
-        worker.join(5)
-        pytest.fail(f"{function} blocked on a named pipe for {seconds} s")
-    return outcome.get("error")
 
 
 @pytest.mark.parametrize("kind", sorted(READERS))
@@ -84,7 +65,7 @@ def test_named_pipe_is_refused_at_once(kind, tmp_path):
     suffix = {"plan file": ".wbplan", "routing trace": ".npz", ".pte file": ".pte"}.get(kind, ".json")
     fifo = tmp_path / f"pipe{suffix}"
     os.mkfifo(fifo)
-    raised = _call_with_timeout(reader, fifo)
+    raised = call_with_timeout(reader, fifo)
     assert isinstance(raised, error), f"{kind}: got {raised!r}"
     assert "named pipe" in str(raised)
 

@@ -13,6 +13,11 @@ Rules:
 4. A process killed mid-write (SIGKILL) cannot remove its temporary file; the next
    complete write of the same target removes the temporary files of writers whose
    process no longer exists on this machine (a live writer's file is left alone).
+5. Writers that read a file, merge into it and write it back hold ``locked(path)`` around
+   the three: an advisory lock (``flock``; ``msvcrt.locking`` on Windows) on a lock
+   file beside the target, ``.<target name>.lock``, taken by one holder at a time across
+   threads and processes, released when the block ends or the process dies. The lock
+   file stays (removing it would let two holders lock two different files).
 """
 
 from __future__ import annotations
@@ -20,13 +25,25 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 import uuid
 from pathlib import Path
 from typing import Iterator, Union
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+    import msvcrt
+
 from .errors import WorkbenchError
 
-__all__ = ["FileWriteError", "atomic_path", "check_writable_target", "write_text"]
+__all__ = ["FileWriteError", "atomic_path", "check_writable_target", "locked", "write_text"]
+
+#: Rule 5: a process's threads take a lock per lock file before the file lock (a lock of
+#: the operating system is not meant to order the threads of one process).
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
 
 
 class FileWriteError(WorkbenchError, OSError):
@@ -90,3 +107,32 @@ def write_text(path: Union[str, Path], text: str, what: str = "a file") -> Path:
     with atomic_path(path, what) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+def _lock_file(fd: int) -> None:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    else:
+        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+
+
+@contextlib.contextmanager
+def locked(path: Union[str, Path], what: str = "a file") -> Iterator[None]:
+    """Rule 5: hold the advisory lock of ``path`` (a file that may not exist yet) for the block."""
+    target = check_writable_target(path, what)
+    lock_path = target.with_name(f".{target.name}.lock")
+    with _THREAD_LOCKS_GUARD:
+        thread_lock = _THREAD_LOCKS.setdefault(str(lock_path.resolve()), threading.Lock())
+    with thread_lock:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise FileWriteError(f"cannot lock {what} at {target}: {exc.strerror or exc} ({lock_path})") from None
+        try:
+            try:
+                _lock_file(fd)
+            except OSError as exc:
+                raise FileWriteError(f"cannot lock {what} at {target}: {exc.strerror or exc} ({lock_path})") from None
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock

@@ -14,27 +14,56 @@ Rules:
    path and what is accepted.
 6. A CSV table is read as text cells (empty cells as ""), never as code, and its
    columns must be exactly the ones expected, in order.
+7. A table parsed once is kept (``cached_by_file``) under its file's identity: the
+   resolved absolute path, the modification time in nanoseconds and the size (and the
+   inode). An edited, replaced or truncated file is another key, so it is read and
+   checked again (an edit that breaks it is refused); a relative path is resolved in
+   the folder it is read from; a failed read is never kept. A file modified in the last
+   ``_SETTLE_NS`` is parsed but not kept: file times are as coarse as the kernel's
+   clock tick, so a same-size edit that quick could keep the old identity.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import io
 import stat
 import struct
+import threading
+import time
 import zipfile
 import zlib
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import pandas as pd
 
-__all__ = ["finite_number", "open_zip", "parse_json", "read_csv_table", "read_regular_file", "read_zip_member"]
+__all__ = [
+    "FileIdentity",
+    "cached_by_file",
+    "file_identity",
+    "finite_number",
+    "open_zip",
+    "parse_json",
+    "read_csv_table",
+    "read_regular_file",
+    "read_zip_member",
+    "settled",
+]
 
 #: A shipped or user-given data table is a few megabytes at most.
 _MAX_TABLE_BYTES = 16 << 20
+#: Tables each ``cached_by_file`` parser keeps (the least recently used goes first).
+_CACHED_TABLES = 8
+#: Rule 7: how long ago a file must have been modified for its parse to be kept.
+_SETTLE_NS = 2_000_000_000
+_T = TypeVar("_T")
+#: Rule 7: (resolved path, mtime in ns, size, inode).
+FileIdentity = tuple[str, int, int, int]
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -147,3 +176,55 @@ def finite_number(value: Any) -> Optional[float]:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
+
+
+def file_identity(path: Union[str, os.PathLike]) -> Optional[FileIdentity]:
+    """Rule 7: the identity of the regular file at ``path`` — its resolved absolute path,
+    modification time (ns), size and inode — or None when it is missing or not a regular
+    file (``stat`` never opens it, so a named pipe cannot block it)."""
+    try:
+        resolved = Path(path).resolve()
+        info = os.stat(resolved)
+    except (OSError, RuntimeError, ValueError):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return (str(resolved), info.st_mtime_ns, info.st_size, info.st_ino)
+
+
+def settled(identity: FileIdentity) -> bool:
+    """Rule 7: whether a file of this identity was last modified long enough ago that an
+    edit would change its identity (a result read from it may be kept)."""
+    return identity[1] < time.time_ns() - _SETTLE_NS
+
+
+def cached_by_file(parse: Callable[[Path], _T]) -> Callable[[Path], _T]:
+    """``parse`` (a function of a table's path) with its results kept by the file's
+    identity (rule 7): a call with a path whose file is unchanged returns the kept result;
+    an edited file, or the same relative path read from another folder, is parsed again.
+
+    What is kept is what ``parse`` returned (callers hand out copies of mutable tables).
+    A file that cannot be identified (missing, a pipe, a directory) is passed to ``parse``
+    uncached, so its error is the reader's own; an error is never kept; a file that
+    changed while it was parsed, or was modified moments ago, is not kept either.
+    """
+    kept: OrderedDict[FileIdentity, _T] = OrderedDict()
+    lock = threading.Lock()
+
+    @functools.wraps(parse)
+    def cached(path: Path) -> _T:
+        before = file_identity(path)
+        if before is not None:
+            with lock:
+                if before in kept:
+                    kept.move_to_end(before)
+                    return kept[before]
+        value = parse(Path(path))
+        if before is not None and settled(before) and file_identity(path) == before:
+            with lock:
+                kept[before] = value
+                while len(kept) > _CACHED_TABLES:
+                    kept.popitem(last=False)
+        return value
+
+    return cached

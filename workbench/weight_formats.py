@@ -29,8 +29,9 @@ Rules:
    values (``dequantized``). Any other format is shape-only: it is planned and estimated,
    and a run says so (``ExecutorError``).
 4. The table is data: it is read, never executed, and checked on load (columns, unique
-   names and aliases, bits in (0, 64], block sizes >= 0, dequant ops >= 0, a source for
-   every row, ``executes_as`` among the runnable kinds).
+   names and aliases, bits finite and in (0, 64], block sizes whole and >= 0, dequant
+   ops finite and >= 0, a source for every row, ``executes_as`` among the runnable
+   kinds). A ``WeightFormat`` made by hand is checked the same way when it is made.
 """
 
 from __future__ import annotations
@@ -48,12 +49,13 @@ from .capture import Program
 from .copy_ops import SELECT_ROWS
 from .copy_variants import is_copy_target
 from .errors import WorkbenchError
-from .file_reading import finite_number, read_csv_table
+from .file_reading import cached_by_file, finite_number, read_csv_table
 from .graph_values import aliased_input, is_view_op, op_name, packet_name, value_of
 from .node_facts import StoredFormat, mark_stored_format, stored_format
 from .place import PlacementError, most_specific, parse_patterns, pattern_rank, report_no_claim
 
 __all__ = [
+    "BITS_RANGE",
     "EXECUTABLE_KINDS",
     "FORMAT_COLUMNS",
     "WeightFormat",
@@ -71,6 +73,8 @@ __all__ = [
 FORMAT_COLUMNS = ("name", "aliases", "bits_per_weight", "block_size", "layout", "dequant_ops", "executes_as", "source")
 #: How the sim executor runs a format (rule 3); "" is shape-only.
 EXECUTABLE_KINDS = ("bf16", "fp16", "fp8", "int8")
+#: Rule 4: bits per weight lie in (BITS_RANGE[0], BITS_RANGE[1]] (block scales included).
+BITS_RANGE = (0, 64)
 _Q8_BLOCK = 32
 _FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 
@@ -92,6 +96,16 @@ class WeightFormat:
     dequant_ops: float  # operations per weight to dequantize it (an estimate)
     executes_as: str  # rule 3: one of EXECUTABLE_KINDS, or "" (shape-only)
     source: str
+
+    def __post_init__(self) -> None:
+        """Rule 4 for a format made by hand: the figures a table row must have."""
+        numbers = {"bits_per_weight": self.bits_per_weight, "block_size": self.block_size, "dequant_ops": self.dequant_ops}
+        problems = [f"{k} must be a number, got {type(v).__name__}" for k, v in numbers.items()
+                    if isinstance(v, bool) or not isinstance(v, (int, float))]
+        if not problems:
+            problems = _value_problems(self.bits_per_weight, self.block_size, self.dequant_ops, self.executes_as)
+        if problems:
+            raise WeightFormatError(f"weight format {self.name!r}: " + "; ".join(problems))
 
     @property
     def executable(self) -> bool:
@@ -154,15 +168,7 @@ def weight_formats_table(path: Optional[Path] = None) -> pd.DataFrame:
             if n in seen:
                 problems.append(f"name {n!r} is given twice")
             seen.add(n)
-        bits, block, ops = finite_number(row.bits_per_weight), finite_number(row.block_size), finite_number(row.dequant_ops)
-        if bits is None or not 0 < bits <= 64:
-            problems.append(f"{row.name}: bits_per_weight {row.bits_per_weight!r} is not a number in (0, 64]")
-        if block is None or block < 0 or not block.is_integer():
-            problems.append(f"{row.name}: block_size {row.block_size!r} is not a whole number >= 0")
-        if ops is None or ops < 0:
-            problems.append(f"{row.name}: dequant_ops {row.dequant_ops!r} is not a number >= 0")
-        if row.executes_as not in ("", *EXECUTABLE_KINDS):
-            problems.append(f"{row.name}: executes_as {row.executes_as!r} is none of {', '.join(EXECUTABLE_KINDS)} (or empty)")
+        problems += [f"{row.name}: {p}" for p in _value_problems(row.bits_per_weight, row.block_size, row.dequant_ops, row.executes_as)]
         if not row.source.strip():
             problems.append(f"{row.name}: no source")
     if problems:
@@ -170,8 +176,28 @@ def weight_formats_table(path: Optional[Path] = None) -> pd.DataFrame:
     return table
 
 
-@functools.lru_cache(maxsize=4)
-def _formats(path: Optional[Path] = None) -> dict[str, WeightFormat]:
+def _value_problems(bits: Any, block: Any, ops: Any, executes_as: Any) -> list[str]:
+    """Rule 4 for one format's figures (a table's cells or a ``WeightFormat``'s fields):
+    what is wrong with each, in words naming the valid range."""
+    problems: list[str] = []
+    b, k, o = finite_number(bits), finite_number(block), finite_number(ops)
+    if b is None or not BITS_RANGE[0] < b <= BITS_RANGE[1]:
+        problems.append(f"bits_per_weight {bits!r} is not a finite number in ({BITS_RANGE[0]}, {BITS_RANGE[1]}]")
+    if k is None or k < 0 or not k.is_integer():
+        problems.append(f"block_size {block!r} is not a whole number >= 0")
+    if o is None or o < 0:
+        problems.append(f"dequant_ops {ops!r} is not a finite number >= 0")
+    if executes_as not in ("", *EXECUTABLE_KINDS):
+        problems.append(f"executes_as {executes_as!r} is none of {', '.join(EXECUTABLE_KINDS)} (or empty)")
+    return problems
+
+
+def _formats() -> dict[str, WeightFormat]:
+    return _formats_at(formats_path())
+
+
+@cached_by_file
+def _formats_at(path: Path) -> dict[str, WeightFormat]:
     table = weight_formats_table(path)
     out: dict[str, WeightFormat] = {}
     for row in table.itertuples(index=False):

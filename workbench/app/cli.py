@@ -44,7 +44,9 @@ from .decode_validation import ordering, regime_table
 from .decode_model import regime_model
 from ..atomic_files import atomic_path
 from ..capture import capture
+from ..csv_files import write_csv
 from ..errors import WorkbenchError
+from ..memory_limits import check_weights_fit
 from ..models.examples import EXAMPLES, example
 from ..hf.side_by_side import side_by_side
 from ..models import MoEConfig, param_count
@@ -206,11 +208,10 @@ def _check_walkthrough(args: argparse.Namespace) -> _WalkthroughJob:
         raise UsageError(f"--backend cuda: {cuda_unavailable_reason()}")
     run_config = _load_config("--config", args.config)
     params = param_count(run_config)["total"]
-    if params > MAX_RUN_PARAMETERS:
-        raise UsageError(
-            f"--config {args.config}: {params / 1e9:.1f} B parameters is too large to run with real weights here; "
-            "run a small configuration and analyse large ones shape-only with --full-config"
-        )
+    check_weights_fit(
+        params, params * run_config.torch_dtype.itemsize, f"--config {args.config}", UsageError,
+        "run a small configuration and analyse large ones shape-only with --full-config", max_params=MAX_RUN_PARAMETERS,
+    )
     full_config = None if args.skip_full else _load_config("--full-config", args.full_config)
     if args.sweep_workers is not None and args.sweep_workers < 1:
         raise UsageError(f"--sweep-workers: {args.sweep_workers} processes; give 1 or more (default: none, in this process)")
@@ -227,8 +228,7 @@ def _cost_model_line(backend: str) -> str:
 
 
 def _write_csv(table: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path, "a table") as tmp:
-        table.to_csv(tmp, index=False)
+    write_csv(table, path, "a table")  # atomic; text a spreadsheet would evaluate is marked as text
 
 
 def _cmd_walkthrough(args: argparse.Namespace) -> int:

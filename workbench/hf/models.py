@@ -5,7 +5,10 @@ Rules:
    from torch's global generator, so the build runs inside ``torch.random.fork_rng`` with
    ``torch.manual_seed(seed)``; the caller's random state is left as it was.
 2. ``shape_only=True`` builds under ``torch.device("meta")``: no weight memory, for
-   published sizes (tens or hundreds of billions of parameters).
+   published sizes (tens or hundreds of billions of parameters). A build with weights is
+   first made on the meta device (no memory, milliseconds) to count its bytes: weights
+   that would not fit in the memory of the device they are made on are refused before
+   any is allocated, with the bytes needed and the shape-only hint (``memory_limits``).
 3. Never from a hub: ``AutoModelForCausalLM.from_config``, never ``from_pretrained``.
 4. A model instance given by the caller is used as it is: its weights are the caller's.
 5. Whether a model's experts can be captured is decided by capturing them, not by their
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 import torch
 
 from ..arguments import check_flag
+from ..memory_limits import check_weights_fit
 from ..moe.discovery import find_experts
 from .configs import HFError, load_config
 
@@ -91,16 +95,30 @@ def load_model(
         return check_model(source)
     cfg = load_config(source)
     kwargs = {} if dtype is None else {"dtype": dtype}
-    if shape_only:
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(cfg, **kwargs)
-    else:
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg, **kwargs)
+    if not shape_only:
+        _check_fits(model, cfg)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(cfg, **kwargs)
     if experts_implementation is not None and find_experts(model):
         _set_experts_implementation(model, experts_implementation)
     return model.eval()
+
+
+def _check_fits(shape_only_model: "PreTrainedModel", cfg: Any) -> None:
+    """Rule 2: the weights of ``shape_only_model`` (built on the meta device) fit where
+    they would be made, or an ``HFError``."""
+    tensors = [*shape_only_model.parameters(), *shape_only_model.buffers()]
+    check_weights_fit(
+        sum(t.numel() for t in shape_only_model.parameters()),
+        sum(t.numel() * t.element_size() for t in tensors),
+        f"{type(shape_only_model).__name__} ({getattr(cfg, 'model_type', 'model')})",
+        HFError,
+        "load it shape-only (hf.load_model(config, shape_only=True): the meta device, no weights) and capture "
+        "it shape-only, or give a smaller config",
+    )
 
 
 def _set_experts_implementation(model: "PreTrainedModel", implementation: str) -> None:

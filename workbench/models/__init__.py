@@ -9,8 +9,8 @@ size a config without building it.
 """
 
 from .config import ConfigError, MoEConfig
-from .counting import cache_bytes, param_count
-from .qwen_moe import CacheSpec, ModelInputError, QwenMoEDecoder, cache_specs
+from .counting import CacheSpec, cache_bytes, cache_specs, param_count
+from .qwen_moe import ModelInputError, QwenMoEDecoder
 
 __all__ = [
     "MoEConfig",

@@ -26,6 +26,10 @@ Rules:
      block ``i+1`` selects its expert weights with ``workbench::select_rows``
      carrying that hint. The outputs are bit-for-bit those without it; the
      graph gains the hint ops, so a streaming strategy can prefetch.
+  7. Weights that would not fit in the memory of the device they are made on (the
+     parameters ``param_count`` counts, at the config's dtype) are refused before any is
+     allocated, with the bytes needed and how to build the model shape-only
+     (``memory_limits``); under the meta device nothing is checked.
 
 What is simplified against the published model is listed in ``layers``.
 """
@@ -33,7 +37,6 @@ What is simplified against the published model is listed in ``layers``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional, Union
 
 import torch
@@ -41,42 +44,14 @@ from torch import nn
 
 from ..arguments import check_int
 from ..errors import ArgumentTypeError, ArgumentValueError, WorkbenchError
+from ..memory_limits import check_weights_fit
 from .config import MoEConfig
+from .counting import CacheSpec, cache_specs, param_count
 from .layers import Embedding, FullAttention, GatedDeltaNet, Linear, RMSNorm, SparseMoE, rotary_cos_sin
 
 
 class ModelInputError(WorkbenchError, ValueError):
     """Decode-step inputs of the wrong shape or dtype (the message says what is expected)."""
-
-
-@dataclass(frozen=True)
-class CacheSpec:
-    """One cache tensor of the decode step: its name, shape and dtype."""
-
-    name: str  # e.g. "layers.3.key_cache", "layers.0.conv_state"
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
-
-
-def cache_specs(config: MoEConfig, batch: int = 1) -> tuple[CacheSpec, ...]:
-    """Rule 2: every cache tensor, in the order ``forward`` takes and returns them."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ArgumentValueError(f"batch must be a positive integer, got {batch!r}")
-    c, dt = config, config.torch_dtype
-    specs: list[CacheSpec] = []
-    for i, kind in enumerate(c.layer_types):
-        if kind == "full_attention":
-            kv = (batch, c.num_key_value_heads, c.max_seq_len, c.head_dim)
-            specs += [CacheSpec(f"layers.{i}.key_cache", kv, dt), CacheSpec(f"layers.{i}.value_cache", kv, dt)]
-        else:
-            conv = (batch, c.linear_conv_dim, c.linear_conv_kernel_dim - 1)
-            rec = (batch, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim)
-            specs += [CacheSpec(f"layers.{i}.conv_state", conv, dt), CacheSpec(f"layers.{i}.recurrent_state", rec, dt)]
-    return tuple(specs)
 
 
 class DecoderLayer(nn.Module):
@@ -146,6 +121,15 @@ class QwenMoEDecoder(nn.Module):
         if not isinstance(expert_prefetch, bool):
             raise ArgumentTypeError(f"expert_prefetch must be True or False, got {expert_prefetch!r}")
         check_int(seed, "seed", 0)
+        params = param_count(config)["total"]
+        check_weights_fit(  # rule 7
+            params,
+            params * config.torch_dtype.itemsize,
+            f"QwenMoEDecoder({config.num_hidden_layers} layers, {config.num_experts} experts, hidden {config.hidden_size})",
+            ArgumentValueError,
+            "build it on the meta device (with torch.device('meta'): QwenMoEDecoder(config)) and capture it "
+            "shape-only (capture(model, inputs, shape_only=True)), or give a smaller config",
+        )
         self.config = config
         # A constructor flag, not a config field: it changes the captured graph (rule 6),
         # never the architecture, the weights or the outputs, and a config is the

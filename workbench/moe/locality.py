@@ -16,7 +16,9 @@ Rules:
      ``experts[t, l, 0]`` as the router's first choice: true of ``RoutingRecorder`` traces
      (the router's top-k order) and of ``locality_trace``; other generators store no rank.
   2. The table is data: read as text, never executed; every row has a model, its shape
-     (layers, experts, top-k), a subset (the text the figure was measured on, or ``all``),
+     (layers, experts, top-k; at most ``MAX_LAYERS`` layers, ``MAX_EXPERTS`` experts and
+     ``MAX_LAYER_EXPERTS`` of the two multiplied, checked before anything of that shape
+     is made), a subset (the text the figure was measured on, or ``all``),
      a layer or an inclusive layer range, a statistic of ``STATISTICS``, a value in [0, 1]
      (``zipf_exponent``: >= 0), whether it was read from a table or a figure, a source URL
      and the quote it comes from. A table that breaks this is refused, naming the rows.
@@ -52,7 +54,6 @@ Rules:
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import pandas as pd
 
-from ..file_reading import finite_number, read_csv_table
+from ..file_reading import cached_by_file, finite_number, read_csv_table
 from .compiled import njit_cached
 from .routing import RoutingTrace, TraceError
 
@@ -70,6 +71,10 @@ __all__ = [
     "STATISTICS",
     "LocalityError",
     "LocalityFit",
+    "MAX_EXPERTS",
+    "MAX_LAYERS",
+    "MAX_LAYER_EXPERTS",
+    "MAX_TRACE_IDS",
     "ModelLocality",
     "locality_models",
     "locality_path",
@@ -91,6 +96,13 @@ _KINDS = ("table", "figure")
 _GRID = 9
 #: Cells (candidate rows × experts) simulated per token at most, so a fit stays small in memory.
 _MAX_FIT_CELLS = 1 << 20
+#: Rule 2: the largest model shape a row may state (published MoEs have at most a few
+#: hundred layers and a few hundred experts); arrays of layers × experts are made from it.
+MAX_LAYERS = 4096
+MAX_EXPERTS = 1 << 16
+MAX_LAYER_EXPERTS = 1 << 22
+#: The most expert ids (tokens × layers × top-k) ``locality_trace`` makes (2 GiB of int64).
+MAX_TRACE_IDS = 1 << 28
 
 
 class LocalityError(TraceError):
@@ -100,6 +112,20 @@ class LocalityError(TraceError):
 def locality_path() -> Path:
     """The shipped table: the repository's ``data/routing/locality.csv``."""
     return Path(__file__).resolve().parents[2] / "data" / "routing" / "locality.csv"
+
+
+def _shape_problem(num_layers: int, num_experts: int, top_k: int) -> str:
+    """Rule 2: what is wrong with a model shape (``""`` when nothing is), checked before any
+    array of that shape is made."""
+    if num_layers > MAX_LAYERS:
+        return f"num_layers={num_layers} is more than the {MAX_LAYERS} layers accepted"
+    if num_experts > MAX_EXPERTS:
+        return f"num_experts={num_experts} is more than the {MAX_EXPERTS} experts accepted"
+    if num_layers * num_experts > MAX_LAYER_EXPERTS:
+        return f"num_layers × num_experts = {num_layers * num_experts} is more than the {MAX_LAYER_EXPERTS} accepted"
+    if top_k > num_experts:
+        return f"top_k={top_k} cannot exceed num_experts={num_experts}"
+    return ""
 
 
 def _layer_range(text: str) -> Optional[tuple[int, int]]:
@@ -118,7 +144,7 @@ def published_locality(path: Union[str, Path, None] = None) -> pd.DataFrame:
     return _published(Path(path) if path is not None else locality_path()).copy()
 
 
-@functools.lru_cache(maxsize=4)
+@cached_by_file
 def _published(path: Path) -> pd.DataFrame:
     table = read_csv_table(path, "table of routing statistics", LocalityError, _COLUMNS)
     problems: list[str] = []
@@ -130,9 +156,11 @@ def _published(path: Path) -> pd.DataFrame:
         if any(v is None or v < 1 or v != int(v) for v in shape):
             problems.append(f"{where}: num_layers, num_experts and top_k must be positive integers")
         else:
-            num_layers = int(shape[0] or 1)
-            if (shape[2] or 0) > (shape[1] or 0):
-                problems.append(f"{where}: top_k={row.top_k} cannot exceed num_experts={row.num_experts}")
+            wrong = _shape_problem(*(int(v or 0) for v in shape))
+            if wrong:
+                problems.append(f"{where}: {wrong}")
+            else:
+                num_layers = int(shape[0] or 1)
         layers = _layer_range(row.layers)
         if layers is None or layers[1] >= num_layers:
             problems.append(f"{where}: layers must be a layer or a range 'a-b' within [0, {num_layers})")
@@ -175,6 +203,14 @@ class ModelLocality:
     num_experts: int
     top_k: int
     rows: pd.DataFrame  # the table's rows used (with source and quote)
+
+    def __post_init__(self) -> None:
+        shape = (self.num_layers, self.num_experts, self.top_k)
+        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in shape):
+            raise LocalityError(f"{self.model}: num_layers, num_experts and top_k must be positive integers, got {shape}")
+        wrong = _shape_problem(*(int(v) for v in shape))
+        if wrong:
+            raise LocalityError(f"{self.model}: {wrong}")
 
     def named_layers(self, statistic: str) -> np.ndarray:
         """The layers the table names for ``statistic`` (sorted)."""
@@ -474,9 +510,14 @@ def locality_trace(
     if "first_choice_repeat" in targets and published.top_k == 1:
         targets.pop("any_overlap", None)
         targets.pop("reuse_rate", None)
+    L, E, k = published.num_layers, published.num_experts, published.top_k
+    if T * L * k > MAX_TRACE_IDS:
+        raise LocalityError(
+            f"tokens={T}: a trace of {T} tokens × {L} layers × top-{k} holds {T * L * k} expert ids, more than the "
+            f"{MAX_TRACE_IDS} accepted; generate at most {MAX_TRACE_IDS // (L * k)} tokens"
+        )
     zipf_t = published.target("zipf_exponent")
     zipf = zipf_t if zipf_t is not None else np.zeros(published.num_layers)
-    L, E, k = published.num_layers, published.num_experts, published.top_k
     inv_p = _inverse_popularity(zipf, E, np.random.default_rng([int(seed), 0]))
     # Fit the layers the table names; the probabilities of the others are interpolated (rule 3).
     named = np.unique(np.concatenate([published.named_layers(s) for s in targets] or [np.zeros(0, dtype=np.int64)]))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +47,7 @@ from .archive import write_archive
 from .buffers import MAX_ALIGNMENT, Buffer, aligned_size
 from .lifetimes import KINDS, TensorLifetime, tensor_lifetimes
 from .lower_bound import lower_bound as peak_live_bytes
+from .program_archive import program_bytes
 from .verify import PlanVerificationError, verify as verify_offsets
 
 __all__ = ["CapacityError", "MemoryPlan", "PlanError", "PlanSaveError", "TensorAllocation", "member_hash", "plan"]
@@ -249,7 +249,8 @@ class MemoryPlan:
         """Write the captured program, the propagated program and this plan to one file
         (rule 6; ``load_plan`` reads it). The write is atomic: ``path`` is either the
         complete new file or untouched. A graph with ops that update their inputs in
-        place is a ``PlanSaveError`` (rule 7)."""
+        place is a ``PlanSaveError`` (rule 7). Threads may save at once: the programs are
+        serialized one at a time (``program_archive`` rule 6)."""
         dg = self.device_graph
         in_place = sorted({str(n.target) for n in dg.graph.nodes if _updates_inputs(n)})
         if in_place:
@@ -259,8 +260,8 @@ class MemoryPlan:
                 "functional (a cache with the static_hot policy, for one) can be saved"
             )
         programs = {
-            PROGRAM_MEMBER: _exported_bytes(dg.program.exported),
-            PROPAGATED_MEMBER: _exported_bytes(dg.exported_program()),
+            PROGRAM_MEMBER: program_bytes(dg.program.exported),
+            PROPAGATED_MEMBER: program_bytes(dg.exported_program()),
         }
         document = {
             "member_sha256": {name: member_hash(data) for name, data in programs.items()},
@@ -291,12 +292,6 @@ def _updates_inputs(node: torch.fx.Node) -> bool:
     """Rule 7: whether ``node`` calls an op whose schema writes one of its arguments."""
     schema = getattr(node.target, "_schema", None)
     return node.op == "call_function" and schema is not None and schema.is_mutable
-
-
-def _exported_bytes(ep: torch.export.ExportedProgram) -> bytes:
-    buffer = io.BytesIO()
-    torch.export.save(ep, buffer)
-    return buffer.getvalue()
 
 
 def plan(

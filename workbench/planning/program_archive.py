@@ -23,6 +23,10 @@ libraries. A plan file comes from anywhere, so before the archive reaches
    (``OpOverload``, a higher-order operator), a function of ``operator`` or ``math``, or a
    ``torch.sym_*`` function; anything else is refused before the graph could run.
 5. Any refusal is a ``PlanFileError`` naming the member and what was wrong.
+6. ``torch.export.save`` and ``torch.export.load`` keep process-wide state while they run
+   (a pickling reducer for fake tensors, the current deserializer): threads saving or
+   loading at once would clash (torch's "Refusing to stomp on existing FakeTensor
+   reducer"), so every save (``program_bytes``) and load here takes one lock in turn.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import io
 import json
 import operator
 import re
+import threading
 import tokenize
 from typing import Any, Iterator
 
@@ -39,7 +44,10 @@ from torch.export.pt2_archive import constants as pt2
 
 from .archive import PlanFileError
 
-__all__ = ["load_program"]
+__all__ = ["load_program", "program_bytes"]
+
+#: Rule 6: one torch.export save or load at a time in this process.
+_SERIALIZING = threading.Lock()
 
 #: Names a size expression may use (rule 3): the sympy constructors ``srepr`` writes for
 #: the expressions torch.export saves, and the assumptions a symbol carries.
@@ -173,12 +181,21 @@ def _check_targets(ep: torch.export.ExportedProgram, what: str) -> None:
         raise _refuse(what, f"node {node.name!r} calls {target!r}, which is not an operator")
 
 
+def program_bytes(ep: torch.export.ExportedProgram) -> bytes:
+    """``ep`` as ``torch.export.save`` writes it (rule 6: one thread at a time)."""
+    buffer = io.BytesIO()
+    with _SERIALIZING:
+        torch.export.save(ep, buffer)
+    return buffer.getvalue()
+
+
 def load_program(data: bytes, what: str) -> torch.export.ExportedProgram:
     """The program saved in ``data`` (``torch.export.save``'s bytes), loaded only after the
     checks of the module rules; ``what`` names it in errors."""
     _check_archive(data, what)
     try:
-        ep = torch.export.load(io.BytesIO(data))
+        with _SERIALIZING:  # rule 6
+            ep = torch.export.load(io.BytesIO(data))
     except Exception as exc:  # torch.export.load raises many types on a damaged program
         raise PlanFileError(f"{what} cannot be loaded: {type(exc).__name__}: {exc}") from None
     _check_targets(ep, what)

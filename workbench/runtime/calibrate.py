@@ -71,9 +71,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..atomic_files import write_text
 from ..units import format_bytes
 from ..errors import WorkbenchError
-from .cost_model import DTYPE_CLASSES, MEASURED_PREFIX, CostModel, measured_dir, op_cost
+from ..file_reading import parse_json, read_regular_file
+from .cost_model import DTYPE_CLASSES, MEASURED_PREFIX, CostModel, is_plain_name, measured_dir, op_cost
 from .probes import COPY_PATHS, CudaProbe, Probe, SimProbe, matmul_args, meta_tensor, TINY_ELEMENTS
 from .default_model import choose_default_cost_model, default_cost_model
 
@@ -97,6 +99,8 @@ __all__ = [
 
 FORMAT = "workbench-measured-preset/1"
 BACKENDS: tuple[str, ...] = ("sim", "cuda")
+#: A measured preset is a few hundred kilobytes of samples; a file this large is not one.
+_MAX_PRESET_BYTES = 16 << 20
 #: A dtype per ``DTYPE_CLASSES`` entry, the one its matmul is measured with.
 CLASS_DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64,
@@ -323,22 +327,25 @@ class Calibration:
         }
 
     def save(self, folder: Union[str, Path, None] = None) -> Path:
-        """Write ``<folder>/<name>.json`` (default folder: ``measured_dir()``); returns the path."""
+        """Write ``<folder>/<name>.json`` (default folder: ``measured_dir()``); returns the path.
+        The write is atomic (``atomic_files``): a failed write leaves the old file and no
+        temporary file, and concurrent saves of one name never share a temporary file."""
+        if not is_plain_name(self.name):
+            raise CalibrationError(
+                f"cannot save a calibration named {self.name!r}: a name is letters, digits, '_', '-', '.' "
+                "(no path separator, no leading dot)"
+            )
         path = Path(folder if folder is not None else measured_dir()) / f"{self.name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        tmp.replace(path)  # never a half-written preset
-        return path
+        return write_text(path, json.dumps(self.to_dict(), indent=1) + "\n", "a measured preset")
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "Calibration":
-        """A saved calibration; a file that is not one is an error saying what is wrong."""
+        """A saved calibration; a file that is not one is an error saying what is wrong
+        (only a regular file is read: a named pipe is refused, never waited on)."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CalibrationError(f"cannot read a measured preset from {path}: {exc}") from None
+        raw = read_regular_file(path, "measured preset (JSON)", CalibrationError, max_bytes=_MAX_PRESET_BYTES)
+        data = parse_json(raw, f"measured preset {path}", CalibrationError)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
             raise CalibrationError(f"{path} is not a measured preset (format {found!r}, expected {FORMAT!r})")
@@ -354,7 +361,7 @@ class Calibration:
                 not_measured=tuple(data.get("not_measured", ())),
                 plan=dict(data.get("plan", {})),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise CalibrationError(f"{path}: a measured preset field is missing or malformed ({exc!r})") from None
 
 
@@ -437,9 +444,13 @@ def calibrate(
 
 
 def measured_calibrations(folder: Union[str, Path, None] = None) -> list[Calibration]:
-    """Every measured preset in ``folder`` (default ``measured_dir()``), by name."""
+    """Every measured preset in ``folder`` (default ``measured_dir()``), by name; hidden
+    files (a save's temporary file) are skipped, and anything else that is not a preset
+    file (a named pipe, a directory) is an error naming it."""
     path = Path(folder if folder is not None else measured_dir())
-    return [Calibration.load(p) for p in sorted(path.glob("*.json"))] if path.is_dir() else []
+    if not path.is_dir():
+        return []
+    return [Calibration.load(p) for p in sorted(path.glob("*.json")) if is_plain_name(p.stem)]
 
 
 def _figures(model: CostModel) -> dict[str, float]:

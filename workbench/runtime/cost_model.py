@@ -99,6 +99,7 @@ import functools
 import json
 import math
 import os
+import re
 from types import MappingProxyType
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -149,6 +150,8 @@ class LaunchModeError(CostModelError):
 MEASURED_PREFIX = "measured:"
 #: Environment variable naming another folder of measured presets (default: ``data/measured``).
 MEASURED_DIR_ENV = "WORKBENCH_MEASURED_DIR"
+#: A measured preset's name is a plain file stem: letters, digits, '_', '-', '.', no leading dot.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 
 
 #: A cost model file is a few kilobytes; anything this large is not one.
@@ -214,10 +217,17 @@ def measured_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "data" / "measured"
 
 
+def is_plain_name(name: Any) -> bool:
+    """Whether ``name`` can name a measured preset: a plain name, never a path (letters,
+    digits, '_', '-', '.'; no separator, no leading dot)."""
+    return isinstance(name, str) and _PLAIN_NAME.fullmatch(name) is not None
+
+
 def measured_preset_names() -> tuple[str, ...]:
-    """Names of the measured presets in ``measured_dir()`` (``h200`` for ``h200.json``)."""
+    """Names of the measured presets in ``measured_dir()`` (``h200`` for ``h200.json``;
+    hidden files, such as a save's temporary file, are none)."""
     folder = measured_dir()
-    return tuple(sorted(p.stem for p in folder.glob("*.json"))) if folder.is_dir() else ()
+    return tuple(sorted(p.stem for p in folder.glob("*.json") if is_plain_name(p.stem))) if folder.is_dir() else ()
 
 
 def dtype_class(dtype: torch.dtype) -> str:
@@ -355,6 +365,12 @@ class CostModel:
         """
         if isinstance(device, str) and device.startswith(MEASURED_PREFIX):
             stem = device[len(MEASURED_PREFIX) :]
+            if not is_plain_name(stem):
+                raise CostModelError(
+                    f"measured preset name {stem!r} is not a plain name: give the name of a preset in {measured_dir()} "
+                    "(letters, digits, '_', '-', '.'; no path separator, no leading dot), not a path; load a file "
+                    "elsewhere with CostModel.load(path)"
+                )
             path = measured_dir() / f"{stem}.json"
             if not stem or not path.is_file():
                 found = ", ".join(MEASURED_PREFIX + n for n in measured_preset_names()) or "none yet"

@@ -19,6 +19,10 @@ Rules:
 4. ``choose_default_cost_model(gpu)`` decides for a GPU name given (None: no GPU), so both
    branches are testable anywhere; ``default_cost_model()`` asks rule 1 and is what every
    caller that was given no cost model uses.
+5. A choice is made once per GPU name and state of the files it reads: the measured
+   presets and the table of parts, each by its identity (``file_reading`` rule 7), so an
+   edited, added or removed preset, or an edited table, is read again; while any of them
+   was modified moments ago, the choice is made afresh on every call.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ import os
 from dataclasses import replace
 from typing import Optional
 
-from ..file_reading import read_regular_file
+from ..file_reading import FileIdentity, file_identity, read_regular_file, settled
 from ..kernels.cuda import DISABLE_ENV, cuda_available, cupy_module
 from .cost_model import MEASURED_PREFIX, CostModel, CostModelError, measured_dir, measured_preset_names
+from .parts import parts_path
 
 __all__ = [
     "DATASHEET_DEFAULT",
@@ -104,11 +109,17 @@ def default_device_preset(gpu: Optional[str] = None, *, detect: bool = True) -> 
 
 def choose_default_cost_model(gpu: Optional[str]) -> CostModel:
     """The default model for a machine whose GPU is named ``gpu`` (None: no GPU) (rule 3)."""
-    return _choose(gpu, str(measured_dir()))
+    folder = measured_dir()
+    read = [folder / f"{stem}.json" for stem in measured_preset_names()] + [parts_path()]
+    files = tuple(file_identity(path) for path in read)
+    if all(f is not None and settled(f) for f in files):
+        return _choose(gpu, str(folder), files)
+    return _choose.__wrapped__(gpu, str(folder), files)  # a file just written: its identity may not tell an edit yet
 
 
 @functools.lru_cache(maxsize=16)
-def _choose(gpu: Optional[str], folder: str) -> CostModel:  # folder: a changed measured dir is another answer
+def _choose(gpu: Optional[str], folder: str, files: tuple[Optional[FileIdentity], ...]) -> CostModel:
+    """Rule 5: ``folder`` and ``files`` (what is read, by identity) key the choice."""
     measured = measured_preset_for(gpu)
     if measured is not None:
         model = CostModel.preset(measured)

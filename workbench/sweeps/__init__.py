@@ -33,11 +33,17 @@ Rules:
      of the tasks that finished are kept and returned, ``failed`` names each failed
      point (its label and the error), and a ``SweepWarning`` says the result is
      partial. With ``out=`` (a ``.csv`` path) the finished points are written there as
-     they finish (each write atomic), and a re-run with the same ``out`` reads them back
-     and runs only the points not yet done.
+     they finish (each write atomic, merged under the file's lock, so sweeps in several
+     processes may share one file), and a re-run with the same ``out`` reads them back
+     and runs only the points not yet done — only points swept with the same program,
+     weights, cost model and grid entry are reused; a file of another sweep is refused,
+     naming what differs (``resume`` rules).
   6. ``weights={format: [pattern, ...]}`` stores the swept program's constants in those
      weight formats (``workbench.quantize``): resident bytes, budgets, copy bytes and
-     times are those of the stored format; the rules are checked before any work.
+     times are those of the stored format; the rules are checked before any work, on the
+     program itself (a config's is captured here, once): an unknown format, a bad
+     pattern or two equally specific patterns claiming one constant for different
+     formats is a ``WeightFormatError`` naming them, raised before any point runs.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from ..atomic_files import check_writable_target, write_text
+from ..atomic_files import check_writable_target
 from ..capture import Program
 from ..errors import WorkbenchWarning
 from ..models import MoEConfig, QwenMoEDecoder
@@ -60,10 +66,11 @@ from ..moe.cache_policies import replay_all, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..runtime import CostModel
 from ..runtime.default_model import default_cost_model
-from ..weight_formats import check_quantize_rules, quantize
+from ..weight_formats import WeightFormatError, check_quantize_rules, quantize
 from .checks import SweepError, check_budgets, check_links
 from .executors import InlineExecutor, pool_size, process_pool
-from .result import SIMPLICITY, TIE_RTOL, WORKER_COLUMNS, SweepResult, best_per_budget, read_points
+from .result import SIMPLICITY, TIE_RTOL, WORKER_COLUMNS, SweepResult, best_per_budget
+from .resume import PointWriter, done_points, sweep_key
 from .source import ModelSource, ProgramSource, Source
 from .spec import AXES, SpecError, StrategyGrid, StrategySpec, expand
 from .worker import SweepTask, TaskResult, evaluate
@@ -181,7 +188,12 @@ def _with_weights(source: Source, weights: Optional[Mapping[str, Sequence[str]]]
         return ProgramSource(quantize(source.captured, weights))
     check_quantize_rules(weights)
     frozen = tuple((f, (p,) if isinstance(p, str) else tuple(p)) for f, p in weights.items())
-    return dataclasses.replace(source, weights=frozen)
+    weighted = dataclasses.replace(source, weights=frozen)
+    try:
+        weighted.program(False)  # rule 6: conflicts are the program's, found here before any point runs
+    except WeightFormatError as exc:
+        raise WeightFormatError(f"weights= refused for {source.label}, before any point ran: {exc}") from None
+    return weighted
 
 
 def sweep(
@@ -220,16 +232,16 @@ def sweep(
         weights: ``quantize`` rules for the program's constants (rule 6).
     """
     start = time.perf_counter()
-    source = _with_weights(_source(model), weights)
+    unweighted = _source(model)
     budgets_t, links_t = check_budgets(budgets), check_links(links)
-    config = source.config if isinstance(source, ModelSource) else None
+    config = unweighted.config if isinstance(unweighted, ModelSource) else None
     if strategies is None:
         if config is None:
             raise SweepError("give strategies= when sweeping a Program (the default grid needs the config)")
         strategies = default_grid(config)
     specs = expand(strategies)
     built = {spec: spec.build() for spec in specs}  # bad parameters fail here, before any work
-    if isinstance(source, ProgramSource) and executor is not None and not isinstance(executor, InlineExecutor):
+    if isinstance(unweighted, ProgramSource) and executor is not None and not isinstance(executor, InlineExecutor):
         raise SweepError(
             "a captured Program stays in this process; sweep the MoEConfig instead (each worker captures "
             "the shape-only program itself), or pass executor=InlineExecutor()"
@@ -237,7 +249,9 @@ def sweep(
     model_costs = cost_model if cost_model is not None else default_cost_model()
     rates = _expected_hit_rates(specs, built, config, prefetch_hit_rate, trace)
     out_path = _check_out(out)
-    done = _done_points(out_path, links_t)
+    key = sweep_key(unweighted, weights, model_costs, specs, algorithm, rates)
+    done = done_points(out_path, links_t, key)
+    source = _with_weights(unweighted, weights)  # last of the checks: it may capture the program
     tasks = [
         SweepTask(
             index=i,
@@ -255,7 +269,7 @@ def sweep(
     if executor is None and isinstance(source, ProgramSource):
         executor = InlineExecutor()
     saved = [row for spec in specs for row in done.get(spec.label, ())]
-    writer = _PointWriter(out_path, saved)
+    writer = PointWriter(out_path, key, saved)
     results: list[TaskResult] = []
     failed: list[tuple[str, str]] = []
     if tasks and executor is None:
@@ -332,7 +346,7 @@ def _prefetch_rate(given: Optional[float]) -> tuple[float, str]:
     return 0.0, "assumed 0: every predicted row crosses (pass prefetch_hit_rate=)"
 
 
-def _run(executor: Executor, tasks: list[SweepTask], writer: "_PointWriter") -> tuple[list[TaskResult], list[tuple[str, str]]]:
+def _run(executor: Executor, tasks: list[SweepTask], writer: PointWriter) -> tuple[list[TaskResult], list[tuple[str, str]]]:
     """Rule 5: every task's result or its error; finished points are written as they come."""
     futures = {executor.submit(evaluate, task): task for task in tasks}
     results: list[TaskResult] = []
@@ -358,45 +372,6 @@ def _check_out(out: Union[str, Path, None]) -> Optional[Path]:
     if path.suffix != ".csv":
         raise SweepError(f"out must be a path of a .csv file, got {path.name!r}")
     return path
-
-
-def _done_points(path: Optional[Path], links: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
-    """Rule 5: the rows already in ``path``, by spec label, for specs with a row per link."""
-    if path is None or not path.exists():
-        return {}
-    points = read_points(path)
-    rows = [_as_evaluated(row) for row in points.to_dict("records")]
-    by_label: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        by_label.setdefault(row["label"], []).append(row)
-    return {
-        label: [r for link in links for r in found if r["link"] == link]
-        for label, found in by_label.items()
-        if set(links) <= {r["link"] for r in found}
-    }
-
-
-def _as_evaluated(row: dict[str, Any]) -> dict[str, Any]:
-    """A row read back from CSV as ``evaluate`` made it: no empty parameters of other
-    strategies, no rate as None, no rate source as ""."""
-    out = {k: v for k, v in row.items() if not (k.startswith("param.") and pd.isna(v))}
-    if pd.isna(out.get("expected_hit_rate")):
-        out["expected_hit_rate"] = None
-    if pd.isna(out.get("hit_rate_source")):
-        out["hit_rate_source"] = ""
-    return out
-
-
-class _PointWriter:
-    """Rule 5: the finished points rewritten atomically to ``path`` after each task."""
-
-    def __init__(self, path: Optional[Path], rows: list[dict[str, Any]]) -> None:
-        self.path, self.rows = path, list(rows)
-
-    def add(self, rows: Sequence[dict[str, Any]]) -> None:
-        self.rows.extend(rows)
-        if self.path is not None:
-            write_text(self.path, pd.DataFrame(self.rows).to_csv(index=False), "sweep points")
 
 
 def _empty() -> pd.DataFrame:

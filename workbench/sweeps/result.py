@@ -18,7 +18,8 @@ Rules:
      ``workers`` is empty and ``seconds`` 0. Saved points are checked first: the
      columns are there, ``device_bytes`` is a finite number >= 0 and ``tok/s`` a number
      > 0 (or inf) in every row, so text, a negative size (which would fit any budget), a
-     missing throughput or a half-written row is refused, never ranked.
+     missing throughput or a half-written row is refused, never ranked. ``read_points``
+     gives text cells back as they were before ``csv_files`` marked formula-like text.
   5. ``failed``: one row per point that did not finish (its label and error; ``sweep``
      rule 5); empty when every point finished.
 """
@@ -34,6 +35,7 @@ from typing import Any, Sequence, Union
 
 import pandas as pd
 
+from ..csv_files import restore_cells
 from ..file_reading import read_regular_file
 from .checks import SweepError, check_budgets, check_links
 
@@ -96,7 +98,7 @@ def read_points(path: Union[str, Path]) -> pd.DataFrame:
     """The points saved at ``path`` (a sweep's ``.csv``), checked (rule 4)."""
     data = read_regular_file(path, "sweep points file (.csv)", SweepError)
     try:
-        points = pd.read_csv(io.BytesIO(data))
+        points = restore_cells(pd.read_csv(io.BytesIO(data)))  # text as written, before csv_files marked it
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise SweepError(f"{path} is not a sweep points file ({type(exc).__name__}: {exc})") from None
     try:
