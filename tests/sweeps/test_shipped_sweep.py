@@ -7,6 +7,7 @@ import pandas as pd
 
 from workbench.models import MoEConfig
 from workbench.sweeps import InlineExecutor, SweepResult, default_grid, expand, sweep
+from workbench.walkthrough import deployment_cost_model
 
 SHIPPED = Path(__file__).resolve().parents[2] / "notebooks" / "data" / "capacity_sweep.csv"
 REGENERATE = "stale: regenerate it with `python notebooks/data/capacity_sweep.py`"
@@ -27,7 +28,7 @@ def test_shipped_points_are_the_default_sweep_of_today():
     labels = [spec.label for spec in expand(default_grid(config))]
     assert sorted(set(shipped["label"])) == sorted(labels), REGENERATE
     assert len(shipped) == len(labels) * 3
-    fresh = sweep(config, budgets=[80], strategies=SAMPLE, executor=InlineExecutor()).points
+    fresh = sweep(config, budgets=[80], strategies=SAMPLE, executor=InlineExecutor(), cost_model=deployment_cost_model()).points
     key = ["label", "link"]
     got = shipped.merge(fresh[key], on=key).set_index(key).sort_index()[COMPARED]
     want = fresh.set_index(key).sort_index()[COMPARED]
