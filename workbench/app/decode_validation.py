@@ -137,9 +137,9 @@ def peer_table(predictions: Sequence[OutOfSample], runs: Sequence[PublishedRun])
     by_id = {r.id: r for r in runs}
     pairs = []
     for o in predictions:
-        peer = llmfit_tok_s(by_id[o.id]) if o.id in by_id else None
-        if o.predicted is not None and peer is not None:
-            pairs.append((o.regime, o.ratio, peer / o.published))
+        speed = llmfit_tok_s(by_id[o.id]) if o.id in by_id else None
+        if o.predicted is not None and speed is not None:
+            pairs.append((o.regime, o.ratio, speed / o.published))
     rows = []
     for regime in (*PUBLISHED_REGIMES, "all"):
         part = [(w, p) for r, w, p in pairs if regime in ("all", r)]

@@ -87,8 +87,8 @@ def _families(key: tuple[str, int, int]) -> tuple[ModelFamily, ...]:
 def _whole(path: Path, where: str, f: dict[str, Any], name: str) -> int:
     value = f.get(name)
     low, high = _LIMITS[name]
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value == int(value)
-    if not ok or not low <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value) or not low <= value <= high:  # fmt: skip
         raise AnchorError(f"{path}: {where}: {name} must be a whole number in [{low:g}, {high:g}], got {value!r}")
     return int(value)
 

@@ -282,7 +282,7 @@ def _placement(row: Mapping[str, Any], family: ModelFamily, context: int) -> tup
             return None, "experts read from storage: the model has no storage tier"
         cache, resident = run_text.cache_text(f"{detail} {row.get('runtime', '')}")
         stated = run_text.hit_rate_text(detail)
-        routing = StatedHitRate(stated) if stated is not None else routing_for(family.name)
+        routing: CacheRouting = StatedHitRate(stated) if stated is not None else routing_for(family.name)
         return Placement(regime, resident_expert_bytes=resident, cache=cache, routing=routing, context_tokens=context), ""
     return Placement("all_on_gpu", context_tokens=context), ""
 
@@ -311,13 +311,9 @@ def read_run(row: Mapping[str, Any], parts: PartsFile = None,
     if cells["regime"] not in PUBLISHED_REGIMES:
         raise AnchorError(f"run {str(cells['id'])[:40]!r}: regime {str(cells['regime'])[:40]!r} is none of {', '.join(PUBLISHED_REGIMES)}")
     profile = profile_for(cells["runtime"], profiles)
-    base = dict(id=str(cells["id"]), regime=str(cells["regime"]), tok_s=tok_s, source=source_key(cells["source_url"]),
-                source_url=str(cells["source_url"]), runtime=profile.name if profile is not None else "")  # fmt: skip
+    run_id, regime, url = str(cells["id"]), str(cells["regime"]), str(cells["source_url"])
     family = family_of(cells["model"], model_families())
     detail = f"{cells['offload_detail']} {cells['runtime']}"
-    settings = dict(threads=run_text.threads_text(detail), sockets=run_text.sockets_text(detail),
-                    pageable=run_text.pageable_text(detail) if cells["regime"] == "experts_copied" else None,
-                    copy_rate=run_text.copy_rate_text(f"{cells['link']} {detail}"))  # fmt: skip
     why, model, bits = _model_and_bits(cells, family)
     if profile is None:
         why = why or f"no runtime profile names {str(cells['runtime'])[:80]!r}"
@@ -333,8 +329,11 @@ def read_run(row: Mapping[str, Any], parts: PartsFile = None,
         stated = str(cells["cpu"])
         why = why or f"host CPU {'not a part: ' + repr(stated[:80]) if stated else 'not stated'}"
     link = run_text.find_name(cells["link"], part_phrases("link", parts))
-    return PublishedRun(**base, family=family.name if family is not None else "", model=model, formats=bits,
-                        placement=placement, gpu=gpu, host=host, link=link, why=why, **settings)  # fmt: skip
+    return PublishedRun(run_id, regime, tok_s, source_key(url), url, profile.name if profile is not None else "",
+                        family.name if family is not None else "", model, bits, placement, gpu, host, link,
+                        threads=run_text.threads_text(detail), sockets=run_text.sockets_text(detail),
+                        pageable=run_text.pageable_text(detail) if regime == "experts_copied" else None,
+                        copy_rate=run_text.copy_rate_text(f"{cells['link']} {detail}"), why=why)  # fmt: skip
 
 
 def _model_and_bits(cells: Mapping[str, Any], family: Optional[ModelFamily]) -> tuple[str, Optional[ModelFacts], Optional[WeightBits]]:

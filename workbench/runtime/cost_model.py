@@ -257,7 +257,8 @@ class RuntimeTerms(Protocol):
     cost, the host's achieved bandwidth and matvec rates. ``name`` ends the model's name.
     """
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def cost_model_figures(self, machine: Mapping[str, Any], parts: Mapping[str, str]) -> Mapping[str, Any]: ...
 

@@ -40,7 +40,7 @@ Rules:
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Optional
 
 import torch
@@ -113,12 +113,12 @@ def _numel(val: torch.Tensor) -> float:
     return n
 
 
-def _note_weights(node: torch.fx.Node, nbytes: float, formats: Counter[str], bits: dict[str, float]) -> None:
+def _note_weights(node: torch.fx.Node, nbytes: float, formats: defaultdict[str, float], bits: dict[str, float]) -> None:
     """Add ``nbytes`` of the weights ``node`` holds to ``formats`` under their format's
     name ("" for a dtype), remembering their bits per element."""
     fact = stored_format(node)
     val = value_of(node)
-    name = fact.name if fact is not None else _DTYPE_FORMATS.get(getattr(val, "dtype", None), "")
+    name = fact.name if fact is not None else (_DTYPE_FORMATS.get(val.dtype, "") if isinstance(val, torch.Tensor) else "")
     bits[name] = fact.bits_per_weight if fact is not None else (val.element_size() * 8 if isinstance(val, torch.Tensor) else 0.0)
     formats[name] += nbytes
 
@@ -151,8 +151,8 @@ class _Tally:
     """The sums rule 1-4 build, step by step."""
 
     def __init__(self) -> None:
-        self.sums: Counter[str] = Counter()
-        self.host_formats: Counter[str] = Counter()
+        self.sums: defaultdict[str, float] = defaultdict(float)
+        self.host_formats: defaultdict[str, float] = defaultdict(float)
         self.loads: dict[str, float] = {}
         self.prefetched = 0.0
         self.in_host_run = False
@@ -164,7 +164,7 @@ def _op_step(tally: _Tally, step: Step, node: torch.fx.Node, events: dict[str, S
     counted, _ = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node), stored_of(node))
     share = 1.0 if step.share is None else step.share.expected_share(rate)
     nbytes = float(counted.cost.bytes_touched)
-    formats: Counter[str] = Counter()
+    formats: defaultdict[str, float] = defaultdict(float)
     bits: dict[str, float] = {}
     picks = _weight_root(node) is not None
     if picks:  # rule 2: a pick is charged what it reads, not the rows it writes
@@ -186,7 +186,8 @@ def _op_step(tally: _Tally, step: Step, node: torch.fx.Node, events: dict[str, S
     tally.sums[f"{prefix}_weight_bytes"] += sum(formats.values()) * share
     if on_host:
         tally.sums["host_weights"] += weights * share
-        tally.host_formats.update({k: v * share for k, v in formats.items()})
+        for name, nbytes_stored in formats.items():
+            tally.host_formats[name] += nbytes_stored * share
         if not tally.in_host_run:
             tally.sums["host_calls"] += 1
     else:

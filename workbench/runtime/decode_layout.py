@@ -190,7 +190,8 @@ class CacheRouting(Protocol):
     """The routing an expert cache sees: the hit rate of a cache holding ``share`` of each
     layer's experts (a replay over a trace, or a law), and what it is, in words."""
 
-    label: str
+    @property
+    def label(self) -> str: ...
 
     def hit_rate(self, share: float) -> float: ...
 
