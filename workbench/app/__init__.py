@@ -4,6 +4,8 @@
 - ``walkthrough``: the MoE walkthrough's analyses (placement strategies compared on a
   Qwen-3.5-MoE-shaped decoder, and the best one per memory budget and link).
 - ``anchors``: published decode times next to what the cost model says for the same runs.
+- ``exercises``: the tutorial notebooks' exercise checks (a learner's prediction against
+  the value the notebook computes).
 
 The library never imports this package; ``workbench.anchors`` and
 ``workbench.walkthrough`` stay importable under those names (``moved_modules``).
