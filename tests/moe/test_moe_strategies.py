@@ -138,6 +138,11 @@ def test_decode_timeline_marks_steps():
     assert len(result.per_step()) == 4 and result.per_step()["equals_eager"].all()
     fig = result.figure()
     assert len(fig.get_axes()) >= 2
+    heat, bars = fig.get_axes()[:2]
+    layers = result.hit_rate_matrix().shape[0]
+    assert heat.get_yticks().tolist() == list(range(layers))  # whole layers, no half ticks
+    fig.canvas.draw()
+    assert all(float(t).is_integer() for t in bars.get_xticks())  # whole steps
 
 
 def test_expert_cache_bad_settings():

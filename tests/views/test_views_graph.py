@@ -366,7 +366,8 @@ def test_collapsed_layers_draw_each_copy_on_the_row_of_the_layer_it_serves(prefe
     ops read it (through a reuse copy for a prefetch, which reads the layer above's
     routing hint): its centre inside that layer box's height, the same rank, and its first
     line names the layer; a host weight read only by one layer's copies sits on that row
-    too; no two drawn nodes overlap; every edge has a route."""
+    too, named within the layer; side nodes sit right of everything else in their row; no
+    two drawn nodes overlap; every edge has a route."""
     from workbench.models import MoEConfig, QwenMoEDecoder
     from workbench.strategies import expert_streaming
 
@@ -390,6 +391,13 @@ def test_collapsed_layers_draw_each_copy_on_the_row_of_the_layer_it_serves(prefe
     for w in weights:
         (served,) = {row_of[u.name] for u in graph[w.id].users}
         assert w.y == layout.node(served).y, (w.id, served)
+        # its row names the layer, so it shows its name within the layer; the label stays whole
+        assert w.lines == (dg.program.constants[w.id].removeprefix(served + "."),) and w.label == w.id
+        assert w.lines[0].startswith("mlp.experts.")
+    side = set(row_of) | {w.id for w in weights}
+    for s_node in (n for n in layout.nodes if n.id in side):  # right of everything else in its row
+        in_row = [n for n in layout.nodes if n.id not in side and abs(n.y - s_node.y) < (n.h + s_node.h) / 2]
+        assert all(n.x + n.w / 2 < s_node.x - s_node.w / 2 for n in in_row), s_node.id
     nodes = list(layout.nodes)
     for i, a in enumerate(nodes):
         for b in nodes[i + 1:]:

@@ -164,6 +164,28 @@ def test_back_to_back_events_stay_separate_bars():
         view.set_window(5, 1)
 
 
+def test_a_bar_too_narrow_for_its_border_is_drawn_in_its_own_colour():
+    """Among a thousand microseconds, a 0.5 µs kernel is narrower than the white border
+    that separates wider bars: it is outlined in its own colour, so it shows at full colour;
+    the wide copy keeps its white border."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgba
+
+    from workbench.views.timeline import NARROW_BAR_PT
+
+    s = StreamScheduler()
+    s.schedule("h2d", "weights", "cuda:0", "copy", 1000.0, nbytes=1 << 20)
+    s.schedule("compute", "tiny_kernel", "cuda:0", "compute", 0.5)
+    ax = TimelineView(s.timeline()).figure().get_axes()[0]
+    bars = [c for c in ax.collections if isinstance(c, PolyCollection) and len(c.get_paths())]
+    by_edge = {tuple(c.get_edgecolor()[0]): c for c in bars}
+    assert to_rgba("white") in by_edge  # the wide copy
+    narrow = [c for edge, c in by_edge.items() if edge != to_rgba("white")]
+    assert len(narrow) == 1 and len(narrow[0].get_paths()) == 1
+    assert tuple(narrow[0].get_facecolor()[0]) == tuple(narrow[0].get_edgecolor()[0])
+    assert 0.5 / 1000.0 * 12.0 * 72 < NARROW_BAR_PT
+
+
 def test_selecting_an_event_selects_its_node_and_outlines_its_other_events():
     """Clicking one of a node's events focuses the node: its other events are outlined
     (``linked_bars``) and the spec says how many; ``select_node`` picks its first."""

@@ -4,6 +4,10 @@
 - ``walkthrough``: the MoE walkthrough's analyses (placement strategies compared on a
   Qwen-3.5-MoE-shaped decoder, and the best one per memory budget and link).
 - ``anchors``: published decode times next to what the cost model says for the same runs.
+- ``capacity_scenarios``: the capacity sweep's settings re-scored under other routing
+  assumptions (a static cache pinned on other tokens or another trace, flatter routing).
+- ``exercises``: the tutorial notebooks' exercise checks (a learner's prediction against
+  the value the notebook computes).
 
 The library never imports this package; ``workbench.anchors`` and
 ``workbench.walkthrough`` stay importable under those names (``moved_modules``).

@@ -4,6 +4,7 @@ Rules:
   1. ``decode_figure``: top, the hit-rate heat map, one row per MoE layer and one column
      per step (white where a layer read nothing through a cache); bottom, the link bytes
      of each step. Nothing is computed here that the ``DecodeResult`` does not hold.
+     Layers and steps are whole numbers, and so are their ticks.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Optional
 # without a display): a library never switches it, or the caller's figures stop showing
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 __all__ = ["decode_figure"]
 
@@ -31,6 +33,8 @@ def decode_figure(result: Any, *, title: Optional[str] = None) -> Any:
     image = top.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0,
                        origin="lower", interpolation="nearest", extent=(-0.5, result.n_tokens - 0.5, -0.5, len(matrix) - 0.5))  # fmt: skip
     top.set_ylabel("MoE layer")
+    top.set_yticks(np.arange(len(matrix)))  # one tick per layer: no half layers
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     top.set_title(title or "expert hit rate per layer and decode step")
     top.tick_params(labelbottom=False)
     fig.colorbar(image, cax=fig.add_subplot(grid[0, 1]), label="hit rate")

@@ -46,8 +46,10 @@ Rules:
    and says so (``engine == "rows"``, ``LayoutWarning`` when dot is missing or fails).
    Collapsed by layers, two kinds of things are placed after dot, not by it: a copy
    drawn on its own that serves a collapsed layer (and a weight only such copies of one
-   layer read) sits on that layer's row, at the layer's y, in a column right of the rest
-   of the drawing, each weight before the copies that read it; and the edges from the
+   layer read) sits on that layer's row, at the layer's y, right of everything else in that
+   row (not of the whole drawing), each weight before the copies that read it (such a weight shows its
+   name relative to that layer, ``mlp.experts.w1``: its row says which layer; its
+   ``label`` stays the full name); and the edges from the
    layers into the output (each layer's cache updates, long edges that cost dot most of
    its time) run along one bus line down the drawing's left side. A node's rank counts
    the rows dot made; a side node has its layer's.
@@ -77,7 +79,7 @@ from ._collapse import check_expand, delegate_groups, layer_groups
 from ._dot_layout import DOT_MAX_NODES, dot_layout
 from ._graphviz import GraphvizUnavailable
 from ._inputs import UnknownNameError, ViewOptionError
-from ._node_content import GROUP_KINDS, LINE_PT, CopyBadge, NodeContent, node_content
+from ._node_content import GROUP_KINDS, LINE_PT, CopyBadge, NodeContent, node_content, relabelled
 from ._positions import Cluster, Placed
 from ._rows_layout import rows_layout
 from ._side_nodes import place_side, side_rows
@@ -241,6 +243,7 @@ def graph_layout(
     # is boxed around its members afterwards (its members are connected by data, and
     # clusters cost dot more time than the whole rest of the layout)
     clusters = _expanded_clusters(dg, open_group, expanded) if collapse is not None else {}
+    drawn = _short_side_weights(dg, drawn, edges)
     placed = _place(drawn, edges, clusters, members, constants)
     layout_nodes = sorted(
         (_positioned(c, placed.centres[lid], placed.rank[lid]) for lid, c in drawn.items()),
@@ -387,6 +390,19 @@ def _expanded_clusters(dg: DeviceGraph, open_group: Mapping[str, str], expanded:
 
 
 # --- positions (rule 5): dot or rows, then the bus, then the side nodes -------------
+
+
+def _short_side_weights(
+    dg: DeviceGraph, drawn: dict[str, NodeContent], edges: Sequence[tuple[str, str]]
+) -> dict[str, NodeContent]:
+    """Rule 5: a weight placed beside its layer shows its name relative to that layer."""
+    out = dict(drawn)
+    for lid, layer in side_rows(drawn, edges).items():
+        c = drawn[lid]
+        fqn = dg.program.constants.get(c.members[0], "") if c.kind == "constant" and len(c.members) == 1 else ""
+        if fqn.startswith(layer + "."):
+            out[lid] = relabelled(c, (fqn[len(layer) + 1 :],))
+    return out
 
 
 def _place(

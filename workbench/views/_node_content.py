@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
 import torch.fx
@@ -95,6 +95,12 @@ def _content(
     drawn = tuple(lines) or (label,)
     w, h = _size(drawn, badges, kind)
     return NodeContent(lid, label, kind, key, device, devices, members, nbytes, copy_kind, copies, counts, drawn, badges, w, h, serves)
+
+
+def relabelled(c: NodeContent, lines: Sequence[str]) -> NodeContent:
+    """``c`` drawing ``lines`` instead of its own, resized for them (its label unchanged)."""
+    w, h = _size(tuple(lines), c.badges, c.kind)
+    return replace(c, lines=tuple(lines), w=w, h=h)
 
 
 def node_content(

@@ -1,7 +1,8 @@
 """Side nodes (layout rule 5): collapsed by layers, a copy drawn on its own that serves a
 collapsed layer (and a weight only such copies of one layer read) is placed after dot,
-not by it: on that layer's row, at the layer's y, in a column right of the rest of the
-drawing, each weight before the copies that read it, with routes for its edges.
+not by it: on that layer's row, at the layer's y, right of everything else in that row
+(not of the whole drawing: a wide row elsewhere leaves the others narrow), each weight
+before the copies that read it, with routes for its edges.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ._positions import TIP_PT, Placed, rounded
 _SIDE_GAP_PT = 48.0  # between the rest of the drawing and the side nodes
 _SIDE_SEP_PT = 16.0  # between two side nodes of one chain
 _CHAIN_SEP_PT = 36.0  # between two chains of one row
+_ROW_MARGIN_PT = 6.0  # what is nearer than this above or below a row counts as in it
 _LIFT_PT = (12.0, 28.0)  # how far an arc between two nodes of one row bows out, nearest to farthest
 
 
@@ -58,7 +60,6 @@ def place_side(
     """Each side node on its layer's row (the layer's y), in chains to the right of
     everything else, and routes for every edge that touches one."""
     centres = dict(placed.centres)
-    x0 = placed.extent[0] + _SIDE_GAP_PT
     right = placed.extent[0]
     by_layer: dict[str, list[str]] = defaultdict(list)
     for lid in drawn:
@@ -67,7 +68,7 @@ def place_side(
     order: dict[str, int] = {}  # place in its row, from the left
     for layer, ids in by_layer.items():
         y = centres[layer][1]
-        cursor = x0
+        cursor = _row_start(placed, drawn, side, y, max(drawn[lid].h for lid in ids)) + _SIDE_GAP_PT
         first = len(order)
         for chain in _chains(ids, edges):
             for lid in chain:
@@ -85,6 +86,20 @@ def place_side(
             routes[(a, b)] = _route(drawn[a], centres[a], drawn[b], centres[b], order)
     extent = (round(right + 10.0, 1), placed.extent[1])
     return Placed(centres, rank, routes, placed.clusters, extent, placed.engine, placed.note)
+
+
+def _row_start(placed: Placed, drawn: Mapping[str, NodeContent], side: Mapping[str, str], y: float, h: float) -> float:
+    """The right edge of what the layout placed in the band of height ``h`` around ``y``
+    (nodes and cluster boxes): a row's side nodes start after it, not after the widest
+    row of the whole drawing."""
+    half = h / 2 + _ROW_MARGIN_PT
+    edges = [
+        cx + drawn[lid].w / 2
+        for lid, (cx, cy) in placed.centres.items()
+        if lid not in side and lid in drawn and abs(cy - y) < drawn[lid].h / 2 + half
+    ]
+    edges += [x1 for x0, y0, x1, y1 in placed.clusters.values() if y0 < y + half and y1 > y - half]
+    return max(edges, default=0.0)
 
 
 def _anchor_x(c: NodeContent, x: float, toward: float) -> float:

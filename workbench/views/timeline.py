@@ -5,8 +5,10 @@ Rules:
 1. What is drawn comes from ``timeline_data`` → ``timeline_scene`` (plain data); the front
    end and ``draw_timelines`` (the static figure) only render it.
 2. Bars are coloured by copy kind (h2d, d2h, d2d) or, for compute and host work, by
-   device, with a thin border so back-to-back events stay distinct; a bar carries its
-   label (bytes for a copy, the node for compute) only where the label fits.
+   device, with a thin white border so back-to-back events stay distinct (a bar narrower
+   than ``NARROW_BAR_PT`` is outlined in its own colour instead, so the border cannot
+   hide it); a bar carries its label (bytes for a copy, the node for compute) only where
+   the label fits.
 3. Each run is titled with its summary: copy time, compute time, overlap.
 4. ``compare=`` adds a second run drawn below on the same time axis; a mapping of
    named runs fills the comparison dropdown, and choosing "(none)" hides it.
@@ -233,6 +235,9 @@ def draw_timelines(
     return fig
 
 
+#: bars narrower than this many points get no white border (it would hide them; rule 2)
+NARROW_BAR_PT = 2.0
+
 #: more arrows than this in the window: only those of the selection are drawn (as in the widget)
 FLOW_MAX = 400
 
@@ -253,14 +258,18 @@ def _draw_flows(ax: Any, data: TimelineData, bars: list[TimelineBar], marked: se
 def _draw_run(
     ax: Any, label: str, data: TimelineData, bars: list[TimelineBar], span: float, selected: Optional[int], linked: Sequence[int]
 ) -> None:
-    verts, colours = [], []
+    width_pt = 12.0 * 72 * 0.85  # the axes' width in points, near enough for fitting labels
+    wide: tuple[list, list] = ([], [])
+    narrow: tuple[list, list] = ([], [])
     for b in bars:
         lo, hi = b.lane - _BAR_HALF, b.lane + _BAR_HALF
-        verts.append([(b.start_us, lo), (b.end_us, lo), (b.end_us, hi), (b.start_us, hi)])
-        colours.append(timeline_colour(b.kind, b.device))
-    # a white border keeps back-to-back events of one kind apart (rule 2)
-    ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="white", linewidths=0.5))
-    width_pt = 12.0 * 72 * 0.85  # the axes' width in points, near enough for fitting labels
+        into = narrow if b.duration_us / span * width_pt < NARROW_BAR_PT else wide
+        into[0].append([(b.start_us, lo), (b.end_us, lo), (b.end_us, hi), (b.start_us, hi)])
+        into[1].append(timeline_colour(b.kind, b.device))
+    # a white border keeps back-to-back events of one kind apart (rule 2); a bar too narrow
+    # for one is outlined in its own colour instead, so it stays visible at full colour
+    ax.add_collection(PolyCollection(wide[0], facecolors=wide[1], edgecolors="white", linewidths=0.5))
+    ax.add_collection(PolyCollection(narrow[0], facecolors=narrow[1], edgecolors=narrow[1], linewidths=0.6))
     for b in bars:
         text = format_bytes(b.nbytes) if b.kind in COPY_EVENT_KINDS else b.node
         if b.duration_us / span * width_pt > len(text) * 4.2 + 4:
