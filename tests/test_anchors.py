@@ -25,8 +25,10 @@ def test_the_graph_column_is_time_decode_of_the_plan_on_the_anchors_machine():
     anchor's published run, and each ratio over the published time: the table computes."""
     plan = _tiny_plan()
     table = anchors_table(plan)
-    assert list(table.columns) == ["anchor", "hardware", "published ms/token", "graph ms/token", "facts ms/token",
-                                   "graph / published", "facts / published"]  # fmt: skip
+    assert list(table.columns) == ["anchor", "hardware", "weights (graph; run)", "published ms/token", "graph ms/token",
+                                   "facts ms/token", "graph / published", "facts / published"]  # fmt: skip
+    assert table["weights (graph; run)"].str.startswith("as captured").all()
+    assert anchors_table(_tiny_plan(int4=True))["weights (graph; run)"].str.startswith("int4_g128; format int4_g128").all()
     model = regime_model()
     for anchor, row in zip(ANCHORS, table.to_dict("records")):
         machine = CostModel.compose(gpu=anchor.gpu, runtime=runtime_profile(anchor.runtime, model.fits))

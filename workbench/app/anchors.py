@@ -116,8 +116,9 @@ def full_size_plan(config: Optional[MoEConfig] = None, algorithm: str = "greedy"
 
 def anchors_table(decode_plan: Optional[MemoryPlan] = None, *, anchors: Sequence[Anchor] = ANCHORS,
                   model: Optional[RegimeModel] = None) -> pd.DataFrame:
-    """One row per anchor: published ms/token, the graph's and the facts' ms/token on the
-    same machine (``time_decode``), and each over the published (rules 1, 2).
+    """One row per anchor: the weights' format in the graph and as the run states it,
+    published ms/token, the graph's and the facts' ms/token on the same machine
+    (``time_decode``), and each over the published (rules 1, 2).
     ``decode_plan`` defaults to ``full_size_plan(formats=ANCHOR_FORMATS)``."""
     unmodeled = [a.anchor for a in anchors if a.runtime is None]
     if unmodeled:
@@ -133,11 +134,19 @@ def anchors_table(decode_plan: Optional[MemoryPlan] = None, *, anchors: Sequence
         graph_ms = time_decode(layout, machine).ms
         facts = model.predict(runs[a.run_id]) if a.run_id in runs else None
         facts_ms = 1e3 / facts.tok_s if facts is not None and facts.tok_s else float("nan")
+        stated = runs[a.run_id].formats if a.run_id in runs else None
         rows.append({"anchor": a.anchor, "hardware": f"{a.hardware} ({a.gpu}, {a.runtime})",
+                     "weights (graph; run)": f"{_formats_of(decode_plan)}; {stated.how if stated is not None else 'not stated'}",
                      "published ms/token": a.published_ms, "graph ms/token": round(graph_ms, 3),
                      "facts ms/token": round(facts_ms, 3), "graph / published": round(graph_ms / a.published_ms, 3),
                      "facts / published": round(facts_ms / a.published_ms, 3)})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _formats_of(memory: MemoryPlan) -> str:
+    """The weight formats a plan's constants are stored in, in words."""
+    stored = sorted({f.name for f in memory.device_graph.program.stored_formats.values()})
+    return ", ".join(stored) if stored else "as captured (no weight format)"
 
 
 # --- modeled vs published, per row and per regime ---

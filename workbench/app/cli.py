@@ -252,7 +252,7 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
 
     if job.full_config is not None:
         full_config = job.full_config
-        rate = wt.measured_hit_rate(run_config)  # the full-size weights are not there to measure
+        rate = wt.full_size_hit_rate(full_config)  # the full-size weights are not there to measure
         full = wt.full_size_results(full_config, prefetch_hit_rate=rate, progress=progress)
         full_table = wt.full_size_table(full)
         _write_csv(full_table, out / "strategies_full_size.csv")
@@ -262,7 +262,8 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
         print(full_table.to_string(index=False))
         sensitivity = wt.prefetch_sensitivity(full, hit_rates=[0.0, rate, 1.0])
         _write_csv(sensitivity, out / "prefetch_sensitivity.csv")
-        print(f"\n# expert prefetch at full size: hit rate 0, {rate:.3f} (measured on the {args.config} model, "
+        print(f"\n# expert prefetch at full size: hit rate 0, {rate:.3f} (measured on the tiny model widened to the full "
+              f"configuration's {full_config.num_experts} experts, top-{full_config.num_experts_per_tok}, random weights, "
               "256 tokens), 1")
         print(sensitivity.to_string(index=False))
         breakeven = wt.streaming_breakeven(full_config)

@@ -32,6 +32,7 @@ rates 0 (nothing predicted), the measured one, and 1 (everything predicted).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
@@ -67,6 +68,7 @@ __all__ = [
     "answer_table",
     "capacity_sweep",
     "deployment_cost_model",
+    "full_size_hit_rate",
     "full_size_plan",
     "full_size_results",
     "full_size_table",
@@ -213,6 +215,18 @@ def measured_hit_rate(config: Optional[MoEConfig] = None, *, tokens: int = 256, 
     return hits / (len(seen) * tokens * k)
 
 
+def full_size_hit_rate(config: Optional[MoEConfig] = None, *, tokens: int = 256, seed: int = 0) -> float:
+    """``measured_hit_rate`` of the tiny model widened to ``config``'s routed experts and
+    top-k (default: the published 35B-A3B's 256 and 8): the prefetch hit rate the
+    full-size strategies are timed with. Random weights: the previous layer's router says
+    nothing of a trained router's choices; this is the rate of chance plus the residual
+    stream's carry-over, not a trained model's."""
+    config = config or MoEConfig.full()
+    wide = dataclasses.replace(MoEConfig.tiny(), num_experts=config.num_experts,
+                               num_experts_per_tok=config.num_experts_per_tok)  # fmt: skip
+    return measured_hit_rate(wide, tokens=tokens, seed=seed)
+
+
 def _mib(n: int) -> float:
     return round(n / 2**20, 3)
 
@@ -287,8 +301,8 @@ def full_size_results(
     ``deployment_cost_model()``.
 
     Prefetching strategies are laid out with ``prefetch_hit_rate`` of their reuse copies'
-    rows expected on the device; None means the tiny model's ``measured_hit_rate()`` (the
-    full-size weights are not there to measure).
+    rows expected on the device; None means ``full_size_hit_rate(config)`` (the full-size
+    weights are not there to measure).
 
     ``captured``: a shape-only step captured elsewhere (``workbench.hf.capture_decode`` of a
     meta model: anything with a ``program``) to analyse instead of the built-in decoder;
@@ -301,7 +315,7 @@ def full_size_results(
     chosen = list(strategies or strategy_variants(prefetch=True))
     rate = None
     if any(s.prefetch for s in chosen):
-        rate = measured_hit_rate() if prefetch_hit_rate is None else float(prefetch_hit_rate)
+        rate = full_size_hit_rate(config) if prefetch_hit_rate is None else float(prefetch_hit_rate)
 
     def programs(strategy: Strategy) -> Any:
         if captured is not None:
@@ -372,7 +386,7 @@ def prefetch_sensitivity(
     plain, hinted = find(False), find(True)
     if hit_rates is None:
         timed = hinted.prefetch_hit_rate
-        hit_rates = [0.0, measured_hit_rate() if timed is None else timed, 1.0]
+        hit_rates = [0.0, full_size_hit_rate() if timed is None else timed, 1.0]
     rows = []
     for label, result, rate in [("expert_streaming", plain, None)] + [
         ("expert_streaming+prefetch", hinted, float(h)) for h in hit_rates
@@ -413,7 +427,7 @@ def capacity_sweep(
     swapped per column (default ``deployment_cost_model()``)."""
     config = config or MoEConfig.full()
     check_flag(full_grid, "full_grid")
-    rate = measured_hit_rate() if prefetch_hit_rate is None else prefetch_hit_rate
+    rate = full_size_hit_rate(config) if prefetch_hit_rate is None else prefetch_hit_rate
     if executor is None and workers is None:
         executor = InlineExecutor()
     return sweep(

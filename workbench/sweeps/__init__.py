@@ -336,6 +336,8 @@ def _expected_hit_rates(
             for s in members:
                 # a trace holds routed experts, not predictions: a prefetching cache is charged the rate without them
                 where = f"{trace.label}; replayed without the prefetch" if built[s].cache.prefetch else trace.label
+                if built[s].cache.policy == "static_hot" and pinned is None:
+                    where += "; static_hot pinned on this same trace (in hindsight)"
                 out[s] = (round(rates[built[s].cache.policy], 6), where)
     return out
 

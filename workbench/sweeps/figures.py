@@ -46,11 +46,15 @@ def pareto_figure(result: Any, *, title: Optional[str] = None, width: float = 5.
         ax.set_xlabel("device memory (GiB): resident weights + arena")
         ax.set_ylabel("tokens/s (modeled)")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="best")
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    columns = min(len(labels), 4) or 1
+    # below the panels, off the curves: one legend for every panel
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=columns, frameon=False)
     synthetic = sorted({s for s in points["hit_rate_source"] if isinstance(s, str) and s.startswith("synthetic")})
     heading = title or f"{result.source}: tokens/s against device memory"
     if synthetic:
         heading += f"\ncache hit rates from a {synthetic[0]} trace"
     fig.suptitle(heading, fontsize=10)
-    fig.tight_layout()
+    rows = -(-len(labels) // columns)
+    fig.tight_layout(rect=(0, 0.035 * rows + 0.02, 1, 1))
     return fig
