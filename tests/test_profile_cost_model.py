@@ -13,16 +13,20 @@ from workbench.runtime.parts import part_facts
 
 
 def test_the_profiles_copy_terms_set_every_copys_cost():
-    """A profile's per-copy cost lengthens a copy by exactly that cost on the same link;
-    the link's bandwidth is untouched; its copies per expert, pageable staging and loading
-    of every visited expert are the cost model's."""
+    """A profile's per-copy cost lengthens a copy by exactly that cost on the same link, and
+    keeps doing so when the link is swapped; the link's bandwidth is untouched; its copies
+    per expert, pageable staging and loading of every visited expert are the cost model's."""
     base = CostModel.compose(gpu="rtx_a5000", link="pcie_gen4")
     streaming = runtime_profile("streaming_engines")
-    composed = CostModel.compose(gpu="rtx_a5000", link="pcie_gen4", runtime=streaming)
-    per_copy = streaming.values["per_copy_cost"]
+    costly = dataclasses.replace(streaming, values={**streaming.values, "per_copy_cost": 1e-4})
+    composed = CostModel.compose(gpu="rtx_a5000", link="pcie_gen4", runtime=costly)
     for nbytes in (4096, 64 << 20):
         extra = composed.copy_time_us("h2d", nbytes) - base.copy_time_us("h2d", nbytes)
-        assert extra == pytest.approx(per_copy * 1e6)
+        assert extra == pytest.approx(100.0)
+    swapped = composed.with_link("pcie_gen5")
+    assert swapped.copy_time_us("h2d", 4096) - CostModel.compose(gpu="rtx_a5000", link="pcie_gen5").copy_time_us("h2d", 4096) \
+        == pytest.approx(100.0)
+    assert swapped == CostModel.compose(gpu="rtx_a5000", link="pcie_gen5", runtime=costly).with_link("pcie_gen5")
     assert composed.h2d_bandwidth == base.h2d_bandwidth and composed.name.endswith("+streaming_engines")
     accelerate = CostModel.compose(gpu="rtx_a5000", link="pcie_gen4", runtime=runtime_profile("hf_offloaders"))
     assert (accelerate.copies_per_expert, accelerate.pageable_copies, accelerate.loads_all_experts) == (3.0, 1.0, 1.0)

@@ -36,8 +36,8 @@ Rules:
    use (the run's, else every socket when ``numa_aware``, else one); ``host_matvec_rates``
    = the kernel family's rate per core, scaled by this host's FP32 FLOP/s per core over
    the core it was measured on, × the threads (the run's, else the host's ``math_cores``
-   or ``cores``, at most its cores); h2d and d2h latency = the link part's +
-   ``per_copy_cost``. A run's own settings (``with_settings``) come last: the copies'
+   or ``cores``, at most its cores); ``copy_overhead`` = ``per_copy_cost`` (on top of the
+   link part's latency, and kept when the link is swapped). A run's own settings (``with_settings``) come last: the copies'
    staging it states, and a copy rate it measured (the h2d bandwidth, as reached).
 """
 
@@ -164,7 +164,7 @@ class RuntimeProfile:
             "visited_expert_kernels": v["kernels_per_visited_expert"] * v["visits_every_expert"],
             "copies_per_expert": v["copies_per_expert"], "pageable_copies": v["pageable_copies"],
             "loads_all_experts": v["loads_all_experts"],
-            "h2d_latency": machine["h2d_latency"] + v["per_copy_cost"], "d2h_latency": machine["d2h_latency"] + v["per_copy_cost"],
+            "copy_overhead": v["per_copy_cost"],
         }  # fmt: skip
         if self.launch_mode == "eager":
             figures["launch_overhead"] = v["per_launch_cost"]

@@ -2,7 +2,9 @@
 
 Rules:
 
-1. A copy of N bytes takes ``latency + N / bandwidth`` for its direction (h2d, d2h, d2d);
+1. A copy of N bytes takes ``latency + copy_overhead + N / bandwidth`` for its direction
+   (h2d, d2h, d2d; ``copy_overhead`` is a runtime's own cost per copy, kept when the link
+   is swapped);
    from or to pageable host memory the bandwidth is multiplied by ``pageable_factor``.
 2. A device kernel runs ``max(min_kernel_time, FLOPs / peak FLOP/s, bytes touched / memory
    bandwidth)`` (the roofline with a floor), with the peak for the op's dtype class. A
@@ -168,14 +170,15 @@ _PRESET_RUNTIME = "compiled"
 _MAY_BE_ZERO = frozenset(
     {"h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "executor_overhead",
      "graph_launch_overhead", "kernel_gap", "min_kernel_time", "host_op_overhead", "kernels_per_layer",
-     "visited_expert_kernels", "copies_per_expert"}
+     "visited_expert_kernels", "copies_per_expert", "copy_overhead"}
 )  # fmt: skip
 # Figures that are shares in [0, 1].
 _SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_experts"})
 # Runtime terms added after measured presets were first written: a file without them
 # takes the defaults (this executor's own terms), which no measurement sets.
 _LATER_TERMS = frozenset({"overlap", "launch_overlap", "kernels_per_layer", "visited_expert_kernels",
-                          "copies_per_expert", "pageable_copies", "loads_all_experts", "host_matvec_rates"})  # fmt: skip
+                          "copies_per_expert", "pageable_copies", "loads_all_experts", "copy_overhead",
+                          "host_matvec_rates"})  # fmt: skip
 
 
 _CHECKED_RATES: set[Any] = set()
@@ -301,6 +304,7 @@ class CostModel:
     copies_per_expert: float = 0.0  # copies the runtime makes per routed expert it loads; 0: a graph's own copies
     pageable_copies: float = 0.0  # share of copied bytes staged from pageable host memory
     loads_all_experts: float = 0.0  # 1: the runtime loads every expert its loop visits that the GPU does not hold
+    copy_overhead: float = 0.0  # s a runtime adds to every copy beyond the link's latency (hooks, allocation, sync)
     host_matvec_rates: tuple[tuple[str, float], ...] = ()  # (weight format, weights/s the host multiplies), per format
     # Host.
     host_flops: float = 3e12  # FLOP/s, any dtype
@@ -531,7 +535,7 @@ class CostModel:
         bandwidth = getattr(self, f"{kind}_bandwidth")
         if not pinned and kind != "d2d":
             bandwidth *= self.pageable_factor
-        return (getattr(self, f"{kind}_latency") + nbytes / bandwidth) * 1e6
+        return (getattr(self, f"{kind}_latency") + self.copy_overhead + nbytes / bandwidth) * 1e6
 
     def reuse_copy_time_us(self, link_bytes: int, device_bytes: int, pinned: bool = True) -> float:
         """Microseconds for a reuse copy moving ``link_bytes`` over h2d and ``device_bytes``
@@ -541,7 +545,7 @@ class CostModel:
                 raise CostModelError(f"{name} must be an int >= 0, got {value!r}")
         bandwidth = self.h2d_bandwidth * (1.0 if pinned else self.pageable_factor)
         moving = max(link_bytes / bandwidth, 2 * device_bytes / self.device_memory_bandwidth)
-        return (self.h2d_latency + moving) * 1e6
+        return (self.h2d_latency + self.copy_overhead + moving) * 1e6
 
     def peak_flops(self, device: DeviceLike, dtype: torch.dtype) -> float:
         """Peak FLOP/s for ``dtype`` ops on ``device`` (host: ``host_flops``)."""

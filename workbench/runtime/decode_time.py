@@ -30,7 +30,8 @@ Rules:
 4. Copy: experts loaded = the layout's ``expert_loads``, or its ``experts_offloaded``
    for a runtime that loads every expert its loop visits (``loads_all_experts``); ``(link_bytes
    + loaded × expert_bytes) / (h2d_bandwidth × (1 - pageable_copies × (1 -
-   pageable_factor))) + (copies + expert copies) × h2d_latency``; expert copies = loaded ×
+   pageable_factor))) + (copies + expert copies) × (h2d_latency + copy_overhead)``; expert
+   copies = loaded ×
    ``copies_per_expert`` when the runtime states its copies per expert, else the layout's
    own ``expert_copies`` (scaled to the experts loaded).
 5. The time is a finite number > 0, or a ``DecodeTimeError`` names what made it not one;
@@ -114,7 +115,7 @@ def _copy_seconds(layout: DecodeLayout, model: CostModel) -> float:
     nbytes, loads = _link_bytes(layout, model)
     expert_copies = loads * model.copies_per_expert if model.copies_per_expert > 0 else layout.expert_copies * (
         loads / layout.expert_loads if layout.expert_loads else 1.0)
-    return nbytes / bandwidth + (layout.copies + expert_copies) * model.h2d_latency
+    return nbytes / bandwidth + (layout.copies + expert_copies) * (model.h2d_latency + model.copy_overhead)
 
 
 def time_decode(layout: DecodeLayout, cost_model: CostModel) -> DecodeTime:

@@ -55,7 +55,7 @@ PART_FIELDS: dict[str, tuple[str, ...]] = {
              "pageable_factor"),
     "runtime": ("launch_mode", "launch_overhead", "executor_overhead", "graph_launch_overhead", "kernel_gap",
                 "min_kernel_time", "overlap", "launch_overlap", "kernels_per_layer", "visited_expert_kernels",
-                "copies_per_expert", "pageable_copies", "loads_all_experts"),
+                "copies_per_expert", "pageable_copies", "loads_all_experts", "copy_overhead"),
 }  # fmt: skip
 PART_KINDS = tuple(PART_FIELDS)
 #: Figures a part may state that no time uses (rule 1).
@@ -69,7 +69,7 @@ _COLUMNS = ("kind", "name", "field", "value", "source")
 #: Fields that may be 0 (a fixed cost can vanish; a runtime term can be absent).
 _MAY_BE_ZERO = frozenset({"h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "executor_overhead",
                           "graph_launch_overhead", "kernel_gap", "min_kernel_time", "host_op_overhead",
-                          "kernels_per_layer", "visited_expert_kernels", "copies_per_expert"})  # fmt: skip
+                          "kernels_per_layer", "visited_expert_kernels", "copies_per_expert", "copy_overhead"})  # fmt: skip
 #: Shares: numbers in [0, 1] (``pageable_factor`` in (0, 1]).
 _SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_experts", "pageable_factor"})
 #: Whole counts, with their largest sensible value.
