@@ -4,7 +4,8 @@ Commands:
   walkthrough  the MoE walkthrough: every placement strategy on a Qwen-3.5-MoE-shaped
                decoder (tiny model run; full-size model analysed shape-only; the best
                strategy per memory budget and link: sweep.csv, sweep_best.csv, pareto.png;
-               published batch-1 decode runs against the regime model: anchors.csv),
+               published batch-1 decode runs against the decode model, held out by
+               source: anchors.csv),
                or on a transformers model with --model hf:FAMILY (its tiny configuration
                run, its published one shape-only, and for hf:qwen3_5_moe the built-in
                decoder side by side)
