@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.app.capacity_scenarios import RoutingScenario, default_scenarios, held_out, scenario_points
+from workbench.app.capacity_scenarios import RoutingScenario, default_scenarios, held_out, scenario_points, scored_grid
 from workbench.errors import ArgumentValueError
 from workbench.models import MoEConfig
 from workbench.moe.cache_policies import replay_all, slab_bytes
 from workbench.moe.routing import synthetic_trace_for
-from workbench.sweeps import StrategySpec, expand, quick_grid
+from workbench.sweeps import StrategySpec, expand
 
 DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data"
 SHIPPED = DATA / "capacity_scenarios.csv"
@@ -66,11 +66,12 @@ def test_scenario_points_refuse_what_a_trace_cannot_score():
 def test_shipped_points_are_todays():
     """The file holds one row per (default scenario, quick-grid setting, link); a fresh
     evaluation of a sample gives exactly its figures; and its first scenario, the sweep's own
-    assumption, gives the hit rates and device bytes of the shipped capacity sweep."""
+    assumption, gives the hit rates, device bytes and tokens/s of the shipped capacity sweep
+    (the same machine times both)."""
     shipped = pd.read_csv(SHIPPED)
     config = MoEConfig.full()
     scenarios = default_scenarios(config)
-    labels = [s.label for s in expand(quick_grid(config))]
+    labels = [s.label for s in scored_grid(config)]
     assert list(dict.fromkeys(shipped["scenario"])) == [s.name for s in scenarios], REGENERATE
     for name, rows in shipped.groupby("scenario"):
         assert sorted(set(rows["label"])) == sorted(labels) and len(rows) == 3 * len(labels), REGENERATE
@@ -88,5 +89,5 @@ def test_shipped_points_are_todays():
     sweep = pd.read_csv(DATA / "capacity_sweep.csv")
     own = shipped[shipped["scenario"] == scenarios[0].name].merge(sweep, on=["label", "link"], suffixes=("", " sweep"))
     assert len(own) == 3 * len(labels)
-    for column in ("expected_hit_rate", "device_bytes"):
+    for column in ("expected_hit_rate", "device_bytes", "tok/s", "link_MiB/token"):
         assert np.allclose(own[column].fillna(-1), own[f"{column} sweep"].fillna(-1)), column

@@ -283,12 +283,14 @@ def test_table_rows_and_runs_read_alike(table, model):
 
 def test_profiles_cite_or_fit_every_term_and_fit_at_most_eight():
     """Every profile field has a source; the fitted terms are terms of the fitted-terms
-    table, at most 8; every run of the table finds a profile."""
+    table, at most 8; a run of the table without a profile says why it is not modeled."""
     profiles = runtime_profiles()
     assert all(s.strip() for p in profiles for s in p.sources.values())
     terms = {t for p in profiles for t in p.fitted.values()}
     assert 1 <= len(terms) <= 8 and terms <= set(fitted_terms())
-    assert all(r.runtime for r in published_runs())
+    runs = published_runs()
+    assert all(r.runtime or r.why for r in runs)
+    assert sum(bool(r.runtime) for r in runs) >= 0.9 * len(runs)
 
 
 def test_a_run_table_of_your_own_fits_and_is_judged(tmp_path, table):

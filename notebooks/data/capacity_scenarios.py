@@ -1,5 +1,6 @@
 """Write ``capacity_scenarios.csv`` beside this file: the strategy settings of the quick grid
-(``sweeps.quick_grid``, which gives the whole grid's answers at the notebook's budgets) of the
+(``sweeps.quick_grid``, which gives the whole grid's answers at the notebook's budgets) that a
+routing trace can score (``capacity_scenarios.scored_grid``: all but prefetching ones) of the
 published Qwen3.5-35B-A3B (bf16, shape-only), evaluated under every routing scenario of
 ``workbench.app.capacity_scenarios.default_scenarios``: the sweep's own assumption, a static
 cache pinned on other tokens or another seed, flatter and uniform routing.

@@ -40,11 +40,11 @@ from ..moe.cache_policies import replay_all, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..moe.strategies import ExpertCache
 from ..runtime import CostModel
-from ..runtime.default_model import default_cost_model
 from ..sweeps import DEFAULT_LINKS, StrategySpec, SweepTask, evaluate, expand, quick_grid
 from ..sweeps.source import ModelSource
+from .walkthrough import deployment_cost_model
 
-__all__ = ["RoutingScenario", "default_scenarios", "held_out", "scenario_points"]
+__all__ = ["RoutingScenario", "default_scenarios", "held_out", "scenario_points", "scored_grid"]
 
 #: The sweep's synthetic routing (``sweeps`` rule 3): tokens, temporal reuse.
 SWEEP_TOKENS = 2048
@@ -102,6 +102,12 @@ def _hit_rate(config: MoEConfig, cache: CacheSpec, scenario: RoutingScenario) ->
     return round(replayed.hit_rate(), 6)
 
 
+def scored_grid(config: MoEConfig) -> list[StrategySpec]:
+    """The settings of ``sweeps.quick_grid`` a routing trace can score: all but the
+    prefetching ones (a trace holds routed experts, not the previous layer's predictions)."""
+    return [spec for spec in quick_grid(config) if not spec.build().prefetch]
+
+
 def scenario_points(
     config: MoEConfig,
     scenarios: Sequence[RoutingScenario],
@@ -110,8 +116,9 @@ def scenario_points(
     cost_model: Optional[CostModel] = None,
     algorithm: str = "greedy",
 ) -> pd.DataFrame:
-    """Rules 3-4: one row per (scenario, strategy setting, link)."""
-    specs = expand(strategies if strategies is not None else quick_grid(config))
+    """Rules 3-4: one row per (scenario, strategy setting, link); by default the settings
+    of ``scored_grid`` on the machine the capacity sweep times (``walkthrough.deployment_cost_model``)."""
+    specs = expand(strategies if strategies is not None else scored_grid(config))
     prefetching = [s.label for s in specs if s.build().prefetch]
     if prefetching:
         raise ArgumentValueError(
@@ -123,7 +130,7 @@ def scenario_points(
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names) or not names:
         raise ArgumentValueError(f"scenarios need distinct names, one at least; got {names}")
-    source, model = ModelSource(config), cost_model if cost_model is not None else default_cost_model()
+    source, model = ModelSource(config), cost_model if cost_model is not None else deployment_cost_model()
     rows = []
     for index, spec in enumerate(specs):
         cache = _cache(spec)

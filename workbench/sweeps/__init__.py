@@ -139,11 +139,13 @@ def quick_grid(config: MoEConfig) -> list[StrategySpec]:
     """A third of ``default_grid`` (a subset of it), chosen so the capacity answer at the default
     budgets stays the one the whole grid gives (the walkthrough's default sweep):
 
-    - ``all_on_device``, ``experts_on_host``, ``expert_streaming`` (without prefetch: its
-      routing hints need a second captured program, and its reuse copies are charged the
-      expected misses and a second pass);
-    - ``partial_offload`` at a quarter, half and three quarters of the layers (the
-      line of the Pareto figure; the ends are ``all_on_device`` and ``experts_on_host``);
+    - ``all_on_device``, ``experts_on_host``, ``expert_streaming`` with and without
+      prefetch (with it: the best setting on a fast link at the smallest budget, where the
+      predicted experts' copies hide behind the previous layer; without it: what the
+      prediction buys);
+    - ``partial_offload`` at 30 %, half and 70 % of the layers (the line of the Pareto
+      figure; the ends are ``all_on_device`` and ``experts_on_host``; 30 % is the fewest
+      host layers of the whole grid that fit the 48 GiB budget on the full-size model);
     - expert caches of k, E/8, E/4 and E/2 slots per layer (each about doubling the
       cache; the default budgets fall between them): ``static_hot`` with a miss copied
       or computed on the host, and ``lfu`` with a miss copied (an admitting cache that
@@ -153,12 +155,13 @@ def quick_grid(config: MoEConfig) -> list[StrategySpec]:
     layers = config.num_hidden_layers
     slots = sorted({s for s in (k, E // 8, E // 4, E // 2) if k <= s <= E})
     counts = default_grid(config)["partial_offload"]["n_host_layers"]  # every setting is one of the whole grid's
-    offload = sorted({min(counts, key=lambda n: abs(n - q * layers)) for q in (0.25, 0.5, 0.75)})
+    offload = sorted({min(counts, key=lambda n: abs(n - q * layers)) for q in (0.3, 0.5, 0.7)})
     caches = [("static_hot", "copy"), ("static_hot", "host_compute"), ("lfu", "copy")]
     return [
         StrategySpec.of("all_on_device"),
         StrategySpec.of("experts_on_host"),
         StrategySpec.of("expert_streaming", prefetch=False),
+        StrategySpec.of("expert_streaming", prefetch=True),
         *(StrategySpec.of("partial_offload", n_host_layers=n) for n in offload),
         *(
             StrategySpec.of("expert_cache", slots_per_layer=s, policy=policy, on_miss=on_miss)
