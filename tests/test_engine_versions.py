@@ -1,0 +1,79 @@
+"""One engine at several versions: each run is timed with the copy and launch facts of
+the engine as it was when the run was measured, each fact cited, none fitted."""
+
+import dataclasses
+
+import pytest
+
+from workbench.app.decode_model import regime_model
+from workbench.app.published_runs import published_runs
+from workbench.app.runtime_profiles import profile_for, runtime_profiles
+from workbench.runtime.decode_time import time_decode
+
+IMP_PROFILES = ("imp", "imp_before_1376", "imp_before_1370", "imp_before_1370_staging")
+runs = pytest.fixture(scope="module", name="runs")(lambda: {r.id: r for r in published_runs()})
+model = pytest.fixture(scope="module", name="model")(regime_model)
+
+
+@pytest.mark.parametrize("run_id, profile", [
+    ("imp1365_q3_30b_q4km_5090_lru", "imp_before_1370"),
+    ("imp1365_q3_30b_q4km_5090_staging", "imp_before_1370_staging"),
+    ("imp1374_q3_30b_q4km_5090_budget15", "imp_before_1376"),
+    ("imp1408_q3_30b_nvfp4_5090_lru", "imp"),
+    ("imp2057_q38fn_nvfp4_5090_tg512", "imp"),
+])  # fmt: skip
+def test_a_run_is_timed_with_the_engine_as_it_was(runs, run_id, profile):
+    """Each imp run resolves to the profile of the engine version its text states."""
+    assert runs[run_id].runtime == profile
+
+
+def test_a_version_phrase_needs_every_part():
+    """The engine's name alone is today's engine; a version phrase alone names nothing."""
+    assert profile_for("imp (kekzl/imp CUDA engine), host-resident experts").name == "imp"
+    assert profile_for("imp (kekzl/imp CUDA engine) at PR #1374, before PR #1376").name == "imp_before_1376"
+    assert profile_for("some engine, before PR #1376") is None
+
+
+def test_no_imp_term_is_fitted():
+    """Every imp figure is cited from the engine's own measurements: no fit: term."""
+    profiles = {p.name: p for p in runtime_profiles()}
+    for name in IMP_PROFILES:
+        assert not profiles[name].fitted, (name, profiles[name].fitted)
+
+
+def test_the_profile_reproduces_the_step_it_was_read_from(runs, model):
+    """On the configuration kekzl/imp PR #1377 profiled (Qwen3-30B-A3B Q4_K_M, every MoE
+    layer host-resident, a 27.58 ms step), launches are ~24 % and kernels ~26 % of the step:
+    the eager launches and kernels per layer reach the timer as the profile states them."""
+    layout, machine = model.machine(runs["imp1374_q3_30b_q4km_5090_budget15"])
+    today = dataclasses.replace(machine, copy_overhead=0.0)
+    t = time_decode(layout, today)
+    step = 7.06 / 256
+    assert t.kernels == pytest.approx(1341, rel=0.01)
+    assert t.issue == pytest.approx(0.24 * step, rel=0.02)
+    assert t.device == pytest.approx(0.26 * step, rel=0.02)
+    assert t.hidden == 0.0
+
+
+def test_the_mirror_copies_cost_each_missed_cell_until_they_were_removed(runs, model):
+    """Before PR #1376 every missed cell (one of an expert's 3 projections) pays two
+    bookkeeping copies; the same layout on today's engine pays none, so the copy parts
+    differ by exactly cells missed × that cost, and more misses cost more."""
+    layout, before = model.machine(runs["imp1374_q3_30b_q4km_5090_budget5"])
+    profiles = {p.name: p for p in runtime_profiles()}
+    per_cell = profiles["imp_before_1376"].values["per_copy_cost"]
+    assert per_cell > 0 and profiles["imp"].values["per_copy_cost"] == 0
+    after = dataclasses.replace(before, copy_overhead=0.0)
+    gap = time_decode(layout, before).copy - time_decode(layout, after).copy
+    assert gap == pytest.approx(layout.expert_loads * 3 * per_cell, rel=1e-9)
+    fewer, _ = model.machine(runs["imp1374_q3_30b_q4km_5090_budget50"])
+    assert fewer.expert_loads < layout.expert_loads
+
+
+def test_the_serial_path_launches_more_per_layer_than_the_fused_one(runs, model):
+    """Before PR #1370 a host-resident layer ran the serial per-expert path: 45 more
+    launches per MoE layer than the fused kernels, so the same layout takes longer."""
+    layout, serial = model.machine(runs["imp1365_q3_30b_q4km_5090_lru"])
+    fused = dataclasses.replace(serial, kernels_per_layer=serial.kernels_per_layer - 45)
+    assert time_decode(layout, serial).kernels - time_decode(layout, fused).kernels == pytest.approx(45 * layout.layers)
+    assert time_decode(layout, serial).seconds > time_decode(layout, fused).seconds
