@@ -24,22 +24,14 @@ from workbench.moe.locality import locality_trace
 from workbench.runtime.decode_layout import ModelFacts, Placement
 from workbench.runtime.decode_time import time_decode
 
+from published_fixtures import model, runs  # noqa: F401  (fixtures)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def table():
     return published_decode_runs()
-
-
-@pytest.fixture(scope="module")
-def runs():
-    return {r.id: r for r in published_runs()}
-
-
-@pytest.fixture(scope="module")
-def model():
-    return regime_model()
 
 
 def _row(table, run_id):

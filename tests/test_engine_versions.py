@@ -2,17 +2,16 @@
 the engine as it was when the run was measured, each fact cited, none fitted."""
 
 import dataclasses
+import math
 
 import pytest
 
-from workbench.app.decode_model import regime_model
-from workbench.app.published_runs import published_runs
-from workbench.app.runtime_profiles import profile_for, runtime_profiles
+from workbench.app.runtime_profiles import RuntimeProfileError, profile_for, runtime_profiles, runtime_profiles_path
 from workbench.runtime.decode_time import time_decode
 
+from published_fixtures import model, runs  # noqa: F401  (fixtures)
+
 IMP_PROFILES = ("imp", "imp_before_1376", "imp_before_1370", "imp_before_1370_staging")
-runs = pytest.fixture(scope="module", name="runs")(lambda: {r.id: r for r in published_runs()})
-model = pytest.fixture(scope="module", name="model")(regime_model)
 
 
 @pytest.mark.parametrize("run_id, profile", [
@@ -77,3 +76,38 @@ def test_the_serial_path_launches_more_per_layer_than_the_fused_one(runs, model)
     fused = dataclasses.replace(serial, kernels_per_layer=serial.kernels_per_layer - 45)
     assert time_decode(layout, serial).kernels - time_decode(layout, fused).kernels == pytest.approx(45 * layout.layers)
     assert time_decode(layout, serial).seconds > time_decode(layout, fused).seconds
+
+
+def _profiles_with(tmp_path, rows: str):
+    path = tmp_path / "profiles.csv"
+    path.write_text(runtime_profiles_path().read_text() + rows)
+    return {p.name: p for p in runtime_profiles(path)}
+
+
+def test_a_version_keeps_its_bases_fields_and_sources_and_states_what_differs(tmp_path):
+    """A profile with a base takes every field it does not state, with its source, from
+    the chain of bases; what it states wins."""
+    shipped = {p.name: p for p in runtime_profiles()}
+    chained = shipped["imp_before_1370_staging"]
+    assert chained.values["kernels_per_layer"] == shipped["imp_before_1370"].values["kernels_per_layer"]
+    assert chained.values["per_copy_cost"] == 0 < shipped["imp_before_1370"].values["per_copy_cost"]
+    assert chained.sources["kernel_time"] == shipped["imp"].sources["kernel_time"]
+    profiles = _profiles_with(tmp_path, "imp_later,names,imp later build,a test\nimp_later,base,imp,a test\n"
+                                        "imp_later,kernel_time,1e-6,a test\n")
+    later, imp = profiles["imp_later"], profiles["imp"]
+    assert later.values["kernel_time"] == 1e-6 and later.sources["kernel_time"] == "a test"
+    assert all(later.values[f] == imp.values[f] or math.isnan(imp.values[f])
+               for f in imp.values if f != "kernel_time")  # fmt: skip
+    assert later.launch_mode == imp.launch_mode and later.names == "imp later build"
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("x_new,names,x new,t\nx_new,base,no_such,t\n", r"base 'no_such' is none of .*imp"),
+    ("x_a,names,x a,t\nx_a,base,x_b,t\nx_b,names,x b,t\nx_b,base,x_a,t\n", r"bases form a cycle \(x_a -> x_b -> x_a\)"),
+    ("x_new,base,imp,t\n", r"profile 'x_new' has a base but no names of its own"),
+])  # fmt: skip
+def test_a_bad_base_is_refused_by_name(tmp_path, rows, message):
+    """An unknown base, a cycle of bases or a derived profile that would share its base's
+    names is refused, naming the profile."""
+    with pytest.raises(RuntimeProfileError, match=message):
+        _profiles_with(tmp_path, rows)

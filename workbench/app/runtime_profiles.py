@@ -14,7 +14,11 @@ machine a decode token of that runtime is timed on (``runtime.decode_time``).
 
 Rules:
 
-1. Every profile sets every field of ``PROFILE_FIELDS``, once, with a source.
+1. Every profile sets every field of ``PROFILE_FIELDS``, once, with a source — its own, or
+   its ``base``'s: a profile whose ``base`` names another profile (a later version of the
+   same engine, say) states its own ``names`` and only the fields that differ, and takes
+   the rest, sources included, from its base (bases may chain; an unknown base, a cycle
+   or a derived profile without its own ``names`` is refused).
 2. A value is a number in its field's range, or ``fit:<term>`` (a term of
    ``fitted_terms.csv``, fitted to published runs by ``decode_model``); ``names`` are the
    phrases (literal, ``|``-separated) that name the runtime in a run's text;
@@ -58,7 +62,7 @@ from ..runtime.op_cost import CostModelError
 from ..weight_formats import weight_formats
 from .run_text import MAX_CELL_CHARS, find_name
 
-__all__ = ["FIT_PREFIX", "PROFILE_FIELDS", "FittedTermSpec", "RuntimeProfile", "RuntimeProfileError", "fitted_terms",
+__all__ = ["BASE_FIELD", "FIT_PREFIX", "PROFILE_FIELDS", "FittedTermSpec", "RuntimeProfile", "RuntimeProfileError", "fitted_terms",
            "host_matvec", "profile_for", "runtime_profiles", "runtime_profiles_path"]  # fmt: skip
 
 FIT_PREFIX = "fit:"
@@ -71,6 +75,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "pageable_copies": (0.0, 1.0), "loads_all_experts": (0.0, 1.0), "overlap": (0.0, 1.0),
 }  # fmt: skip
 PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "host_kernels", *_RANGES)
+BASE_FIELD = "base"  # optional: the profile whose fields this one keeps where it states none (rule 1)
 _COLUMNS = ("profile", "field", "value", "source")
 _MATVEC_COLUMNS = ("kernels", "format", "weights_per_s_per_core", "core_flops", "source")
 _TERM_COLUMNS = ("term", "field", "low", "high", "prior", "source")
@@ -306,22 +311,47 @@ def _profiles(key: tuple[str, int, int]) -> tuple[RuntimeProfile, ...]:
         if not _NAME.match(row.profile):
             problems.append(f"{where}: a profile name is snake_case")
             continue
-        if row.field not in PROFILE_FIELDS:
-            problems.append(f"{where}: field is none of {', '.join(PROFILE_FIELDS)}")
+        if row.field not in PROFILE_FIELDS and row.field != BASE_FIELD:
+            problems.append(f"{where}: field is none of {', '.join((*PROFILE_FIELDS, BASE_FIELD))}")
             continue
         if not row.source.strip():
             problems.append(f"{where}: no source")
         if row.field in rows.setdefault(row.profile, {}):
             problems.append(f"{where}: given twice")
         rows[row.profile][row.field] = (row.value, row.source)
-        problems += [f"{where}: {p}" for p in _value_problems(row.field, row.value, terms)]
-    for name, fields_ in rows.items():
+        if row.field != BASE_FIELD:
+            problems += [f"{where}: {p}" for p in _value_problems(row.field, row.value, terms)]
+    merged: dict[str, dict[str, tuple[str, str]]] = {}
+    for name in rows:
+        fields_, problem = _with_base(name, rows)
+        merged[name] = fields_
+        problems += [problem] if problem else []
+    for name, fields_ in merged.items():
         missing = [f for f in PROFILE_FIELDS if f not in fields_]
         if missing:
             problems.append(f"profile {name!r} lacks {', '.join(missing)}")
     if problems:
         raise RuntimeProfileError(f"{path}: " + "; ".join(problems[:12]) + (f"; and {len(problems) - 12} more" if len(problems) > 12 else ""))
-    return tuple(_profile(name, fields_) for name, fields_ in rows.items())
+    return tuple(_profile(name, fields_) for name, fields_ in merged.items())
+
+
+def _with_base(name: str, rows: Mapping[str, dict[str, tuple[str, str]]]) -> tuple[dict[str, tuple[str, str]], str]:
+    """The profile's fields over its chain of bases (rule 1), and what is wrong with the
+    chain ("" when nothing is)."""
+    chain = [name]
+    while BASE_FIELD in rows[chain[-1]]:
+        base = rows[chain[-1]][BASE_FIELD][0].strip()
+        if base not in rows:
+            return rows[name], f"profile {chain[-1]!r}: base {base[:40]!r} is none of {', '.join(rows)}"
+        if base in chain:
+            return rows[name], f"profile {name!r}: bases form a cycle ({' -> '.join((*chain, base))})"
+        chain.append(base)
+    if len(chain) > 1 and "names" not in rows[name]:
+        return rows[name], f"profile {name!r} has a base but no names of its own: two profiles would match one text"
+    fields_: dict[str, tuple[str, str]] = {}
+    for profile in reversed(chain):
+        fields_.update({f: v for f, v in rows[profile].items() if f != BASE_FIELD})
+    return fields_, ""
 
 
 def _profile(name: str, fields_: dict[str, tuple[str, str]]) -> RuntimeProfile:
