@@ -5,7 +5,7 @@
 Captures the published 35B-A3B configuration shape-only (no weights), plans it all on
 device, and prints:
 
-- the anchors table (``workbench.anchors.anchors_table``): published ms/token, modeled
+- the anchors table (``workbench.app.anchors.anchors_table``): published ms/token, modeled
   ms/token and their ratio, on the A100 80 GB preset the anchors are modeled with, then
   on the A100 40 GB preset (the PR does not say which A100) and on the H200 preset (no
   published H200 figure: what the model predicts);
@@ -31,8 +31,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from workbench.csv_files import write_csv  # noqa: E402
-from workbench.anchors import ANCHORS, UNMODELED_ANCHORS, anchors_table, full_size_plan  # noqa: E402
-from workbench.runtime import CostModel  # noqa: E402
+from workbench.app.anchors import ANCHORS, UNMODELED_ANCHORS, anchors_table, full_size_plan  # noqa: E402
+from workbench.machine import CostModel  # noqa: E402
 from workbench.runtime.executor import estimate  # noqa: E402
 
 

@@ -23,8 +23,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from workbench.runtime import CostModel, cuda_available, cuda_unavailable_reason  # noqa: E402
-from workbench.runtime.calibrate import CalibrationPlan, calibration_table, measure  # noqa: E402
+from workbench.runtime import cuda_available, cuda_unavailable_reason
+from workbench.machine import CostModel  # noqa: E402
+from workbench.machine.calibration.calibrate import CalibrationPlan, calibration_table, measure  # noqa: E402
 
 QUICK = CalibrationPlan(
     copy_sizes=(64 << 10, 1 << 20, 16 << 20, 64 << 20),

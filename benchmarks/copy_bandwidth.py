@@ -66,7 +66,7 @@ def _repeats(nbytes: int, cap: int) -> int:
 
 
 def run_sim(args: argparse.Namespace) -> list[dict]:
-    from workbench.runtime import CostModel
+    from workbench.machine import CostModel
 
     cm = CostModel.preset("h200", link=args.link)
     print(f"cost model {cm.name}: modeled GB/s (no GPU timing)")

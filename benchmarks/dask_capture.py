@@ -4,7 +4,7 @@ A Dask worker's profiler samples its task threads' stacks and holds the frames i
 took; torch.export, run in a sampled thread, then loses track of what ``torch.arange``
 returns and lifts it as a fake constant (``workbench.sweeps.source``, rule 3). Each
 task captures the tiny MoE decoder once, either in the task thread itself (as sweeps
-did before) or through ``ModelSource`` (which captures in a thread of its own), and
+did before) or through ``ConfigSource`` (which captures in a thread of its own), and
 counts the captures that fail so.
 
 The profiler holds the frames while it describes them; describing a frame reads its
@@ -33,7 +33,7 @@ from distributed import Client, LocalCluster
 
 from workbench.capture import CaptureError, capture
 from workbench.models import MoEConfig, QwenMoEDecoder
-from workbench.sweeps.source import ModelSource
+from workbench.sweeps.source import ConfigSource
 
 
 def _config(i: int) -> MoEConfig:
@@ -73,13 +73,13 @@ def in_task_thread(i: int, cold: bool) -> str:
 
 
 def through_source(i: int, cold: bool) -> str:
-    """Capture through ``ModelSource`` with a single attempt (no retry)."""
+    """Capture through ``ConfigSource`` with a single attempt (no retry)."""
     import workbench.sweeps.source as source
 
     source.CAPTURE_ATTEMPTS = 1
     try:
         with _cold_linecache(cold):
-            ModelSource(_config(i)).program(False)
+            ConfigSource(_config(i)).program(False)
         return "ok"
     except CaptureError as exc:
         return "fake constant" if "fake tensor" in str(exc).lower() else f"other: {exc}"
@@ -95,7 +95,7 @@ def main() -> None:
     settings = {"distributed.worker.profile.interval": args.interval, "distributed.worker.profile.cycle": args.cycle}
     with dask.config.set(settings):
         with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as client:
-            for name, fn, offset in (("task thread", in_task_thread, 0), ("ModelSource", through_source, 10_000)):
+            for name, fn, offset in (("task thread", in_task_thread, 0), ("ConfigSource", through_source, 10_000)):
                 start = time.perf_counter()
                 futures = [client.submit(fn, offset + i, args.cold, pure=False) for i in range(args.tasks)]
                 outcomes = client.gather(futures)

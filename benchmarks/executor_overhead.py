@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import workbench as wb  # noqa: E402
 from workbench.models import MoEConfig, QwenMoEDecoder  # noqa: E402
 from workbench.runtime import cuda_available, cuda_unavailable_reason  # noqa: E402
-from workbench.runtime.executor_probe import DecoderOpMix, timed_calls  # noqa: E402
-from workbench.strategies import strategy_variants  # noqa: E402
+from workbench.machine.calibration.executor_probe import DecoderOpMix, timed_calls  # noqa: E402
+from workbench.moe.strategies import strategy_variants  # noqa: E402
 
 
 class TinyOpChain(torch.nn.Module):

@@ -3,7 +3,7 @@
 Programs (each lowered once by ExecuTorch 1.5.1 with device delegates; lowering is timed
 once and not part of the import):
 
-- every held-in example of ``workbench.examples`` with its placement from the
+- every held-in example of ``workbench.models.examples`` with its placement from the
   cross-check cases (``workbench.compare.ARENA_CASES``); the largest is marked;
 - the MoE walkthrough's decoder (``workbench.models``, tiny configuration, one decode
   step) with its matmuls on ``cuda:0``;
@@ -35,7 +35,7 @@ import torch
 
 from workbench.compare import ARENA_CASES, INSTALL_HINT, executorch_available
 from workbench.compare.lowering import lower, rule_partitioner
-from workbench.examples import EXAMPLES
+from workbench.models.examples import EXAMPLES
 from workbench.executorch import read_program, schema_program
 from workbench.executorch.device_graph import to_device_graph
 from workbench.executorch.memory import to_memory_plan

@@ -28,8 +28,8 @@ EXPERTS, TOP_K, SLAB = 256, 8, 2 * 512 * 2048 * 2  # full Qwen w1 slab: 4 MiB bf
 
 
 def modeled() -> bool:
-    from workbench import walkthrough as wt
-    from workbench.strategies import expert_streaming
+    from workbench.app import walkthrough as wt
+    from workbench.moe.strategies import expert_streaming
 
     rate = wt.measured_hit_rate()
     results = wt.full_size_results(

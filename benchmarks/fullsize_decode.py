@@ -45,10 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import workbench as wb  # noqa: E402
 from workbench.models import MoEConfig, QwenMoEDecoder  # noqa: E402
 from workbench.moe.strategies import expert_cache  # noqa: E402
-from workbench.runtime import CostModel, cuda_available, cuda_unavailable_reason, device_of, to_device, to_host  # noqa: E402
+from workbench.runtime import cuda_available, cuda_unavailable_reason, device_of, to_device, to_host
+from workbench.machine import CostModel  # noqa: E402
 from workbench.runtime.executor import ExecutorError, estimate  # noqa: E402
 from workbench.runtime.materialise import SeededWeights, module_with_weights  # noqa: E402
-from workbench.strategies import all_on_device, expert_streaming  # noqa: E402
+from workbench.moe.strategies import all_on_device, expert_streaming  # noqa: E402
 
 COLUMNS = [
     "strategy", "launch", "measured_ms", "span_ms", "modeled_ms", "torch_graph_ms", "link_GBps", "copy_GBps", "h2d_MB_per_token",

@@ -103,7 +103,7 @@ import workbench as wb
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.runtime import CostModel, cuda_available, cuda_unavailable_reason, stage_inputs, to_host
 from workbench.runtime.executor import estimate, load
-from workbench.strategies import strategy_variants
+from workbench.moe.strategies import strategy_variants
 
 out_dir, backend = sys.argv[1], sys.argv[2]
 repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 20

@@ -32,8 +32,9 @@ import torch
 
 import workbench as wb
 from workbench import hf
-from workbench.runtime import CostModel, stage_inputs, to_host
-from workbench.strategies import all_on_device, expert_streaming, experts_on_host
+from workbench.runtime import stage_inputs, to_host
+from workbench.machine import CostModel
+from workbench.moe.strategies import all_on_device, expert_streaming, experts_on_host
 
 STRATEGIES = (all_on_device, experts_on_host, expert_streaming)
 CAPTURE_TARGET_S, PLACE_PLAN_TARGET_S = 10.0, 3.0

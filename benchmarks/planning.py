@@ -2,7 +2,7 @@
 
 The suite:
 
-- the small example models (``workbench.examples``), each on the host only and under one
+- the small example models (``workbench.models.examples``), each on the host only and under one
   or two placements;
 - the tiny MoE decoder under every strategy (``strategy_variants``: three placements,
   skip flags off and on);
@@ -39,10 +39,10 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 import workbench as wb
-from workbench.examples import example
+from workbench.models.examples import example
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.planning import ALGORITHMS
-from workbench.strategies import all_on_device, experts_on_host, strategy_variants
+from workbench.moe.strategies import all_on_device, experts_on_host, strategy_variants
 
 from planning_algorithms import (
     TIMING_CASES,

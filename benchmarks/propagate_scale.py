@@ -15,7 +15,7 @@ import statistics
 import time
 
 import workbench as wb
-from workbench.examples import synthetic_program
+from workbench.models.examples import synthetic_program
 
 RULES = {"cuda:0": ["aten.mm", "aten.add"], "cuda:1": ["aten.sigmoid"]}
 

@@ -6,7 +6,7 @@ Reads the published table (``data/published/decode_anchors.csv``) into structure
 and prints:
 
 - the headline: leave-one-source-out, per regime — each source's runs predicted by the
-  terms fitted without any of them (``decode_model.leave_one_source_out``): runs,
+  terms fitted without any of them (``regime_model.leave_one_source_out``): runs,
   sources, modeled, the median and range of predicted / published, the share within
   0.5-2.0, the interval factor and how often the nested interval covers a held-out run —
   against the targets (median within 0.8-1.25 in every regime with at least 4 modeled
@@ -34,9 +34,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from workbench.app.decode_model import regime_model  # noqa: E402
-from workbench.app.decode_validation import ordering, peer_table, regime_table  # noqa: E402
-from workbench.app.published_runs import published_runs  # noqa: E402
+from workbench.speed.regime_model import regime_model  # noqa: E402
+from workbench.speed.validation import ordering, peer_table, regime_table  # noqa: E402
+from workbench.speed.published_runs import published_runs  # noqa: E402
 from workbench.csv_files import write_csv  # noqa: E402
 
 MEDIAN_TARGET = (0.8, 1.25)

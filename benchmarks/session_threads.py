@@ -25,7 +25,7 @@ import time
 import torch
 
 import workbench as wb
-from workbench.examples import MLP, example
+from workbench.models.examples import MLP, example
 
 CALLS = 50
 REPEATS = 5

@@ -38,8 +38,8 @@ import torch
 
 import workbench as wb
 from workbench.models import MoEConfig, QwenMoEDecoder
-from workbench.runtime import CostModel
-from workbench.strategies import expert_streaming
+from workbench.machine import CostModel
+from workbench.moe.strategies import expert_streaming
 from workbench.views import BufferView, GraphView, TimelineView
 from workbench.views import FRONT_END, FRONT_END_STYLES
 

@@ -28,8 +28,9 @@ from workbench import capture, quantize  # noqa: E402
 from workbench.weight_formats import weight_formats  # noqa: E402
 from workbench.models import MoEConfig, QwenMoEDecoder  # noqa: E402
 from workbench.planning.memory_plan import plan  # noqa: E402
-from workbench.runtime import CostModel, estimate  # noqa: E402
-from workbench.strategies import all_on_device  # noqa: E402
+from workbench.runtime import estimate
+from workbench.machine import CostModel  # noqa: E402
+from workbench.moe.strategies import all_on_device  # noqa: E402
 
 EXPERTS = "module:layers.*.mlp.experts"
 

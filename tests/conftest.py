@@ -12,7 +12,7 @@ import workbench as wb
 
 # Every strategy's passes run with the device-graph checks after each pass in tests.
 os.environ.setdefault("WORKBENCH_CHECK_PASSES", "1")
-from workbench.examples import example
+from workbench.models.examples import example
 
 
 @functools.lru_cache(maxsize=None)

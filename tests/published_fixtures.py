@@ -3,8 +3,8 @@ shipped regime model (fitted once per module that imports them)."""
 
 import pytest
 
-from workbench.app.decode_model import regime_model
-from workbench.app.published_runs import published_runs
+from workbench.speed.regime_model import regime_model
+from workbench.speed.published_runs import published_runs
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,12 @@ import functools
 
 import pytest
 
-from workbench.anchors import ANCHOR_FORMATS, ANCHORS, UNMODELED_ANCHORS, Anchor, AnchorError, anchors_table, full_size_plan
-from workbench.app.decode_model import regime_model, runtime_profile
+from workbench.app.anchors import ANCHOR_FORMATS, ANCHORS, UNMODELED_ANCHORS, Anchor, AnchorError, anchors_table, full_size_plan
+from workbench.speed.regime_model import regime_model, runtime_profile
 from workbench.models import MoEConfig
-from workbench.runtime import CostModel
-from workbench.runtime.decode_graph import layout_of
-from workbench.runtime.decode_time import time_decode
+from workbench.machine import CostModel
+from workbench.speed.graph_layout import layout_of
+from workbench.speed.timer import time_decode
 
 
 @functools.lru_cache(maxsize=None)
@@ -38,7 +38,7 @@ def test_the_graph_column_is_time_decode_of_the_plan_on_the_anchors_machine():
 
 
 def model_run(run_id):
-    from workbench.app.published_runs import published_runs
+    from workbench.speed.published_runs import published_runs
 
     return next(r for r in published_runs() if r.id == run_id)
 

@@ -364,3 +364,141 @@ def test_the_core_strategy_names_no_expert():
     or routed (the expert strategies subclass it in ``workbench.moe.strategies``)."""
     text = MODULES["workbench.strategy"].read_text().lower()
     assert "expert" not in text and "routed" not in text
+
+
+#: The package's layers, lowest first. A module imports from its own layer and the layers
+#: below it, never from one above: the machine's physics never reads decode performance or
+#: the application, the runtime executes on the machine's figures and owns none, decode
+#: performance builds on the machine and the MoE code, and only the application sits on
+#: top. (``workbench`` itself, the package's front door, re-exports from every layer.)
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("workbench.errors", "workbench.devices", "workbench.arguments", "workbench.units",
+                    "workbench.file_reading", "workbench.atomic_files", "workbench.csv_files", "workbench.json_fields",
+                    "workbench.name_phrases", "workbench.memory_limits", "workbench.model_source",
+                    "workbench.capture_failures", "workbench.index_draws", "workbench.copy_variants",
+                    "workbench.kernels")),
+    ("graph", ("workbench.capture", "workbench.place", "workbench.propagate", "workbench.device_graph",
+               "workbench.copy_ops", "workbench.copy_records", "workbench.node_facts", "workbench.graph_values",
+               "workbench.weight_formats", "workbench.passes", "workbench.strategy", "workbench.schedule",
+               "workbench.planning")),
+    ("machine", ("workbench.machine",)),
+    ("runtime", ("workbench.runtime", "workbench.builtin_copies")),
+    ("calibration", ("workbench.machine.calibration",)),
+    ("models and tools", ("workbench.models", "workbench.moe", "workbench.hf", "workbench.executorch",
+                          "workbench.compare", "workbench.views")),
+    ("decode performance", ("workbench.speed",)),
+    ("sweeps", ("workbench.sweeps",)),
+    ("application", ("workbench.app", "workbench.__main__")),
+)
+
+
+def _layer_of(module: str) -> int | None:
+    """The index of the most specific layer entry that holds ``module`` (a subpackage may
+    sit above its package: ``machine.calibration`` runs the runtime); None for the root."""
+    best: tuple[int, int] | None = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if _under(module, (prefix,)) and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    return None if best is None else best[0]
+
+
+def _upward(edges: dict[str, set[str]]) -> list[str]:
+    """``a (layer) -> b (layer)`` for every import of a module in a higher layer."""
+    found = []
+    for module, outs in sorted(edges.items()):
+        low = _layer_of(module)
+        if low is None:
+            continue
+        for target in sorted(outs):
+            high = _layer_of(target)
+            if high is not None and high > low:
+                found.append(f"{module} ({LAYERS[low][0]}) -> {target} ({LAYERS[high][0]})")
+    return found
+
+
+def test_every_module_has_a_layer():
+    """Each module but the package root belongs to one layer of ``LAYERS``: a new module
+    is placed on purpose."""
+    assert [m for m in MODULES if m != "workbench" and _layer_of(m) is None] == []
+
+
+def test_every_import_points_down_the_layers():
+    """No module imports one of a higher layer (imports inside functions count): the
+    machine never imports decode performance or the application, the runtime never the
+    calibration that runs it, nothing but the application imports the application."""
+    assert _upward(_edges()) == []
+
+
+def test_the_layer_check_finds_planted_upward_imports():
+    """The check above can fail: the machine importing the decode timer, the runtime
+    importing calibration and the MoE package importing the application are each reported."""
+    edges = {
+        "workbench.machine.cost_model": {"workbench.speed.timer", "workbench.machine.parts"},
+        "workbench.runtime.session": {"workbench.machine.calibration.calibrate", "workbench.machine.cost_model"},
+        "workbench.moe.strategies": {"workbench.app.walkthrough"},
+        "workbench.machine.calibration.calibrate": {"workbench.runtime.session"},
+    }
+    assert _upward(edges) == [
+        "workbench.machine.cost_model (machine) -> workbench.speed.timer (decode performance)",
+        "workbench.moe.strategies (models and tools) -> workbench.app.walkthrough (application)",
+        "workbench.runtime.session (runtime) -> workbench.machine.calibration.calibrate (calibration)",
+    ]
+
+
+def test_the_machine_owns_the_physics_and_the_runtime_executes():
+    """The cost model, parts, op costs, runtime profiles and calibration live in
+    ``workbench.machine``; decode layouts, the timer and the published-run model in
+    ``workbench.speed``; ``workbench.runtime`` holds none of them."""
+    assert {"workbench.machine.cost_model", "workbench.machine.costs", "workbench.machine.parts",
+            "workbench.machine.op_cost", "workbench.machine.runtime_profiles",
+            "workbench.machine.calibration.calibrate"} <= set(MODULES)  # fmt: skip
+    assert {"workbench.speed.layout", "workbench.speed.timer", "workbench.speed.graph_layout",
+            "workbench.speed.published_runs", "workbench.speed.regime_model", "workbench.speed.validation"} <= set(MODULES)
+    physics = ("cost_model", "parts", "op_cost", "calibrate", "probes", "default_model", "decode_layout", "decode_graph",
+               "decode_time", "runtime_profiles")
+    assert [m for m in MODULES if m.startswith("workbench.runtime.") and m.rsplit(".", 1)[1] in physics] == []
+
+
+def _public_definitions() -> dict[str, list[str]]:
+    """Public class and function name → the modules that define it at their top level
+    (a name defined twice in one module, as overloads, counts once)."""
+    found: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        names = {n.name for n in ast.parse(path.read_text()).body
+                 if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and not n.name.startswith("_")}  # fmt: skip
+        for name in names:
+            found.setdefault(name, []).append(module)
+    return found
+
+
+def test_no_two_modules_define_the_same_public_name():
+    """A public class or function name says one thing: no two modules define it (a reader
+    who meets ``Placement`` or ``place`` knows which one is meant)."""
+    assert {name: mods for name, mods in _public_definitions().items() if len(mods) > 1} == {}
+
+
+def _shadowing(modules: dict[str, "Path"]) -> list[str]:
+    """``module.name`` for each public function or class named as another module of its
+    own package (``speed.graph_layout.timer`` would hide the module ``speed.timer``)."""
+    found = []
+    for module, path in modules.items():
+        package = module.rsplit(".", 1)[0] if not path.name == "__init__.py" else module
+        siblings = {m.rsplit(".", 1)[1] for m in modules if "." in m and m.rsplit(".", 1)[0] == package and m != module}
+        for n in ast.parse(path.read_text()).body:
+            if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name in siblings:
+                found.append(f"{module}.{n.name}")
+    return found
+
+
+def test_no_function_is_named_as_another_module_of_its_package():
+    """No public function or class has the name of a sibling module: its package's
+    attribute of that name would be the module or the function depending on import order."""
+    assert _shadowing(MODULES) == []
+
+
+def test_the_moved_module_alias_layer_is_gone():
+    """Old module paths are not served: tests, notebooks and scripts import the real paths."""
+    assert "workbench.moved_modules" not in MODULES
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("workbench.anchors")

@@ -20,26 +20,12 @@ import workbench as wb
 from workbench.capture import InputSignatureError
 from workbench.devices import Device, DeviceError
 from workbench.errors import ArgumentTypeError, ArgumentValueError, WorkbenchError
-from workbench.examples import UnknownExampleError, example, synthetic_program
+from workbench.models.examples import UnknownExampleError, example, synthetic_program
 from workbench.kernels.copies import GatherIndexError, KernelArgumentError, gather_launch_config, gather_row_offsets, staging_schedule
 from workbench.models import ConfigError, MoEConfig, QwenMoEDecoder, cache_specs
 from workbench.planning import Buffer, PlanningInputError, assign_offsets, lower_bound
-from workbench.runtime import (
-    AllocatorArgumentError,
-    CostModel,
-    CudaUnavailableError,
-    DeviceBuffer,
-    ExecutorError,
-    HostAllocator,
-    InputError,
-    SimDeviceAllocator,
-    UnknownBackendError,
-    estimate,
-    load,
-    registry_for_backend,
-    to_device,
-    to_host,
-)
+from workbench.runtime import AllocatorArgumentError, CudaUnavailableError, DeviceBuffer, ExecutorError, HostAllocator, InputError, SimDeviceAllocator, UnknownBackendError, estimate, load, registry_for_backend, to_device, to_host
+from workbench.machine import CostModel
 from workbench.schedule import ScheduleError, schedule
 
 from conftest import captured

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.examples import example
+from workbench.models.examples import example
 from conftest import assert_matches_eager
 
 

@@ -94,8 +94,8 @@ def test_the_walkthrough_writes_every_published_run_to_anchors_csv(tmp_path, cap
     import pandas as pd
 
     from workbench.app.cli import write_published_anchors
-    from workbench.app.decode_model import regime_model
-    from workbench.app.published_runs import published_decode_runs
+    from workbench.speed.regime_model import regime_model
+    from workbench.speed.published_runs import published_decode_runs
 
     write_published_anchors(tmp_path)
     table = pd.read_csv(tmp_path / "anchors.csv")

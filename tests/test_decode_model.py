@@ -9,20 +9,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.anchors import MODELED_COLUMNS, PUBLISHED_REGIMES, AnchorError, modeled_vs_published, published_decode_runs
-from workbench.app.decode_model import (
+from workbench.app.anchors import MODELED_COLUMNS, PUBLISHED_REGIMES, AnchorError, modeled_vs_published, published_decode_runs
+from workbench.speed.regime_model import (
     fit_regime_model,
     interval_factors,
     leave_one_source_out,
     predict_decode,
     regime_model,
 )
-from workbench.app.model_families import model_families
-from workbench.app.published_runs import TraceRouting, published_runs, read_run
-from workbench.app.runtime_profiles import fitted_terms, runtime_profiles
+from workbench.speed.model_families import model_families
+from workbench.speed.published_runs import TraceRouting, published_runs, read_run
+from workbench.machine.runtime_profiles import fitted_terms, runtime_profiles
 from workbench.moe.locality import locality_trace
-from workbench.runtime.decode_layout import ModelFacts, Placement
-from workbench.runtime.decode_time import time_decode
+from workbench.speed.layout import ModelFacts, ExpertPlacement
+from workbench.speed.timer import time_decode
 
 from published_fixtures import model, runs  # noqa: F401  (fixtures)
 
@@ -212,7 +212,7 @@ def test_held_out_predictions_never_see_their_own_source(runs):
 def test_an_interval_is_the_quantile_of_the_regimes_held_out_errors():
     """A regime's factor is exp of the 90th percentile of |log(predicted / published)| over
     its held-out runs; a regime with fewer than four takes every regime's errors."""
-    from workbench.app.decode_model import OutOfSample
+    from workbench.speed.regime_model import OutOfSample
 
     ratios = [1.0, 1.1, 0.8, 2.0, 1.25]
     made = [OutOfSample(f"r{i}", "all_on_gpu", f"s{i}", 10.0, 10.0 * q) for i, q in enumerate(ratios)]
@@ -232,7 +232,7 @@ def test_a_machine_of_your_own_is_predicted_from_parts(tmp_path, runs, model):
     assert own.tok_s == pytest.approx(model.predict(run).tok_s) and math.isfinite(own.interval)
     assert "×/÷" in str(own)
     h200 = model.predict_machine(gpu="h200", host="x86_server", link="pcie_gen5", model=run.model, formats="q4_k",
-                                 placement=Placement("experts_on_host_compute"), runtime="ggml")  # fmt: skip
+                                 placement=ExpertPlacement("experts_on_host_compute"), runtime="ggml")  # fmt: skip
     assert h200.tok_s > 0 and "host=x86_server" in h200.parts
     parts = tmp_path / "parts.csv"
     parts.write_text("kind,name,field,value,source\n" + "".join(
@@ -240,7 +240,7 @@ def test_a_machine_of_your_own_is_predicted_from_parts(tmp_path, runs, model):
                                                             ("host_op_overhead", "2e-6"), ("cores", "16"), ("sockets", "1"),
                                                             ("dram_peak_bandwidth", "100e9"))))  # fmt: skip
     mine = model.predict_machine(gpu="rtx_4090", host="my_box", parts=parts, model=run.model, formats="q4_k",
-                                 placement=Placement("partial_offload", host_layers=20), runtime="ggml")  # fmt: skip
+                                 placement=ExpertPlacement("partial_offload", host_layers=20), runtime="ggml")  # fmt: skip
     assert mine.tok_s > 0 and "host=my_box" in mine.parts
 
 

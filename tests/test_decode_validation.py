@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from workbench.app.decode_model import OutOfSample, regime_model
-from workbench.app.decode_validation import coverage, llmfit_tok_s, ordering, peer_table, regime_table
-from workbench.app.published_runs import published_runs
+from workbench.speed.regime_model import OutOfSample, regime_model
+from workbench.speed.validation import coverage, llmfit_tok_s, ordering, peer_table, regime_table
+from workbench.speed.published_runs import published_runs
 
 
 def _o(run_id, source, published, predicted, regime="all_on_gpu", **kw):
@@ -58,7 +58,7 @@ def test_the_peer_is_llmfits_formula():
     active = m.expert_active * gpt.formats.experts / 8 + m.other_active * gpt.formats.other / 8
     assert llmfit_tok_s(gpt) == pytest.approx(1008e9 / active * 0.55 * 0.80)  # 32 experts
     host = runs["llmfit778_dscoderv2lite_2080_ncmoe16"]
-    from workbench.runtime.parts import part_figures
+    from workbench.machine.parts import part_figures
 
     m = host.model
     active = m.expert_active * host.formats.experts / 8 + m.other_active * host.formats.other / 8

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from workbench.app.runtime_profiles import RuntimeProfileError, profile_for, runtime_profiles, runtime_profiles_path
-from workbench.runtime.decode_time import time_decode
+from workbench.machine.runtime_profiles import RuntimeProfileError, profile_for, runtime_profiles, runtime_profiles_path
+from workbench.speed.timer import time_decode
 
 from published_fixtures import model, runs  # noqa: F401  (fixtures)
 

@@ -8,7 +8,7 @@ from torch import nn
 
 import workbench as wb
 from conftest import moe_tiny
-from workbench.experts import ExpertDiscoveryError, ExpertMap, find_experts
+from workbench.moe.discovery import ExpertDiscoveryError, ExpertMap, find_experts
 from workbench.place import module_paths
 
 
@@ -172,7 +172,7 @@ def test_two_groups_of_one_kind_in_a_layer_are_refused():
     """A decoder layer may hold one MLP and one attention expert group (JetMoE, tested
     with transformers); two MLP groups in one layer share a name, which expert_map
     refuses, naming the groups and how containers are named."""
-    from workbench.moe.experts import expert_map
+    from workbench.moe.discovery import expert_map
 
     model = nn.Module()
     model.layers = nn.ModuleList([_TwoMixtures()])

@@ -32,8 +32,8 @@ from workbench.models import MoEConfig
 from workbench.models.config import ConfigError
 from workbench.moe import RoutingTrace, TraceError, synthetic_trace
 from workbench.moe.cache_policies import CachePolicyError, replay
-from workbench.runtime.calibrate import Calibration, CalibrationError
-from workbench.runtime.cost_model import CostModel, CostModelError
+from workbench.machine.calibration.calibrate import Calibration, CalibrationError
+from workbench.machine.cost_model import CostModel, CostModelError
 
 from conftest import call_with_timeout
 

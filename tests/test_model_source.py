@@ -12,7 +12,7 @@ from torch import nn
 
 import workbench as wb
 from workbench.capture import ModelChangedError
-from workbench.examples import example
+from workbench.models.examples import example
 from workbench.runtime import load
 
 

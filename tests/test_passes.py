@@ -8,7 +8,7 @@ import workbench as wb
 from conftest import moe_tiny
 from workbench.moe.strategies import expert_cache
 from workbench.passes import PROPAGATED, SCHEDULED, FunctionPass, PassError, run_passes, schedule_pass
-from workbench.strategies import expert_streaming
+from workbench.moe.strategies import expert_streaming
 
 
 def _dg():

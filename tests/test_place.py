@@ -9,7 +9,7 @@ import torch.fx
 
 import workbench as wb
 from workbench import Device
-from workbench.examples import example
+from workbench.models.examples import example
 from workbench.place import fuse_delegates
 
 from conftest import captured, moe_tiny

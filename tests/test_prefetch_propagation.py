@@ -10,7 +10,7 @@ import workbench as wb
 from workbench import CPU, Device
 from workbench.copy_ops import GATHER_H2D, GATHER_REUSE, SELECT_ROWS
 from workbench.models import MoEConfig, QwenMoEDecoder
-from workbench.strategies import StrategyError, all_on_device, expert_streaming, experts_on_host
+from workbench.moe.strategies import StrategyError, all_on_device, expert_streaming, experts_on_host
 
 EXPERTS = "layers.*.mlp.experts.*"
 CUDA0 = Device("cuda", 0)

@@ -5,11 +5,11 @@ import dataclasses
 
 import pytest
 
-from workbench.app.decode_model import regime_model, runtime_profile
-from workbench.app.runtime_profiles import RuntimeProfileError, runtime_profiles
+from workbench.speed.regime_model import regime_model, runtime_profile
+from workbench.machine.runtime_profiles import RuntimeProfileError, runtime_profiles
 from workbench.errors import WorkbenchError
-from workbench.runtime.cost_model import CostModel, CostModelError, CostModelTypeError, RuntimeTerms
-from workbench.runtime.parts import part_facts
+from workbench.machine.cost_model import CostModel, CostModelError, CostModelTypeError, RuntimeTerms
+from workbench.machine.parts import part_facts
 
 
 def test_the_profiles_copy_terms_set_every_copys_cost():
@@ -69,8 +69,8 @@ def test_host_matvec_rates_follow_the_cores_threads_and_formats():
     """The host's matvec rate for a format is the runtime's kernels' rate per core, scaled
     by this host's FP32 FLOP rate per core over the core it was measured on, times its
     threads (the host's math cores by default, a run's threads when stated)."""
-    from workbench.app.runtime_profiles import host_matvec
-    from workbench.runtime.parts import part_figures
+    from workbench.machine.runtime_profiles import host_matvec
+    from workbench.machine.parts import part_figures
 
     profile = runtime_profile("ggml")
     rates = {f: (r, c) for f, r, c in host_matvec("ggml")}

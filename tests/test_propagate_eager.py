@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.examples import EXAMPLES
+from workbench.models.examples import EXAMPLES
 
 from conftest import assert_no_cross_device_reads, captured
 

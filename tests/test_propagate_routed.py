@@ -9,7 +9,7 @@ from toy_experts import WEIGHTS, ToyMoE, distinct_experts, tokens, toy
 from workbench import CPU, Device
 from workbench.copy_ops import PRESENT_GROUPS, UNIQUE_IDS
 from workbench.moe.streaming import GATHER_ROUTED
-from workbench.expert_ops import Routing, expected_distinct_experts
+from workbench.moe.expert_ops import Routing, expected_distinct_experts
 from workbench.runtime import stage_inputs, to_host
 
 from conftest import assert_matches_eager

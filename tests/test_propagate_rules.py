@@ -6,7 +6,7 @@ import torch
 import workbench as wb
 from workbench import CPU, Device
 from workbench.copy_ops import is_copy_node
-from workbench.examples import example
+from workbench.models.examples import example
 
 from conftest import assert_no_cross_device_reads, captured
 

@@ -5,7 +5,7 @@ import os
 import pandas as pd
 import pytest
 
-from workbench.anchors import (
+from workbench.app.anchors import (
     PUBLISHED_COLUMNS,
     PUBLISHED_REGIMES,
     RESERVED_SOURCES,
@@ -93,7 +93,7 @@ def test_memory_bound_model_per_row_and_median_per_regime():
     """A modeled all-on-GPU row is the GPU part's datasheet bandwidth over the active
     weights' bytes (4090, gpt-oss-20b MXFP4: 1008 GB/s / (3.6e9 × 4.25 / 8)); rows the
     model cannot express say why; the per-regime median is over the modeled rows only."""
-    from workbench.anchors import gpu_part, memory_bound_tok_s, modeled_vs_published, ratios_by_regime
+    from workbench.app.anchors import gpu_part, memory_bound_tok_s, modeled_vs_published, ratios_by_regime
 
     table = modeled_vs_published(model=memory_bound_tok_s).set_index("id")
     row = table.loc["lcpp16834_gptoss20b_4090"]
@@ -115,7 +115,7 @@ def test_memory_bound_model_per_row_and_median_per_regime():
 def test_bandwidth_fraction_fit_and_its_leave_one_out_error():
     """Rows published at exactly 0.4 of the memory-bound speed fit 0.4 with no
     leave-one-out error; one off row shows up in its own error; fewer than 3 rows are refused."""
-    from workbench.anchors import fit_bandwidth_fraction
+    from workbench.app.anchors import fit_bandwidth_fraction
 
     table = pd.DataFrame({"id": list("abcd"), "regime": "all_on_gpu", "modeled tok/s": [100.0, 200.0, 50.0, 80.0],
                           "published tok/s": [40.0, 80.0, 20.0, 80.0], "ratio": 0.0, "not modeled because": ""})
@@ -139,7 +139,7 @@ def test_a_table_larger_than_sixteen_mebibytes_is_refused_before_it_is_read(tmp_
 def test_a_source_is_its_publication():
     """Runs of one GitHub issue, pull request or discussion share a source, whatever
     anchor or commit their URL names; other pages are their host and path."""
-    from workbench.app.published_runs import source_key
+    from workbench.speed.published_runs import source_key
 
     assert source_key("https://github.com/ikawrakow/ik_llama.cpp/discussions/258#discussioncomment-1") == "ikawrakow/ik_llama.cpp#258"
     assert source_key("https://github.com/ggml-org/llama.cpp/pull/16834") == "ggml-org/llama.cpp#16834"

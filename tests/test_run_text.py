@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from workbench.app import run_text
-from workbench.app.model_families import family_of, model_families
-from workbench.app.published_errors import AnchorError
-from workbench.app.runtime_profiles import profile_for
+from workbench.speed import run_text
+from workbench.speed.model_families import family_of, model_families
+from workbench.speed.published_errors import AnchorError
+from workbench.machine.runtime_profiles import profile_for
 
 
 def test_a_name_is_found_literally_and_not_inside_another():

@@ -9,7 +9,7 @@ from conftest import moe_tiny
 from workbench import CPU, Device
 from workbench.copy_ops import GATHER_H2D
 from workbench.planning.arena_execution import run_in_arenas
-from workbench.strategies import (
+from workbench.moe.strategies import (
     STRATEGIES,
     all_on_device,
     expert_streaming,
@@ -130,7 +130,7 @@ def test_strategies_find_the_experts_without_a_glob():
 
 def test_an_expert_map_can_name_the_experts():
     """An ExpertMap (from find_experts, e.g. of one layer only) says which experts move."""
-    from workbench.experts import ExpertMap, find_experts
+    from workbench.moe.discovery import ExpertMap, find_experts
 
     *_, prog = _moe()
     first = ExpertMap(find_experts(prog).layers[:1])
@@ -151,7 +151,7 @@ def test_a_glob_that_matches_nothing_warns_or_raises():
 @pytest.mark.parametrize("bad", ["", 3, ["layers.*"]])
 def test_bad_expert_specs_are_refused(bad):
     """Experts are named by None, a non-empty glob or an ExpertMap; anything else is an error."""
-    from workbench.strategies import StrategyError
+    from workbench.moe.strategies import StrategyError
 
     with pytest.raises(StrategyError, match="ExpertMap"):
         experts_on_host(experts=bad)

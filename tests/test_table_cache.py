@@ -28,8 +28,8 @@ import pytest
 from workbench import weight_formats as formats_module
 from workbench.file_reading import cached_by_file, file_identity
 from workbench.moe.locality import LocalityError, locality_path, published_locality
-from workbench.runtime.op_cost import CostModelError
-from workbench.runtime.parts import parts, parts_path
+from workbench.machine.op_cost import CostModelError
+from workbench.machine.parts import parts, parts_path
 from workbench.weight_formats import WeightFormatError, formats_path, weight_formats
 
 
@@ -185,8 +185,8 @@ def test_a_file_that_cannot_be_identified_goes_to_the_reader(tmp_path):
 def test_the_default_cost_model_follows_an_edited_measured_preset(tmp_path, monkeypatch):
     """The default model for a GPU is chosen again when the measured preset it comes from
     is edited: the new figure is used, not the one chosen before."""
-    from workbench.runtime.cost_model import MEASURED_DIR_ENV, measured_dir
-    from workbench.runtime.default_model import choose_default_cost_model
+    from workbench.machine.cost_model import MEASURED_DIR_ENV, measured_dir
+    from workbench.machine.default_model import choose_default_cost_model
 
     preset = tmp_path / "h200.json"
     shutil.copyfile(measured_dir() / "h200.json", preset)

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-from workbench import walkthrough as wt
+from workbench.app import walkthrough as wt
 from workbench.models import MoEConfig, QwenMoEDecoder, param_count
-from workbench.strategies import expert_streaming
-from workbench.runtime import CostModel
+from workbench.moe.strategies import expert_streaming
+from workbench.machine import CostModel
 
 
 @functools.lru_cache(maxsize=None)
@@ -143,8 +143,8 @@ def test_breakeven_matches_the_roofline_ratio():
 FULL_SIZE_SCRIPT = textwrap.dedent(
     """
     import json, resource, sys
-    from workbench import walkthrough as wt
-    from workbench.strategies import all_on_device, experts_on_host
+    from workbench.app import walkthrough as wt
+    from workbench.moe.strategies import all_on_device, experts_on_host
     res = wt.full_size_results(strategies=[all_on_device(), experts_on_host()], links=["pcie_gen5"])
     out = {r.strategy.label: {str(d): n for d, n in r.device_graph.constant_bytes.items()} for r in res}
     out["tok_s"] = {r.strategy.label: r.tokens["pcie_gen5"].tok_s for r in res}

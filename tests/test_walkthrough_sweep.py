@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import workbench.sweeps.source
-from workbench import walkthrough as wt
+from workbench.app import walkthrough as wt
 from workbench.models import MoEConfig
-from workbench.sweeps import ModelSource, default_grid, expand, quick_grid
+from workbench.sweeps import ConfigSource, default_grid, expand, quick_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,8 +22,8 @@ def test_capacity_sweep_reuses_the_full_size_capture(monkeypatch):
     quick grid, or every setting with full_grid=True."""
     config = MoEConfig.tiny()
     full = wt.full_size_results(config, prefetch_hit_rate=0.5)
-    assert {r.plan.device_graph.program for r in full if r.strategy.prefetch} == {ModelSource(config).program(True)}
-    assert {r.plan.device_graph.program for r in full if not r.strategy.prefetch} == {ModelSource(config).program(False)}
+    assert {r.plan.device_graph.program for r in full if r.strategy.prefetch} == {ConfigSource(config).program(True)}
+    assert {r.plan.device_graph.program for r in full if not r.strategy.prefetch} == {ConfigSource(config).program(False)}
 
     def no_capture(*args, **kwargs):
         raise AssertionError("captured again")

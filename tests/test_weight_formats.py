@@ -12,10 +12,11 @@ from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.node_facts import StoredFormat, facts_of, facts_to_json, restore_facts
 from workbench.place import PlacementError, PlacementWarning
 from workbench.planning.memory_plan import plan
-from workbench.runtime import estimate, op_cost
+from workbench.runtime import estimate
+from workbench.machine import op_cost
 from workbench.runtime.call import ExecutorError
-from workbench.runtime.op_cost import Stored
-from workbench.strategies import all_on_device, expert_streaming
+from workbench.machine.op_cost import Stored
+from workbench.moe.strategies import all_on_device, expert_streaming
 from workbench.weight_formats import (
     FORMAT_COLUMNS,
     WeightFormatError,
@@ -193,7 +194,7 @@ def test_full_size_shape_only_quantized_plan():
     expert bytes × (2 - 4.5/8) from bf16, and a graph-replayed decode step (memory-bound,
     not launch-bound) is modeled faster: fewer bytes read."""
     from workbench.capture import capture
-    from workbench.runtime import CostModel
+    from workbench.machine import CostModel
 
     config = MoEConfig.full()
     with torch.device("meta"):

@@ -16,7 +16,6 @@ only plans or runs never imports the widget and plotting libraries.
 from importlib import import_module
 from typing import Any
 
-from . import moved_modules
 from . import copy_ops  # registers the workbench:: copy ops with torch.library
 from . import builtin_copies  # registers the copy variants the workbench ships
 from .moe import streaming  # registers the copy of only the rows an index lists as real
@@ -28,11 +27,9 @@ from .planning.archive import PlanFileError
 from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, PlanSaveError, TensorAllocation, plan
 from .planning.plan_file import load_plan
 from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
-from .runtime.calibrate import calibrate
+from .machine.calibration.calibrate import calibrate
 from .runtime.executor import RunResult, Session, estimate, load, run
 from .weight_formats import WeightFormatError, quantize
-
-moved_modules.install()  # old paths of moved modules (workbench.anchors, .strategies, .experts …)
 
 #: Names served by other modules, imported when first asked for: the views (widgets and
 #: plotting), the ExecuTorch entry points (``executorch`` is optional), and the MoE
@@ -56,8 +53,6 @@ def __getattr__(name: str) -> Any:
         return import_module(".views", __name__)
     if name in _LAZY_NAMES:
         return getattr(import_module(_LAZY_NAMES[name], __name__), name)
-    if f"{__name__}.{name}" in moved_modules.MOVED:  # an old module path, imported when first asked for
-        return import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
 
 

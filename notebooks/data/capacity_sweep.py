@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench import walkthrough
+from workbench.app import walkthrough
 from workbench.atomic_files import atomic_path
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import workbench as wb
 from workbench.moe import RoutingRecorder, replay
 from workbench.moe.decode import decode
 from workbench.moe.strategies import expert_cache, partial_offload
-from workbench.strategies import StrategyError
+from workbench.moe.strategies import StrategyError
 from workbench.sweeps import InlineExecutor, sweep
 
 STEPS = 6

@@ -18,7 +18,7 @@ import workbench as wb
 from workbench import hf
 from workbench.hf.cache import read_states
 from workbench.runtime import stage_inputs, to_host
-from workbench.strategies import all_on_device
+from workbench.moe.strategies import all_on_device
 
 
 @functools.lru_cache(maxsize=None)

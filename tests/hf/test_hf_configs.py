@@ -12,7 +12,7 @@ import torch
 from hf_cases import FAMILIES
 
 from workbench import hf
-from workbench.experts import config_expert_count
+from workbench.moe.discovery import config_expert_count
 from workbench.models import MoEConfig, param_count
 
 
@@ -127,7 +127,7 @@ def test_importing_the_package_does_not_import_transformers():
     import sys
     from pathlib import Path
 
-    code = "import sys, workbench.hf, workbench.experts, workbench.strategies; print('transformers' in sys.modules)"
+    code = "import sys, workbench.hf, workbench.moe.discovery, workbench.moe.strategies; print('transformers' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "False"

@@ -12,10 +12,10 @@ from hf_cases import DENSE_FAMILIES, FAMILIES, KINDS, MOE_FAMILIES, assert_equal
 
 import workbench as wb
 from workbench import hf
-from workbench.expert_ops import is_grouped_mm
-from workbench.experts import find_experts
-from workbench.runtime import CostModelWarning
-from workbench.strategies import all_on_device, expert_streaming, experts_on_host
+from workbench.moe.expert_ops import is_grouped_mm
+from workbench.moe.discovery import find_experts
+from workbench.machine import CostModelWarning
+from workbench.moe.strategies import all_on_device, expert_streaming, experts_on_host
 
 STRATEGIES = {
     "all_on_device": all_on_device(skip_copies=False),

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 import workbench as wb  # noqa: E402
 from workbench import hf  # noqa: E402
-from workbench.experts import config_ints, find_experts  # noqa: E402
+from workbench.moe.discovery import config_expert_count, config_ints, find_experts  # noqa: E402
 from workbench.moe.strategies import expert_cache  # noqa: E402
 
 #: A few stages that reach every part: prefill, a static and a dynamic decode step, an
@@ -67,7 +67,7 @@ def test_families_are_found_by_their_configs():
     assert not {"llama", "qwen3", "gpt2"} & found
     for model_type in ("phimoe", "jetmoe", "minimax"):
         config = hf.tiny_family_config(model_type)
-        assert config.hidden_size == 64 and wb.experts.config_expert_count(config) == 8
+        assert config.hidden_size == 64 and config_expert_count(config) == 8
 
 
 def test_tiny_layers_keep_a_sparse_layer_behind_dense_ones():

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 from workbench import hf  # noqa: E402
 from workbench.devices import CPU  # noqa: E402
-from workbench.experts import find_experts  # noqa: E402
+from workbench.moe.discovery import find_experts  # noqa: E402
 from workbench.moe.strategies import expert_cache, expert_streaming, experts_on_host  # noqa: E402
 from workbench.planning.memory_plan import plan as make_plan  # noqa: E402
 from workbench.runtime import stage_inputs  # noqa: E402

@@ -16,7 +16,7 @@ from torch import nn
 pytest.importorskip("transformers")
 
 from workbench import hf  # noqa: E402
-from workbench.experts import find_experts  # noqa: E402
+from workbench.moe.discovery import find_experts  # noqa: E402
 from workbench.hf.steps import example_tokens  # noqa: E402
 
 #: Every expert strategy on a prefill and a decode step, and 4-token decodes through an

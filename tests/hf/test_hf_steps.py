@@ -11,7 +11,7 @@ from hf_cases import assert_equal_to_eager, captured, run_on_sim, tiny_model
 
 import workbench as wb
 from workbench import hf
-from workbench.strategies import all_on_device
+from workbench.moe.strategies import all_on_device
 
 CUDA0 = wb.Device("cuda", 0)
 

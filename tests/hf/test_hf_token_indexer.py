@@ -16,7 +16,7 @@ from workbench import hf  # noqa: E402
 from workbench.hf import token_indexer  # noqa: E402
 from workbench.moe.decode import decode  # noqa: E402
 from workbench.planning.memory_plan import plan as make_plan  # noqa: E402
-from workbench.strategies import all_on_device  # noqa: E402
+from workbench.moe.strategies import all_on_device  # noqa: E402
 
 #: (batch, new tokens, keys already cached): prefill, decode, a chunk, and contexts too
 #: short for a complete block.

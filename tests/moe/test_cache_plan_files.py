@@ -13,7 +13,8 @@ from workbench.json_fields import JsonFieldError
 from workbench.moe.strategies import expert_cache
 from workbench.node_facts import copy_stream_op, facts_to_json, mark_copy_stream, mark_row_share, restore_facts, row_share
 from workbench.planning.memory_plan import PlanSaveError
-from workbench.runtime import CostModel, stage_inputs
+from workbench.runtime import stage_inputs
+from workbench.machine import CostModel
 
 from conftest import moe_tiny
 

@@ -13,11 +13,11 @@ import torch
 import workbench as wb
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.moe.expert_reads import rows_program
-from workbench.moe.experts import expert_layers
+from workbench.moe.discovery import expert_layers
 from workbench.moe.strategies import expert_cache, expert_streaming
 from workbench.planning.memory_plan import plan
 from workbench.runtime import ExecutorError, stage_inputs
-from workbench.strategies import StrategyError
+from workbench.moe.strategies import StrategyError
 from workbench.weight_formats import weight_format
 
 from test_expert_reads import EXPERTS, LAYERS, switch

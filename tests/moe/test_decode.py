@@ -11,7 +11,7 @@ from workbench import hf
 from workbench.models import QwenMoEDecoder
 from workbench.moe.decode import DecodeError, decode
 from workbench.moe.strategies import partial_offload
-from workbench.strategies import all_on_device
+from workbench.moe.strategies import all_on_device
 
 from conftest import moe_tiny
 

@@ -12,12 +12,12 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.experts import find_experts
+from workbench.moe.discovery import find_experts
 from workbench.moe.expert_reads import rows_program
-from workbench.moe.experts import expert_layers
+from workbench.moe.discovery import expert_layers
 from workbench.moe.strategies import expert_cache
 from workbench.runtime import stage_inputs
-from workbench.strategies import StrategyError
+from workbench.moe.strategies import StrategyError
 
 from conftest import assert_matches_eager
 

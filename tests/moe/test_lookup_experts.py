@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.experts import find_experts
+from workbench.moe.discovery import find_experts
 from workbench.moe.strategies import expert_cache, expert_streaming, experts_on_host
 from workbench.runtime import stage_inputs
 

@@ -12,11 +12,11 @@ from workbench import Device
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.moe import RoutingRecorder, RoutingTrace, record_decode, replay, slab_bytes
 from workbench.moe.decode import DecodeError, decode
-from workbench.moe.experts import expert_modules
-from workbench.moe.strategies import expert_cache, partial_offload
+from workbench.moe.discovery import expert_modules
+from workbench.moe.strategies import expert_cache, expert_streaming, partial_offload
 from workbench.planning.arena_execution import run_in_arenas
 from workbench.propagate import CopyRole
-from workbench.strategies import StrategyError
+from workbench.moe.strategies import StrategyError
 
 from cache_reference import reference_admit
 from conftest import moe_tiny
@@ -105,7 +105,7 @@ def test_cache_slots_are_device_memory():
     """Each layer's slabs (S rows of w1 and w2) and tables are resident on the device:
     constant bytes grow by S slabs per layer over streaming, the host keeps every expert."""
     config, program = reference()
-    streaming = wb.strategies.expert_streaming().apply(program)
+    streaming = expert_streaming().apply(program)
     for slots in (2, 6):
         dg = expert_cache(slots, "lru").apply(program)
         extra = dg.constant_bytes["cuda:0"] - streaming.constant_bytes["cuda:0"]
@@ -216,7 +216,8 @@ def test_host_compute_charges_the_host_only_for_misses():
     run, per step, the host time of layer l is (1 - hit rate of l) times its full time; in
     estimate, the expected miss rate 1 - prefetch_hit_rate."""
     from workbench.moe.cache_graph import cache_reads
-    from workbench.runtime import CostModel, estimate
+    from workbench.runtime import estimate
+    from workbench.machine import CostModel
     from workbench.node_facts import row_share
 
     plan, result, _ = _decode(expert_cache(3, "lru", on_miss="host_compute"), steps=5)

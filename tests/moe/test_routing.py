@@ -7,7 +7,7 @@ import torch
 
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.moe import RoutingRecorder, RoutingTrace, TraceError, record_decode, synthetic_trace, synthetic_trace_for
-from workbench.moe.experts import ExpertDiscoveryError, expert_layers
+from workbench.moe.discovery import ExpertDiscoveryError, expert_layers
 
 from conftest import moe_tiny, reference_routing
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import workbench as wb
-from workbench.examples import EXAMPLES
+from workbench.models.examples import EXAMPLES
 from workbench.json_fields import JsonFieldError
 from workbench.planning.algorithms import ALGORITHMS
 

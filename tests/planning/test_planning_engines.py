@@ -16,7 +16,7 @@ from workbench.planning import Assignment, find_problems, make_problem
 from workbench.planning.algorithms.base import compress_steps
 from workbench.planning.algorithms.exact import solve_exact
 from workbench.planning.algorithms.orders import ORDERS
-from workbench.planning.algorithms.placement import TimeIndex, place
+from workbench.planning.algorithms.placement import TimeIndex, place_blocks
 from workbench.planning.algorithms.search import _local_search, components
 from workbench.planning.algorithms.skyline import skyline
 
@@ -53,7 +53,7 @@ def test_any_order_with_either_fit_is_safe(buffers, fit, seed):
     problem = make_problem(buffers, 16)
     order = [i for i, z in enumerate(problem.sizes) if z]
     random.Random(seed).shuffle(order)
-    assert _problems(problem, place(problem, order, fit)) == []
+    assert _problems(problem, place_blocks(problem, order, fit)) == []
 
 
 @settings(max_examples=150, deadline=None)
@@ -75,7 +75,7 @@ def test_exact_and_local_search_are_safe_and_never_worse(buffers):
     """The branch and bound and the local search return safe plans no larger than the plan
     they started from."""
     problem = make_problem(buffers, 16)
-    start = place(problem, ORDERS["size"](problem), "best")
+    start = place_blocks(problem, ORDERS["size"](problem), "best")
     arena = problem.arena_of(start)
     improved = _local_search(problem, start, problem.lower_bound)
     assert _problems(problem, improved) == [] and problem.arena_of(improved) <= arena

@@ -10,10 +10,10 @@ import workbench as wb
 from workbench.capture import capture
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.moe.strategies import expert_streaming, experts_on_host
-from workbench.runtime import CostModel
-from workbench.runtime.decode_graph import decode_time, layout_of
-from workbench.runtime.decode_layout import DecodeLayout, ModelFacts, Placement
-from workbench.runtime.decode_time import time_decode
+from workbench.machine import CostModel
+from workbench.speed.graph_layout import plan_decode_time, layout_of
+from workbench.speed.layout import DecodeLayout, ModelFacts, ExpertPlacement
+from workbench.speed.timer import time_decode
 from workbench.runtime.executor import estimate
 from workbench.strategy import all_on_device
 
@@ -66,11 +66,11 @@ def test_its_kernels_are_the_device_compute_steps_of_the_plan(tiny):
 
 
 def test_decode_time_of_a_plan_is_time_decode_of_its_layout(tiny):
-    """``decode_time(plan, model)`` is ``time_decode(layout_of(plan), model)``; a layout
+    """``plan_decode_time(plan, model)`` is ``time_decode(layout_of(plan), model)``; a layout
     and its time are plain data."""
     memory = wb.plan(expert_streaming().apply(tiny))
     model = CostModel.compose(gpu="h200", link="pcie_gen4")
-    assert decode_time(memory, model) == time_decode(layout_of(memory), model)
+    assert plan_decode_time(memory, model) == time_decode(layout_of(memory), model)
     with pytest.raises(wb.errors.WorkbenchError, match="MemoryPlan"):
         layout_of(tiny)  # type: ignore[arg-type]
 
@@ -95,9 +95,9 @@ def test_graph_and_facts_agree_within_five_percent_on_a_published_model():
                        kv_bytes_per_token=c.num_hidden_layers * 2 * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 2)  # fmt: skip
     machine = dataclasses.replace(CostModel.compose(gpu="h200", host="epyc_9355", link="pcie_gen5", runtime="compiled_graph"),
                                   kernels_per_layer=40.0, kernel_gap=3e-6, copies_per_expert=1.0, overlap=0.0)  # fmt: skip
-    for strategy, placement in ((all_on_device(skip_copies=True), Placement("all_on_gpu", context_tokens=16)),
-                                (experts_on_host(), Placement("experts_on_host_compute", context_tokens=16)),
-                                (expert_streaming(), Placement("experts_copied", cache=False, context_tokens=16))):  # fmt: skip
+    for strategy, placement in ((all_on_device(skip_copies=True), ExpertPlacement("all_on_gpu", context_tokens=16)),
+                                (experts_on_host(), ExpertPlacement("experts_on_host_compute", context_tokens=16)),
+                                (expert_streaming(), ExpertPlacement("experts_copied", cache=False, context_tokens=16))):  # fmt: skip
         graph = layout_of(wb.plan(strategy.apply(step.program)))
         laid = DecodeLayout.for_machine(gpu="h200", host="epyc_9355", link="pcie_gen5", model=facts, formats="bf16",
                                         placement=placement)  # fmt: skip

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.runtime.decode_layout import DecodeLayout, LayoutError, ModelFacts, Placement, UniformRouting, WeightBits
+from workbench.speed.layout import DecodeLayout, LayoutError, ModelFacts, ExpertPlacement, UniformRouting, WeightBits
 
 QWEN3_30B = dict(name="qwen3_30b", layers=48, total_params=30.5e9, active_params=3.3e9, num_experts=128, top_k=8,
                  expert_params=3 * 2048 * 768, hidden=2048, kv_bytes_per_token=98304)  # fmt: skip
@@ -24,14 +24,14 @@ def test_every_active_byte_is_read_once_somewhere():
     of its context), whatever the split; the host computes its share of the experts."""
     m = _model()
     active = (m.expert_active * 4.5 + m.other_active * 4.5) / 8
-    for placement, host_share in ((Placement("all_on_gpu"), 0.0), (Placement("partial_offload", host_layers=12), 0.25),
-                                  (Placement("experts_on_host_compute"), 1.0),
-                                  (Placement("experts_on_host_compute", gpu_experts=32), 0.75)):  # fmt: skip
+    for placement, host_share in ((ExpertPlacement("all_on_gpu"), 0.0), (ExpertPlacement("partial_offload", host_layers=12), 0.25),
+                                  (ExpertPlacement("experts_on_host_compute"), 1.0),
+                                  (ExpertPlacement("experts_on_host_compute", gpu_experts=32), 0.75)):  # fmt: skip
         layout = _lay(placement, host="epyc_9355")
         assert layout.host_share == pytest.approx(host_share)
         assert layout.device_bytes + layout.host_bytes == pytest.approx(active)
         assert layout.host_weights == pytest.approx(host_share * m.expert_active)
-    with_context = _lay(Placement("all_on_gpu", context_tokens=1000))
+    with_context = _lay(ExpertPlacement("all_on_gpu", context_tokens=1000))
     assert with_context.device_bytes == pytest.approx(active + 1000 * 98304)
 
 
@@ -39,11 +39,11 @@ def test_host_layers_call_the_host_and_exchange_activations_over_the_link():
     """Each MoE layer whose experts the host computes is one host call and four copies
     (the hidden state, the experts' ids and weights there, the result back); the link is
     the GPU's own host interface unless one is named."""
-    layout = _lay(Placement("partial_offload", host_layers=12), host="epyc_9355")
+    layout = _lay(ExpertPlacement("partial_offload", host_layers=12), host="epyc_9355")
     assert layout.host_calls == 12 and layout.copies == 48
     assert layout.link_bytes == pytest.approx(12 * (2 * 2048 * 2 + 2 * 8 * 4))
     assert layout.link == "pcie_gen4" and layout.host_format == "q4_k" and layout.host_dequant_ops == 3
-    named = _lay(Placement("partial_offload", host_layers=12), host="epyc_9355", link="pcie_gen5")
+    named = _lay(ExpertPlacement("partial_offload", host_layers=12), host="epyc_9355", link="pcie_gen5")
     assert named.link == "pcie_gen5"
 
 
@@ -51,7 +51,7 @@ def test_a_copied_expert_cache_misses_what_its_routing_does_not_hold():
     """Experts copied in: the cache holds the GPU's memory less the rest of the weights and
     a reserve (or the bytes stated); each miss loads one expert's bytes; a routing with
     reuse misses less than uniform routing for the same share held."""
-    uniform = _lay(Placement("experts_copied"), formats="bf16")
+    uniform = _lay(ExpertPlacement("experts_copied"), formats="bf16")
     m = _model()
     expert_bytes = m.expert_total * 2
     held = 24e9 * 0.9 - m.other_total * 2
@@ -67,11 +67,11 @@ def test_a_copied_expert_cache_misses_what_its_routing_does_not_hold():
         def hit_rate(self, share):
             return min(1.0, 1.5 * share)
 
-    reused = _lay(Placement("experts_copied", routing=Reused()), formats="bf16")
+    reused = _lay(ExpertPlacement("experts_copied", routing=Reused()), formats="bf16")
     assert reused.expert_loads < uniform.expert_loads
-    stated = _lay(Placement("experts_copied", resident_expert_bytes=0.1 * expert_bytes), formats="bf16")
+    stated = _lay(ExpertPlacement("experts_copied", resident_expert_bytes=0.1 * expert_bytes), formats="bf16")
     assert stated.cache_share == pytest.approx(0.1)
-    streamed = _lay(Placement("experts_copied", cache=False), formats="bf16")
+    streamed = _lay(ExpertPlacement("experts_copied", cache=False), formats="bf16")
     assert streamed.expert_loads == 48 * 8 and streamed.cache_share == 0
 
 
@@ -118,15 +118,15 @@ def test_placements_and_parts_the_facts_cannot_use_are_refused():
     all-on-GPU card, a host split without a host, an unknown part: each a LayoutError
     naming what is valid."""
     with pytest.raises(LayoutError, match="none of all_on_gpu"):
-        Placement("everything_everywhere")
+        ExpertPlacement("everything_everywhere")
     with pytest.raises(LayoutError, match="names host_layers"):
-        Placement("partial_offload")
+        ExpertPlacement("partial_offload")
     with pytest.raises(LayoutError, match=r"do not fit the 24 GB of a rtx_4090"):
-        _lay(Placement("all_on_gpu"), formats="bf16")
+        _lay(ExpertPlacement("all_on_gpu"), formats="bf16")
     with pytest.raises(LayoutError, match=r"give host= one of .*epyc_9355"):
-        _lay(Placement("experts_on_host_compute"))
+        _lay(ExpertPlacement("experts_on_host_compute"))
     with pytest.raises(LayoutError, match=r"give gpu= one of .*h200"):
-        _lay(Placement("all_on_gpu"), gpu="gtx_480")
+        _lay(ExpertPlacement("all_on_gpu"), gpu="gtx_480")
     with pytest.raises(LayoutError, match="routing must have a label and hit_rate"):
-        Placement("experts_copied", routing="zipf")  # type: ignore[arg-type]
+        ExpertPlacement("experts_copied", routing="zipf")  # type: ignore[arg-type]
     assert UniformRouting().hit_rate(0.3) == 0.3

@@ -6,9 +6,9 @@ import math
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.runtime import CostModel
-from workbench.runtime.decode_layout import DecodeLayout
-from workbench.runtime.decode_time import DecodeTimeError, time_decode
+from workbench.machine import CostModel
+from workbench.speed.layout import DecodeLayout
+from workbench.speed.timer import DecodeTimeError, time_decode
 
 GB = 1e9
 

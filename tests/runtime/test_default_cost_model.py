@@ -9,11 +9,11 @@ import pytest
 
 import workbench as wb
 from workbench.app import cli
-from workbench.examples import example
-from workbench.runtime import CostModel
-from workbench.runtime import default_model
-from workbench.runtime.cost_model import CostModelError, measured_dir
-from workbench.runtime.default_model import (
+from workbench.models.examples import example
+from workbench.machine import CostModel
+from workbench.machine import default_model
+from workbench.machine.cost_model import CostModelError, measured_dir
+from workbench.machine.default_model import (
     choose_default_cost_model,
     default_cost_model,
     default_device_preset,

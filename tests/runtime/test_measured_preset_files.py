@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.runtime import CostModel
-from workbench.runtime.calibrate import Calibration, CalibrationError, measured_calibrations
-from workbench.runtime.cost_model import MEASURED_DIR_ENV, CostModelError, measured_dir, measured_preset_names
+from workbench.machine import CostModel
+from workbench.machine.calibration.calibrate import Calibration, CalibrationError, measured_calibrations
+from workbench.machine.cost_model import MEASURED_DIR_ENV, CostModelError, measured_dir, measured_preset_names
 
 from conftest import call_with_timeout
 
@@ -108,7 +108,7 @@ def test_concurrent_saves_use_their_own_temporary_files(calibration, tmp_path, m
 
 _SAVER = """
 import sys
-from workbench.runtime.calibrate import Calibration
+from workbench.machine.calibration.calibrate import Calibration
 calibration = Calibration.load(sys.argv[1])
 for _ in range(25):
     calibration.save(sys.argv[2])

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import workbench as wb
-from workbench.runtime import CostModel
-from workbench.runtime.calibrate import (
+from workbench.machine import CostModel
+from workbench.machine.calibration.calibrate import (
     FORMAT,
     Calibration,
     CalibrationError,
@@ -22,7 +22,7 @@ from workbench.runtime.calibrate import (
     measured_calibrations,
     run_probes,
 )
-from workbench.runtime.probes import COPY_PATHS, SimProbe
+from workbench.machine.calibration.probes import COPY_PATHS, SimProbe
 
 # Small but complete: two or three sizes per probe (sim answers are exact, so this is enough).
 PLAN = CalibrationPlan(

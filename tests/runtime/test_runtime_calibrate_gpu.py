@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.runtime import CostModel, cuda_available, cuda_unavailable_reason
-from workbench.runtime.calibrate import Calibration, CalibrationPlan
+from workbench.runtime import cuda_available, cuda_unavailable_reason
+from workbench.machine import CostModel
+from workbench.machine.calibration.calibrate import Calibration, CalibrationPlan
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason=cuda_unavailable_reason())]
 
@@ -28,7 +29,7 @@ QUICK = CalibrationPlan(
 
 @pytest.fixture(scope="module")
 def probe():
-    from workbench.runtime.probes import CudaProbe
+    from workbench.machine.calibration.probes import CudaProbe
 
     return CudaProbe(0)
 

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from workbench.runtime import CostModel, dtype_class
+from workbench.machine import CostModel, dtype_class
 
 
 def test_copy_time_is_latency_plus_bytes_over_bandwidth_exactly():

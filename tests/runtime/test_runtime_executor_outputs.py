@@ -171,7 +171,7 @@ def test_moe_strategies_equal_eager(moe, backend):
     """Every MoE placement strategy (experts on the device, on the host, streamed with
     gather copies), with skip flags off and on, equals eager; the gather copies move the
     bytes the graph promises."""
-    from workbench.strategies import strategy_variants
+    from workbench.moe.strategies import strategy_variants
 
     model, inputs, prog, expected = moe
     for strategy in strategy_variants():

@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.runtime import CostModel, Timeline
+from workbench.runtime import Timeline
+from workbench.machine import CostModel
 from workbench.runtime.executor import estimate, run, steps_of
 
 N = 1024  # floats per input: 4 KiB

@@ -7,9 +7,10 @@ import torch
 
 import workbench as wb
 from toy_experts import WEIGHTS, distinct_experts, toy
-from workbench.expert_ops import expected_distinct_experts
-from workbench.runtime import CostModelWarning, op_cost, stage_inputs
-from workbench.runtime.cost_model import cost_depends_on_data, grouped_mm_cost
+from workbench.moe.expert_ops import expected_distinct_experts
+from workbench.runtime import stage_inputs
+from workbench.machine import CostModelWarning, op_cost
+from workbench.machine.cost_model import cost_depends_on_data, grouped_mm_cost
 
 aten = torch.ops.aten
 

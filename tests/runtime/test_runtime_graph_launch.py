@@ -10,12 +10,13 @@ import torch
 import workbench as wb
 from workbench.errors import WorkbenchError
 from workbench.models import MoEConfig, QwenMoEDecoder
-from workbench.runtime import CostModel, SimDeviceAllocator, live_bytes, stage_inputs, to_host
+from workbench.runtime import SimDeviceAllocator, live_bytes, stage_inputs, to_host
+from workbench.machine import CostModel
 from workbench.runtime.allocators import AllocatorRegistry, HostAllocator
 from workbench.runtime.executor import estimate, run
 from workbench.runtime.graph_segments import graph_segments
 from workbench.runtime.steps import steps_of
-from workbench.strategies import strategy_variants
+from workbench.moe.strategies import strategy_variants
 
 from tests.conftest import assert_matches_eager
 
@@ -239,7 +240,7 @@ def test_reuse_copies_of_a_prefetching_plan_run_between_segments():
     """A streaming plan with prefetch has reuse copies (their handler finds hits on the
     device per call); each is a break with its variant's reason, and graph launch still
     gives per-op launch's outputs (within float tolerance: another run's memory)."""
-    from workbench.strategies import expert_streaming
+    from workbench.moe.strategies import expert_streaming
 
     model = QwenMoEDecoder(MoEConfig.tiny(), expert_prefetch=True).eval()
     inputs = model.example_inputs()

@@ -11,7 +11,7 @@ from workbench.runtime import cuda_available, cuda_unavailable_reason, stage_inp
 from workbench.runtime.graph_replay import WARMUP_CALLS
 from workbench.runtime.graph_segments import REPLAY_PREFIX
 from workbench.runtime.materialise import SeededWeights, module_with_weights
-from workbench.strategies import all_on_device, expert_streaming
+from workbench.moe.strategies import all_on_device, expert_streaming
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason=cuda_unavailable_reason())]
 

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import workbench as wb
-from workbench.examples import example
-from workbench.runtime import CostModel
+from workbench.models.examples import example
+from workbench.machine import CostModel
 from workbench.runtime.executor import estimate, steps_of
 from workbench.runtime.sim_timing import SimClock
 from workbench.runtime.steps import HOST_LANE, Step
@@ -271,7 +271,7 @@ def test_executor_overhead_delays_the_host_by_that_much_per_step_in_eager_mode(p
 def test_a_sim_run_charges_the_executor_overhead_as_its_estimate_does():
     """On sim, a run with a model that has ``executor_overhead`` records the timeline
     ``estimate`` predicts, and decoder blocks cost launch + executor overhead per step."""
-    from workbench.runtime.executor_probe import executor_steps
+    from workbench.machine.calibration.executor_probe import executor_steps
 
     model = dataclasses.replace(CostModel.preset("h200"), executor_overhead=17e-6)
     (n1, short), (n2, long) = executor_steps("sim", 1, 1, model), executor_steps("sim", 3, 1, model)

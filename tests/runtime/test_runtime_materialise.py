@@ -11,7 +11,7 @@ from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.moe.strategies import expert_cache
 from workbench.runtime import live_bytes
 from workbench.runtime.materialise import MaterialiseError, SeededWeights, module_with_weights
-from workbench.strategies import all_on_device, expert_streaming, experts_on_host
+from workbench.moe.strategies import all_on_device, expert_streaming, experts_on_host
 
 CONFIG = MoEConfig.tiny(dtype="float32")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from workbench.runtime import CostModelWarning, op_cost
+from workbench.machine import CostModelWarning, op_cost
 
 aten = torch.ops.aten
 

@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from workbench.runtime import CostModel
-from workbench.runtime.op_cost import CostModelError
-from workbench.runtime.parts import PART_FIELDS, part_figures, part_names, parts
+from workbench.machine import CostModel
+from workbench.machine.op_cost import CostModelError
+from workbench.machine.parts import PART_FIELDS, part_figures, part_names, parts
 
 
 def test_every_figure_has_a_source_and_every_part_all_its_fields():
@@ -84,7 +84,7 @@ def test_a_users_parts_file_adds_parts_and_replaces_same_named_ones(tmp_path):
     """A parts file passed by path adds its parts to the shipped ones for ``compose`` and
     the part readers, and a part it names like a shipped one replaces that part whole; the
     shipped table is unchanged without it."""
-    from workbench.runtime.parts import part_facts, part_phrases
+    from workbench.machine.parts import part_facts, part_phrases
 
     faster_h200 = [r.replace("my_gpu", "h200").replace("1.2e12", "9e12") for r in MY_GPU]
     path = _user_parts(tmp_path, MY_GPU + faster_h200)

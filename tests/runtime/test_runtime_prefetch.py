@@ -13,10 +13,11 @@ from workbench.copy_ops import GATHER_H2D, GATHER_REUSE, SELECT_ROWS
 from workbench.kernels import gather_reuse_variant
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.planning.arena_execution import run_in_arenas
-from workbench.runtime import CostModel, op_cost, stage_inputs, to_host
+from workbench.runtime import stage_inputs, to_host
+from workbench.machine import CostModel, op_cost
 from workbench.builtin_copies import sim_reuse_rows
 from workbench.runtime.executor import estimate, run
-from workbench.strategies import expert_streaming
+from workbench.moe.strategies import expert_streaming
 
 from conftest import assert_matches_eager, reference_routing
 

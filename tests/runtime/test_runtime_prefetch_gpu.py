@@ -9,7 +9,7 @@ from workbench.copy_ops import reuse_sources
 from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.runtime import cuda_available, cuda_unavailable_reason, stage_inputs, to_host
 from workbench.runtime.executor import run
-from workbench.strategies import expert_streaming
+from workbench.moe.strategies import expert_streaming
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason=cuda_unavailable_reason())]
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from workbench.runtime.cost_model import op_cost
+from workbench.machine.cost_model import op_cost
 
 
 def test_index_select_reads_only_selected_rows():

@@ -2,7 +2,8 @@
 
 import pytest
 
-from workbench.runtime import CostModel, StreamScheduler
+from workbench.runtime import StreamScheduler
+from workbench.machine import CostModel
 
 
 def test_two_independent_copies_on_one_stream_serialize():

@@ -6,11 +6,11 @@ import pytest
 from workbench.models import MoEConfig
 from workbench.moe.strategies import expert_streaming, partial_offload, strategy_variants
 from workbench.planning.memory_plan import plan
-from workbench.runtime import CostModel
-from workbench.runtime.decode_graph import layout_of
-from workbench.runtime.decode_time import time_decode
+from workbench.machine import CostModel
+from workbench.speed.graph_layout import layout_of
+from workbench.speed.timer import time_decode
 from workbench.strategy import all_on_device
-from workbench.sweeps import InlineExecutor, ModelSource, StrategySpec, sweep
+from workbench.sweeps import InlineExecutor, ConfigSource, StrategySpec, sweep
 from workbench.sweeps import reuse
 
 TINY = MoEConfig.tiny()
@@ -38,7 +38,7 @@ def test_strategies_built_alike_are_equal():
 def test_equal_requests_share_one_plan_and_layout():
     """The same (program, strategy, algorithm) gives the very same plan; another strategy or
     algorithm gives its own; a layout is made once per (plan, prefetch hit rate)."""
-    program = ModelSource(TINY).program(False)
+    program = ConfigSource(TINY).program(False)
     first = reuse.planned(program, all_on_device(), "greedy")
     assert reuse.planned(program, all_on_device(), "greedy") is first
     assert reuse.planned(program, all_on_device(), "naive") is not first
@@ -51,7 +51,7 @@ def test_equal_requests_share_one_plan_and_layout():
 
 def test_a_reused_plan_times_like_a_fresh_one():
     """What the cache hands back is what planning and laying out afresh give."""
-    program = ModelSource(TINY).program(False)
+    program = ConfigSource(TINY).program(False)
     strategy = expert_streaming()
     model = CostModel.preset("h200", link="pcie_gen5")
     reused = time_decode(reuse.laid_out(reuse.planned(program, strategy, "greedy")), model)
@@ -63,7 +63,7 @@ def test_a_reused_plan_times_like_a_fresh_one():
 
 def test_the_cache_is_bounded():
     """At most KEEP plans are remembered: the least recently asked for is made again."""
-    program = ModelSource(TINY).program(False)
+    program = ConfigSource(TINY).program(False)
     others = [partial_offload(n, skip_copies=skip) for n in range(4) for skip in (True, False)]
     assert len(others) >= reuse.KEEP
     first = reuse.planned(program, all_on_device(skip_copies=False), "greedy")
@@ -82,7 +82,7 @@ def test_a_sweep_after_planning_the_same_strategies_gives_the_same_rows():
     args = (TINY, [0.001, 1.0], ["pcie_gen4", "nvlink_c2c"], grid, InlineExecutor())
     cold = sweep(*args, prefetch_hit_rate=0.5).points.drop(columns=["seconds", "pid", "peak_rss_MiB"], errors="ignore")
     reuse.forget()
-    program = ModelSource(TINY).program(False)
+    program = ConfigSource(TINY).program(False)
     for strategy in (all_on_device(), expert_streaming()):
         reuse.planned(program, strategy, "greedy")
     warm = sweep(*args, prefetch_hit_rate=0.5).points.drop(columns=["seconds", "pid", "peak_rss_MiB"], errors="ignore")

@@ -7,7 +7,7 @@ import pandas as pd
 
 from workbench.models import MoEConfig
 from workbench.sweeps import InlineExecutor, SweepResult, default_grid, expand, sweep
-from workbench.walkthrough import deployment_cost_model
+from workbench.app.walkthrough import deployment_cost_model
 
 SHIPPED = Path(__file__).resolve().parents[2] / "notebooks" / "data" / "capacity_sweep.csv"
 REGENERATE = "stale: regenerate it with `python notebooks/data/capacity_sweep.py`"

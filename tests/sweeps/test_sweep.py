@@ -14,7 +14,7 @@ import workbench as wb
 from workbench.models import MoEConfig
 from workbench.sweeps import (
     InlineExecutor,
-    ModelSource,
+    ConfigSource,
     SpecError,
     StrategySpec,
     SweepError,
@@ -27,7 +27,7 @@ from workbench.sweeps import (
     process_pool,
     sweep,
 )
-from workbench.runtime import CostModel
+from workbench.machine import CostModel
 
 from conftest import moe_tiny
 
@@ -148,7 +148,7 @@ def test_dask_executor_gives_the_same_tables():
 
 def test_tasks_are_small_and_picklable():
     """What a worker receives is a config and a spec: it pickles to a few hundred bytes."""
-    task = SweepTask(0, ModelSource(MoEConfig.full()), StrategySpec.of("partial_offload", n_host_layers=8),
+    task = SweepTask(0, ConfigSource(MoEConfig.full()), StrategySpec.of("partial_offload", n_host_layers=8),
                      LINKS, CostModel.preset("h200"), "greedy", None, "")  # fmt: skip
     assert len(pickle.dumps(task)) < 4096
     assert pickle.loads(pickle.dumps(task)) == task
@@ -203,7 +203,7 @@ def test_bad_arguments_are_clear_errors(kwargs, error, message):
 
 def test_too_many_host_layers_names_the_range():
     """partial_offload past the model's layers is an error naming the valid range."""
-    task = SweepTask(0, ModelSource(TINY), StrategySpec.of("partial_offload", n_host_layers=5), LINKS,
+    task = SweepTask(0, ConfigSource(TINY), StrategySpec.of("partial_offload", n_host_layers=5), LINKS,
                      CostModel.preset("h200"), "greedy", None, "")  # fmt: skip
     with pytest.raises(wb.WorkbenchError, match=r"in \[0, 4\]"):
         evaluate(task)
@@ -237,7 +237,7 @@ def test_pareto_figure_has_a_panel_per_link():
 def test_answer_table_reads_the_best_rows():
     """The walkthrough's answer table has one row per (budget, link), names the best
     strategy and its parameters, and says '(nothing fits)' where no point fits."""
-    from workbench.walkthrough import answer_table
+    from workbench.app.walkthrough import answer_table
 
     result = inline_sweep()
     table = answer_table(result)

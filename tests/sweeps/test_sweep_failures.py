@@ -154,7 +154,7 @@ def test_a_capture_that_lifts_a_traced_value_as_a_fake_constant_is_made_again(mo
     fake-constant ``lifted_tensor_0`` error is made again (the capture is deterministic)
     and the sweep's program is the real one; any other capture error is raised at once."""
     from workbench.capture import CaptureError
-    from workbench.sweeps import ModelSource, source
+    from workbench.sweeps import ConfigSource, source
 
     real = source.capture
     calls = []
@@ -170,7 +170,7 @@ def test_a_capture_that_lifts_a_traced_value_as_a_fake_constant_is_made_again(mo
 
     monkeypatch.setattr(source, "capture", flaky)
     monkeypatch.setattr(source, "_CACHE", {})
-    program = ModelSource(TINY).program(False)
+    program = ConfigSource(TINY).program(False)
     assert len(calls) == 2 and program.shape_only and program.num_ops() > 0
 
     def broken(*args, **kwargs):
@@ -181,7 +181,7 @@ def test_a_capture_that_lifts_a_traced_value_as_a_fake_constant_is_made_again(mo
     monkeypatch.setattr(source, "capture", broken)
     monkeypatch.setattr(source, "_CACHE", {})
     with pytest.raises(CaptureError, match="some other error"):
-        ModelSource(TINY).program(False)
+        ConfigSource(TINY).program(False)
     assert len(calls) == 1
 
 
@@ -225,12 +225,12 @@ def test_capture_under_a_frame_holding_profiler_lists_no_fake_constant(monkeypat
     capture attempt (no retry) gives the model's program: its constants are the
     model's own, none lifted from inside ``forward`` (the tiny decoder calls
     ``torch.arange`` in its rotary tables and its attention mask)."""
-    from workbench.sweeps import ModelSource, source
+    from workbench.sweeps import ConfigSource, source
 
     monkeypatch.setattr(source, "CAPTURE_ATTEMPTS", 1)
     monkeypatch.setattr(source, "_CACHE", {})
     with FrameHoldingSampler(threading.get_ident()) as sampler:
-        program = ModelSource(TINY).program(hinted)
+        program = ConfigSource(TINY).program(hinted)
     assert sampler.samples > 10  # the sampler really watched the capture
     lifted = [name for name in program.exported.constants if "lifted_tensor" in name]
     assert lifted == []

@@ -29,7 +29,7 @@ import pytest
 
 from workbench.models import MoEConfig
 from workbench.moe import RoutingTrace, synthetic_trace_for
-from workbench.runtime import CostModel
+from workbench.machine import CostModel
 from workbench.sweeps import InlineExecutor, SweepError, expand, sweep
 from workbench.sweeps.result import read_points
 from workbench.weight_formats import WeightFormatError
@@ -173,12 +173,12 @@ _HAMMER = """
 import sys
 from pathlib import Path
 from workbench.models import MoEConfig
-from workbench.runtime import CostModel
+from workbench.machine import CostModel
 from workbench.sweeps import StrategySpec
 from workbench.sweeps.resume import PointWriter, sweep_key
-from workbench.sweeps.source import ModelSource
+from workbench.sweeps.source import ConfigSource
 specs = [StrategySpec.of("partial_offload", n_host_layers=i) for i in range(60)]
-key = sweep_key(ModelSource(MoEConfig.tiny()), None, CostModel.preset(), specs, "greedy", {s: (None, "") for s in specs})
+key = sweep_key(ConfigSource(MoEConfig.tiny()), None, CostModel.preset(), specs, "greedy", {s: (None, "") for s in specs})
 writer = PointWriter(Path(sys.argv[1]), key, [])
 first = int(sys.argv[2])
 for spec in specs[first:first + 30]:

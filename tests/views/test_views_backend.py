@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 _SCRIPT = """
 import matplotlib
 matplotlib.use("svg")  # the caller's choice (a notebook's would be inline)
-import workbench, workbench.views, workbench.moe.figures, workbench.sweeps.figures, workbench.walkthrough
+import workbench, workbench.views, workbench.moe.figures, workbench.sweeps.figures, workbench.app.walkthrough
 import matplotlib.pyplot as plt
 print(matplotlib.get_backend())
 """

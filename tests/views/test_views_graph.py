@@ -340,7 +340,7 @@ def test_gather_copies_touch_host_and_device():
     index argument."""
     import workbench as wb
     from workbench.models import MoEConfig, QwenMoEDecoder
-    from workbench.strategies import expert_streaming
+    from workbench.moe.strategies import expert_streaming
     from workbench.views._layout import node_devices
 
     model = QwenMoEDecoder(MoEConfig.tiny())
@@ -369,7 +369,7 @@ def test_collapsed_layers_draw_each_copy_on_the_row_of_the_layer_it_serves(prefe
     too, named within the layer; side nodes sit right of everything else in their row; no
     two drawn nodes overlap; every edge has a route."""
     from workbench.models import MoEConfig, QwenMoEDecoder
-    from workbench.strategies import expert_streaming
+    from workbench.moe.strategies import expert_streaming
 
     model = QwenMoEDecoder(MoEConfig.tiny(), expert_prefetch=prefetch)
     dg = expert_streaming(prefetch=prefetch).apply(wb.capture(model, model.example_inputs()))
@@ -415,7 +415,7 @@ def test_transformers_model_groups_its_top_level_modules_apart_and_hides_asserts
     both reads from a layer and feeds one (an arrow running back up), every gather names
     the layer it serves, and metadata-only asserts are not drawn (their spec says why)."""
     from workbench import hf
-    from workbench.strategies import expert_streaming
+    from workbench.moe.strategies import expert_streaming
 
     step = hf.capture_decode(hf.load_model("qwen3_moe"), "static", past=4, max_cache_len=8)
     dg = expert_streaming().apply(step.program)

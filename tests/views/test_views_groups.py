@@ -9,8 +9,8 @@ import fnmatch
 import pytest
 
 from workbench.place import module_paths
-from workbench.strategies import EXPERT_MODULES, experts_on_host
-from workbench.views import PlacementExplorer, explore, expert_modules, module_groups
+from workbench.moe.strategies import EXPERT_MODULES, experts_on_host
+from workbench.views import PlacementExplorer, explore, expert_container_names, module_groups
 from workbench.views.explorer import placement_text
 
 from views_helpers import captured, tiny_moe
@@ -26,7 +26,7 @@ def test_moe_module_groups_name_the_parts_of_the_model():
     groups = module_groups(prog)
     for role in ("routed experts", "shared expert", "router", "attention", "embedding", "LM head", "norms"):
         assert role in groups.labels, groups.labels
-    assert expert_modules(prog) == ("layers.*.mlp.experts",)
+    assert expert_container_names(prog) == ("layers.*.mlp.experts",)
     in_experts = {
         n.name for n in prog.graph.nodes
         if n.op == "call_function" and "getitem" not in str(n.target)

@@ -247,7 +247,7 @@ def test_prefetch_flows_reach_the_layer_they_serve_in_every_decode_step():
     import workbench as wb
     from workbench.models import MoEConfig, QwenMoEDecoder
     from workbench.moe.decode import decode
-    from workbench.strategies import expert_streaming
+    from workbench.moe.strategies import expert_streaming
 
     model = QwenMoEDecoder(MoEConfig.tiny(), expert_prefetch=True).eval()
     dg = expert_streaming(prefetch=True).apply(wb.capture(model, model.example_inputs()))

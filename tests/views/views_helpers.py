@@ -79,7 +79,7 @@ def tiny_moe():
 def tiny_streaming():
     """(plan, RunResult) of the tiny MoE under expert_streaming, run once on ``sim``."""
     from workbench.runtime import stage_inputs
-    from workbench.strategies import expert_streaming
+    from workbench.moe.strategies import expert_streaming
 
     _model, inputs, prog = tiny_moe()
     dg = expert_streaming().apply(prog)

@@ -9,6 +9,6 @@
 - ``exercises``: the tutorial notebooks' exercise checks (a learner's prediction against
   the value the notebook computes).
 
-The library never imports this package; ``workbench.anchors`` and
-``workbench.walkthrough`` stay importable under those names (``moved_modules``).
+The library never imports this package: the published-run model it reports on is
+``workbench.speed``, the machine it times on ``workbench.machine``.
 """

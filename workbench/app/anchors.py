@@ -2,16 +2,16 @@
 
 An ``Anchor`` is a published time per token of the built-in Qwen3.5-MoE 35B-A3B model,
 for a named runtime and GPU: a row of the published table. ``anchors_table`` times the
-same decode step two ways with ``runtime.decode_time.time_decode`` on the same machine
-(the GPU part, and the runtime profile with the fitted terms of ``decode_model``): laid
+same decode step two ways with ``speed.timer.time_decode`` on the same machine
+(the GPU part, and the runtime profile with the fitted terms of ``speed.regime_model``): laid
 out from the workbench's own graph of it (``full_size_plan``: captured shape-only, all on
 the device, its weights stored in the format the run used) and laid out from the run's
-facts (``decode_model``, as every published run is). One physics: the two differ only as
+facts (``speed.regime_model``, as every published run is). One physics: the two differ only as
 much as the graph's bytes and kernels differ from the facts'.
 
 ``modeled_vs_published`` sets the regime model's speed beside every published run — in
 sample (fitted on every run) and out of sample (its terms fitted without the run's
-source: ``decode_model.leave_one_source_out``) — with why a run is not modeled;
+source: ``regime_model.leave_one_source_out``) — with why a run is not modeled;
 ``ratios_by_regime`` gives the median in-sample ratio per regime; ``memory_bound_tok_s``
 is the simplest peer (the all-on-GPU rows only: every active weight read once per token
 at the GPU's datasheet bandwidth, nothing fitted). ``decode_validation`` judges the
@@ -37,14 +37,14 @@ import torch
 from ..capture import capture
 from ..models import MoEConfig, QwenMoEDecoder
 from ..planning.memory_plan import MemoryPlan, plan
-from ..runtime.cost_model import CostModel
-from ..runtime.decode_graph import layout_of
-from ..runtime.decode_time import time_decode
+from ..machine.cost_model import CostModel
+from ..speed.graph_layout import layout_of
+from ..speed.timer import time_decode
 from ..strategy import all_on_device
 from ..weight_formats import quantize
-from .decode_model import (DecodePrediction, OutOfSample, RegimeModel, fit_regime_model, predict_decode, regime_model,
+from ..speed.regime_model import (DecodePrediction, OutOfSample, RegimeModel, fit_regime_model, predict_decode, regime_model,
                            runtime_profile)  # fmt: skip
-from .published_runs import (
+from ..speed.published_runs import (
     PUBLISHED_COLUMNS,
     PUBLISHED_REGIMES,
     RESERVED_SOURCES,

@@ -35,13 +35,13 @@ import pandas as pd
 
 from ..errors import ArgumentValueError
 from ..models import MoEConfig
-from ..moe.cache_graph import CacheSpec
+from ..moe.cache_graph import ExpertCacheSpec
 from ..moe.cache_policies import replay_all, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
 from ..moe.strategies import ExpertCache
-from ..runtime import CostModel
+from ..machine import CostModel
 from ..sweeps import DEFAULT_LINKS, StrategySpec, SweepTask, evaluate, expand, quick_grid
-from ..sweeps.source import ModelSource
+from ..sweeps.source import ConfigSource
 from .walkthrough import deployment_cost_model
 
 __all__ = ["RoutingScenario", "default_scenarios", "held_out", "scenario_points", "scored_grid"]
@@ -90,13 +90,13 @@ def default_scenarios(config: MoEConfig, tokens: int = SWEEP_TOKENS) -> list[Rou
     ]
 
 
-def _cache(spec: StrategySpec) -> Optional[CacheSpec]:
+def _cache(spec: StrategySpec) -> Optional[ExpertCacheSpec]:
     """The expert-cache settings ``spec`` builds, or None for a strategy without a cache."""
     built = spec.build()
     return built.cache if isinstance(built, ExpertCache) else None
 
 
-def _hit_rate(config: MoEConfig, cache: CacheSpec, scenario: RoutingScenario) -> float:
+def _hit_rate(config: MoEConfig, cache: ExpertCacheSpec, scenario: RoutingScenario) -> float:
     pinned = None if scenario.pinned_on is None else np.asarray(scenario.pinned_on.counts())
     (replayed,) = replay_all(scenario.scored, [cache.policy], cache.slots_per_layer, slab_bytes(config), popularity=pinned)
     return round(replayed.hit_rate(), 6)
@@ -130,7 +130,7 @@ def scenario_points(
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names) or not names:
         raise ArgumentValueError(f"scenarios need distinct names, one at least; got {names}")
-    source, model = ModelSource(config), cost_model if cost_model is not None else deployment_cost_model()
+    source, model = ConfigSource(config), cost_model if cost_model is not None else deployment_cost_model()
     rows = []
     for index, spec in enumerate(specs):
         cache = _cache(spec)

@@ -41,8 +41,8 @@ from tqdm import tqdm
 from .. import hf
 from . import walkthrough as wt
 from .anchors import modeled_vs_published
-from .decode_validation import ordering, regime_table
-from .decode_model import regime_model
+from ..speed.validation import ordering, regime_table
+from ..speed.regime_model import regime_model
 from ..atomic_files import atomic_path
 from ..capture import capture
 from ..csv_files import write_csv
@@ -53,7 +53,8 @@ from ..hf.side_by_side import side_by_side
 from ..models import MoEConfig, param_count
 from ..place import PlacementError, parse_rules, place
 from ..propagate import propagate
-from ..runtime import cuda_available, cuda_unavailable_reason, default_cost_model
+from ..runtime import cuda_available, cuda_unavailable_reason
+from ..machine import default_cost_model
 from ..sweeps import SIMPLICITY, TIE_RTOL
 from ..views import BufferView, GraphView, TimelineView, to_chrome_trace
 

@@ -12,7 +12,7 @@ Two analyses, both computed from the model, never written in:
 ``streaming_breakeven`` answers: how many tokens must each streamed expert process
 before its weight copy hides behind its compute?
 
-``anchors_table`` (from ``workbench.anchors``) sets the modeled all-on-device decode step
+``anchors_table`` (from ``workbench.app.anchors``) sets the modeled all-on-device decode step
 beside published measurements of the same model (ExecuTorch on an A100, per-kernel
 launches and CUDA-graph replay).
 
@@ -48,15 +48,15 @@ from ..models import MoEConfig, QwenMoEDecoder
 from ..planning.memory_plan import MemoryPlan, plan
 from ..devices import CPU, Device
 from ..propagate import DeviceGraph
-from ..runtime.cost_model import CostModel, dtype_class, op_cost
-from ..runtime.decode_time import DecodeTime, time_decode
-from ..runtime.default_model import default_device_preset
+from ..machine.cost_model import CostModel, dtype_class, op_cost
+from ..speed.timer import DecodeTime, time_decode
+from ..machine.default_model import default_device_preset
 from ..runtime.executor import RunResult, run
 from ..runtime.tensors import stage_inputs, to_host
 from ..moe.strategies import Strategy, expert_streaming, strategy_variants
-from ..sweeps import InlineExecutor, ModelSource, SweepResult, default_grid, quick_grid, sweep
+from ..sweeps import InlineExecutor, ConfigSource, SweepResult, default_grid, quick_grid, sweep
 from ..sweeps.reuse import laid_out, planned
-from .decode_model import regime_model, runtime_profile
+from ..speed.regime_model import regime_model, runtime_profile
 
 __all__ = [
     "ANCHOR_FORMATS",
@@ -277,7 +277,7 @@ def deployment_cost_model(link: str = "pcie_gen5", gpu: Optional[str] = None) ->
     """The machine the full-size answers time a decode token on: ``gpu`` (default: the
     measured preset of the GPU at hand, else the datasheet H200), the x86 server host,
     ``link``, and the runtime profile ``DEPLOYMENT_RUNTIME`` (the planned graph replayed as
-    a compiled program) with the terms fitted to published runs (``decode_model``)."""
+    a compiled program) with the terms fitted to published runs (``speed.regime_model``)."""
     return CostModel.compose(gpu=gpu or default_device_preset(), host="x86_server", link=link,
                              runtime=runtime_profile(DEPLOYMENT_RUNTIME))  # fmt: skip
 
@@ -294,8 +294,8 @@ def full_size_results(
     captured: Any = None,
 ) -> list[StrategyResult]:
     """Shape-only analysis of the published configuration: plan every strategy, lay its
-    decode token out (``runtime.decode_graph.layout_of``) and time it under each link with
-    ``runtime.decode_time.time_decode`` — the one decode physics. Allocates no weights.
+    decode token out (``speed.graph_layout.layout_of``) and time it under each link with
+    ``speed.timer.time_decode`` — the one decode physics. Allocates no weights.
 
     ``cost_model``: the machine, its link swapped per column; default
     ``deployment_cost_model()``.
@@ -321,7 +321,7 @@ def full_size_results(
         if captured is not None:
             return captured.program
         # the sweep's own capture, cached per process: capacity_sweep reuses it
-        return ModelSource(config or MoEConfig.full()).program(strategy.prefetch)
+        return ConfigSource(config or MoEConfig.full()).program(strategy.prefetch)
 
     results = []
     for strategy in progress(chosen, "full size: strategies"):

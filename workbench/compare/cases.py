@@ -1,6 +1,6 @@
 """The one registry of cross-check cases: a model, its inputs and a placement, by a unique name.
 
-A case is a model (one of ``workbench.examples``, under the same name, or one of the
+A case is a model (one of ``workbench.models.examples``, under the same name, or one of the
 small models of ``workbench.compare.models``) and a placement; ``checks`` says which
 cross-checks run it: ``"copies"`` (``compare_case``: the copies each system inserts) and
 ``"arenas"`` (``compare_arena_case``: the memory each system plans).
@@ -8,7 +8,7 @@ cross-checks run it: ``"copies"`` (``compare_case``: the copies each system inse
 Rules:
 1. Names are unique. A case placed on devices is named after its model; the same model
    kept on the host is ``<model>_cpu``. An example's name means the same model here as
-   in ``workbench.examples`` (``residual`` is its ``ResidualBlock``).
+   in ``workbench.models.examples`` (``residual`` is its ``ResidualBlock``).
 2. Device ops in the cases are weight-free on purpose (a parameter feeding a device
    delegate crashes ExecuTorch 1.5.1's memory planning), except ``param_on_device``,
    which does so on purpose and is therefore a copy case only.

@@ -24,7 +24,8 @@ import pandas as pd
 
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import DeviceGraph
-from ..runtime import CostModel, Timeline
+from ..runtime import Timeline
+from ..machine import CostModel
 from ..runtime import estimate as estimate_timeline
 from .device_graph import to_device_graph
 from .memory import to_memory_plan

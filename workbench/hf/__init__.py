@@ -3,7 +3,7 @@
 Build a model from a configuration with seeded random weights (never from a hub), capture
 its prefill or one decode step with the cache as plain tensors, and apply the same
 strategies as to the built-in decoder — its routed experts are found by
-``workbench.experts.find_experts``::
+``workbench.moe.discovery.find_experts``::
 
     from workbench import hf
     model = hf.load_model("qwen3_5_moe")                  # the tiny shipped config, seeded

@@ -27,8 +27,8 @@ from ..capture import capture
 from ..devices import CPU, Device
 from ..planning.memory_plan import plan
 from ..models import MoEConfig, QwenMoEDecoder, param_count
-from ..runtime import CostModel
-from ..runtime.default_model import default_device_preset
+from ..machine import CostModel
+from ..machine.default_model import default_device_preset
 from ..runtime.executor import estimate
 from ..moe.strategies import Strategy, all_on_device, expert_streaming, experts_on_host
 from .models import load_model

@@ -198,14 +198,14 @@ def unexpressed_experts(model: "PreTrainedModel") -> str:
         routers = [f"{n} {shapes[n]}" for n in near[:2]]
         return (head + f"no router scores those {count}: {container} stacks them, while its block's "
                 f"router-like parameters score another count ({'; '.join(routers) or 'none'}); "
-                "workbench.experts.find_experts takes as router a parameter that scores the experts, plus at most "
+                "workbench.moe.discovery.find_experts takes as router a parameter that scores the experts, plus at most "
                 f"{count // 2} more that hold no weights there (zero-computation or shared experts), reading the "
                 "hidden state or a layer of its own module that does; without one no strategy can move or cache them, so "
                 "run this model with all_on_device")
     rows = [f"{n} {shapes[n]}" for n, shape in shapes.items() if len(shape) == 2 and shape[0] == count][:2]
     return (head + "none is a stacked slab or module: " + (f"{'; '.join(rows)} hold one vector per expert, but not as "
             "the table of a lookup module (nn.Embedding) whose rows the router's ids pick, " if rows else "") +
-            "a kind of expert workbench.experts.find_experts does not express, so no strategy can move or cache them")
+            "a kind of expert workbench.moe.discovery.find_experts does not express, so no strategy can move or cache them")
 
 
 def _cache_stage(step_of: Callable[[str], Any], tokens: Callable[[Any, bool], str], policy: str, on_miss: str) -> str:

@@ -9,7 +9,7 @@ size a config without building it.
 """
 
 from .config import ConfigError, MoEConfig
-from .counting import CacheSpec, cache_bytes, cache_specs, param_count
+from .counting import CacheTensorSpec, cache_bytes, cache_specs, param_count
 from .qwen_moe import ModelInputError, QwenMoEDecoder
 
 __all__ = [
@@ -18,7 +18,7 @@ __all__ = [
     "param_count",
     "cache_bytes",
     "cache_specs",
-    "CacheSpec",
+    "CacheTensorSpec",
     "ConfigError",
     "ModelInputError",
 ]

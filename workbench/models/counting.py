@@ -42,7 +42,7 @@ from .config import MoEConfig
 
 
 @dataclass(frozen=True)
-class CacheSpec:
+class CacheTensorSpec:
     """One cache tensor of the decode step: its name, shape and dtype."""
 
     name: str  # e.g. "layers.3.key_cache", "layers.0.conv_state"
@@ -54,21 +54,21 @@ class CacheSpec:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
-def cache_specs(config: MoEConfig, batch: int = 1) -> tuple[CacheSpec, ...]:
+def cache_specs(config: MoEConfig, batch: int = 1) -> tuple[CacheTensorSpec, ...]:
     """Every cache tensor of the decode step (``qwen_moe`` rule 2), in the order
     ``QwenMoEDecoder.forward`` takes and returns them."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ArgumentValueError(f"batch must be a positive integer, got {batch!r}")
     c, dt = config, config.torch_dtype
-    specs: list[CacheSpec] = []
+    specs: list[CacheTensorSpec] = []
     for i, kind in enumerate(c.layer_types):
         if kind == "full_attention":
             kv = (batch, c.num_key_value_heads, c.max_seq_len, c.head_dim)
-            specs += [CacheSpec(f"layers.{i}.key_cache", kv, dt), CacheSpec(f"layers.{i}.value_cache", kv, dt)]
+            specs += [CacheTensorSpec(f"layers.{i}.key_cache", kv, dt), CacheTensorSpec(f"layers.{i}.value_cache", kv, dt)]
         else:
             conv = (batch, c.linear_conv_dim, c.linear_conv_kernel_dim - 1)
             rec = (batch, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim)
-            specs += [CacheSpec(f"layers.{i}.conv_state", conv, dt), CacheSpec(f"layers.{i}.recurrent_state", rec, dt)]
+            specs += [CacheTensorSpec(f"layers.{i}.conv_state", conv, dt), CacheTensorSpec(f"layers.{i}.recurrent_state", rec, dt)]
     return tuple(specs)
 
 

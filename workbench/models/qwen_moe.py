@@ -46,7 +46,7 @@ from ..arguments import check_int
 from ..errors import ArgumentTypeError, ArgumentValueError, WorkbenchError
 from ..memory_limits import check_weights_fit
 from .config import MoEConfig
-from .counting import CacheSpec, cache_specs, param_count
+from .counting import CacheTensorSpec, cache_specs, param_count
 from .layers import Embedding, FullAttention, GatedDeltaNet, Linear, RMSNorm, SparseMoE, rotary_cos_sin
 
 
@@ -160,7 +160,7 @@ class QwenMoEDecoder(nn.Module):
 
     # -- inputs --------------------------------------------------------------
 
-    def cache_specs(self, batch: int = 1) -> tuple[CacheSpec, ...]:
+    def cache_specs(self, batch: int = 1) -> tuple[CacheTensorSpec, ...]:
         return cache_specs(self.config, batch)
 
     def init_caches(self, batch: int = 1) -> tuple[torch.Tensor, ...]:

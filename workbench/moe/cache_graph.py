@@ -108,7 +108,7 @@ from .expert_reads import CacheGraphError, fake_mode_of, layer_selections, rows_
 from .discovery import ExpertLayer, expert_layers, group_name
 from .split_misses import split_misses
 
-__all__ = ["CacheGraphError", "CacheSpec", "CacheState", "CachedProgram", "LayerPlan", "cache_reads", "cached_program", "rewrite_reads"]
+__all__ = ["CacheGraphError", "ExpertCacheSpec", "CacheState", "CachedProgram", "LayerPlan", "cache_reads", "cached_program", "rewrite_reads"]
 
 _STATE_FIELDS = ("slots", "keys", "requests", "clock")
 _READ_TAG = "expert_cache_read"  # rule 8: the node fact (a tag) naming the layer whose hits the node counts
@@ -116,7 +116,7 @@ _aten = torch.ops.aten
 
 
 @dataclass(frozen=True)
-class CacheSpec:
+class ExpertCacheSpec:
     """What to cache: slots per layer, the policy, what a miss does, prefetching."""
 
     slots_per_layer: int  # S
@@ -173,7 +173,7 @@ class CachedProgram:
 # -- program level ------------------------------------------------------------------------
 
 
-def _states(layers: tuple[tuple[int, ExpertLayer], ...], spec: CacheSpec) -> list[CacheState]:
+def _states(layers: tuple[tuple[int, ExpertLayer], ...], spec: ExpertCacheSpec) -> list[CacheState]:
     out = []
     for index, layer in layers:
         base = f"expert_cache.{group_name(index, layer)}"
@@ -183,7 +183,7 @@ def _states(layers: tuple[tuple[int, ExpertLayer], ...], spec: CacheSpec) -> lis
     return out
 
 
-def _pinned(spec: CacheSpec, layers: int, experts: int) -> np.ndarray:
+def _pinned(spec: ExpertCacheSpec, layers: int, experts: int) -> np.ndarray:
     """Rule 2: ``(L, S)`` experts a static cache pins."""
     if spec.popularity is None:
         return np.tile(np.arange(spec.slots_per_layer), (layers, 1))
@@ -192,7 +192,7 @@ def _pinned(spec: CacheSpec, layers: int, experts: int) -> np.ndarray:
 
 def _initial(
     program: Program, by_fqn: dict[str, str], layers: tuple[tuple[int, ExpertLayer], ...], states: list[CacheState],
-    spec: CacheSpec, experts: int,
+    spec: ExpertCacheSpec, experts: int,
 ) -> dict[str, torch.Tensor]:
     """Rule 2: the buffers' first values (meta tensors for a shape-only program)."""
     S = spec.slots_per_layer
@@ -218,7 +218,7 @@ def _initial(
     return out
 
 
-def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
+def cached_program(program: Program, spec: ExpertCacheSpec) -> CachedProgram:
     """``program`` with one cache per MoE layer as buffers (rules 1-3, 5); a new program
     each call, so one program's cache state never leaks into another's."""
     per_expert = {layer.module for _, layer in expert_layers(program) if layer.layout == "modules"}
@@ -280,7 +280,7 @@ def cached_program(program: Program, spec: CacheSpec) -> CachedProgram:
     return CachedProgram(new, tuple(plans), frozenset(host_ops), streamed)
 
 
-def _check_fits(spec: CacheSpec, top_k: int, experts: int, layers: int, dense: bool) -> None:
+def _check_fits(spec: ExpertCacheSpec, top_k: int, experts: int, layers: int, dense: bool) -> None:
     """Slots between what a step needs resident together and the experts there are."""
     low = top_k if spec.admits else int(spec.on_miss == "host_compute")
     if not low <= spec.slots_per_layer <= experts:
@@ -312,7 +312,7 @@ def cache_reads(graph: torch.fx.Graph) -> dict[str, int]:
 class _Rewriter:
     """Builds the device-level nodes of one device graph, with their devices and copy records."""
 
-    def __init__(self, dg: DeviceGraph, spec: CacheSpec, device: Device) -> None:
+    def __init__(self, dg: DeviceGraph, spec: ExpertCacheSpec, device: Device) -> None:
         self.graph = dg.graph
         self.spec = spec
         self.device = device
@@ -381,7 +381,7 @@ class _Rewriter:
         return [n for n in self.graph.nodes if n in wanted]
 
 
-def rewrite_reads(dg: DeviceGraph, cached: CachedProgram, spec: CacheSpec, device: Device) -> DeviceGraph:
+def rewrite_reads(dg: DeviceGraph, cached: CachedProgram, spec: ExpertCacheSpec, device: Device) -> DeviceGraph:
     """Rules 4-8 on a device graph of ``cached.program`` (propagated with ``cached.streamed``
     streamed); returns a new ``DeviceGraph``."""
     graph = dg.graph

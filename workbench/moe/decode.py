@@ -50,7 +50,8 @@ from ..copy_ops import is_copy_node
 from ..errors import ArgumentTypeError, WorkbenchError
 from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRole
-from ..runtime import CostModel, Event, RunResult, Session, Timeline, device_of, load, to_device, to_host
+from ..runtime import Event, RunResult, Session, Timeline, device_of, load, to_device, to_host
+from ..machine import CostModel
 from ..runtime.timeline import Flow
 from .cache_graph import cache_reads
 from .discovery import expert_layers

@@ -88,7 +88,7 @@ from ..devices import Device
 from ..passes import FunctionPass, schedule_pass
 from ..place import module_paths
 from ..strategy import EveryOpOn, Recipe, Strategy, StrategyError, all_on_device
-from .cache_graph import CacheGraphError, CacheSpec, cached_program, rewrite_reads
+from .cache_graph import CacheGraphError, ExpertCacheSpec, cached_program, rewrite_reads
 from .cache_policies import ON_MISS, POLICIES
 from .discovery import ExpertMap, expert_map, find_experts
 
@@ -302,7 +302,7 @@ def partial_offload(n_host_layers: int, device: str = "cuda:0", skip_copies: boo
 class ExpertCache(ExpertStrategy):
     """``expert_cache``: a device cache of expert slabs per MoE layer (``cache_graph``)."""
 
-    cache: Optional[CacheSpec] = None  # slots, policy, pinned popularity, on_miss, prefetch
+    cache: Optional[ExpertCacheSpec] = None  # slots, policy, pinned popularity, on_miss, prefetch
 
     @property
     def on_miss(self) -> str:
@@ -397,7 +397,7 @@ def expert_cache(
         skip_copies,
         device=dev,
         prefetch=prefetch,
-        cache=CacheSpec(slots_per_layer, policy, pop, on_miss, prefetch),
+        cache=ExpertCacheSpec(slots_per_layer, policy, pop, on_miss, prefetch),
     )
 
 

@@ -53,7 +53,7 @@ from .expert_ops import Routing, grouped_operands, routing_of
 from ..graph_values import is_view_op, packet_name, shape_upper_bound, value_of
 from ..kernels.copies import pointer_kind
 from ..propagate import CopyFacts, CopyRecord, CopyRole
-from ..runtime.cost_model import concrete_size
+from ..machine.cost_model import concrete_size
 from ..runtime.sim_timing import copy_cost, register_group_estimate
 
 __all__ = ["GATHER_ROUTED", "ROUTED", "expected_routed_groups"]

@@ -1,11 +1,11 @@
-"""The runtime: device memory, copies, the cost model and timelines.
+"""The runtime: device memory, copies, execution and timelines.
 
 - ``allocators``: ``DeviceAllocator`` (host, simulated cuda, CuPy cuda) and the registry;
   ``backend_registry``: the backend names and the allocator registry of each.
 - ``device_buffers``: ``DeviceBuffer``, one allocation freed exactly once; live-byte counters.
 - ``tensors``: which device a tensor is on; ``to_device``/``clone_to``/``to_host``.
-- ``cost_model``: link, device, launch and host figures; copy and roofline times; ``op_cost``.
-- ``calibrate`` (with ``probes``): measure a machine and fit a ``CostModel`` to it.
+- The machine a modeled time comes from (``CostModel``, parts, calibration) is
+  ``workbench.machine``; the runtime reads its figures and owns none.
 - ``timeline``: ``Event``, ``Timeline`` and the ``StreamScheduler`` for modeled time.
 - ``workbench.node_facts`` (re-exported here): what a graph rewrite records on its own
   ops for the runtime (a copy-stream op; a row share charged by a mask).
@@ -35,7 +35,6 @@ from .allocators import (
 from .backend_registry import BACKENDS, UnknownBackendError, check_backend, registry_for_backend, shared_registry
 from .device_buffers import DeviceBuffer
 from .byte_views import typed_view
-from .cost_model import CostModel, CostModelWarning, OpCost, RuntimeTerms, dtype_class, op_cost
 from ..kernels.cuda import CudaUnavailableError, cuda_available, cuda_unavailable_reason, default_backend
 from .cupy_allocator import CupyDeviceAllocator
 from .tensors import buffer_of, clone_to, device_of, stage_inputs, to_device, to_host
@@ -43,18 +42,9 @@ from .timeline import EVENT_KINDS, Event, StreamScheduler, Timeline
 from .executor import ExecutorError, InputError, PrefetchStat, RunResult, Session, estimate, load, run, steps_of
 from .run_result import CountedGatherStat, RoutedStat, RowMaskStat, SlotWrites
 from ..node_facts import CopyStreamOp, NodeFactError, RowShare, mark_copy_stream, mark_row_share
-from .calibrate import Calibration, CalibrationError, CalibrationPlan, calibrate
-from .default_model import choose_default_cost_model, default_cost_model, gpu_at_hand
 
 __all__ = [
     "BACKENDS",
-    "Calibration",
-    "CalibrationError",
-    "CalibrationPlan",
-    "calibrate",
-    "choose_default_cost_model",
-    "default_cost_model",
-    "gpu_at_hand",
     "EVENT_KINDS",
     "ExecutorError",
     "InputError",
@@ -74,9 +64,6 @@ __all__ = [
     "AllocatorArgumentError",
     "AllocatorError",
     "AllocatorRegistry",
-    "CostModel",
-    "RuntimeTerms",
-    "CostModelWarning",
     "CudaUnavailableError",
     "CupyDeviceAllocator",
     "DeviceAllocator",
@@ -84,7 +71,6 @@ __all__ = [
     "DoubleFreeError",
     "Event",
     "HostAllocator",
-    "OpCost",
     "SimDeviceAllocator",
     "StreamScheduler",
     "Timeline",
@@ -98,14 +84,12 @@ __all__ = [
     "cuda_unavailable_reason",
     "default_backend",
     "device_of",
-    "dtype_class",
     "estimate",
     "load",
     "find_allocation",
     "live_allocations",
     "live_bytes",
     "live_bytes_by_device",
-    "op_cost",
     "registry_for_backend",
     "run",
     "shared_registry",

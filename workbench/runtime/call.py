@@ -65,7 +65,7 @@ from ..planning.memory_plan import MemoryPlan
 from ..propagate import CopyRecord, CopyRole
 from .allocators import AllocatorRegistry
 from .device_buffers import DeviceBuffer
-from .cost_model import CostModel, UncountedOps
+from ..machine.cost_model import CostModel, UncountedOps
 from .out_variants import out_variant
 from .output_pool import OutputPool
 from .copy_router import CopyRouter

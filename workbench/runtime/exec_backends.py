@@ -37,7 +37,7 @@ from ..devices import Device
 from ..errors import ArgumentTypeError
 from ..kernels.copies import CopyEngine
 from .allocators import AllocatorRegistry
-from .cost_model import CostModel
+from ..machine.cost_model import CostModel
 from .cuda_timing import CudaClock, CudaStreams
 from .cupy_allocator import CupyDeviceAllocator
 from .sim_timing import CostFn, SimClock

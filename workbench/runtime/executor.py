@@ -35,7 +35,7 @@ from torch.utils._pytree import tree_map
 
 from ..planning.memory_plan import MemoryPlan
 from .allocators import AllocatorRegistry
-from .cost_model import CostModel
+from ..machine.cost_model import CostModel
 from .run_result import PrefetchStat, RunResult
 from .call import ExecutorError, RunNode
 from .inputs import InputError, check_inputs, flatten_inputs

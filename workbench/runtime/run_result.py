@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .cost_model import CostModel
+from ..machine.cost_model import CostModel
 from .graph_segments import SegmentSpan
 from .timeline import Timeline
 

@@ -75,7 +75,7 @@ from .device_buffers import DeviceBuffer
 from .byte_views import typed_view
 from .call import Call, ExecutorError, NodeEntry, RunNode, node_entries
 from .run_node_check import checked_run_node
-from .cost_model import CostModel, check_launch
+from ..machine.cost_model import CostModel, check_launch
 from .graph_replay import CudaGraphReplay
 from .graph_segments import GraphSegments, graph_segments, segment_spans
 from .materialise import WeightSource
@@ -85,7 +85,7 @@ from .exec_backends import make_exec_backend
 from .inputs import check_inputs, flatten_inputs, input_specs
 from .copy_router import CopyRouter
 from .run_result import RunResult
-from .cost_model import UncountedOps, cost_depends_on_data
+from ..machine.cost_model import UncountedOps, cost_depends_on_data
 from .sim_timing import CostFn, bind_cost, copy_cost, default_cost_model, op_step_cost, stored_of
 from ..device_graph import Mutation, mutations
 from .state import StateWrite, state_writes

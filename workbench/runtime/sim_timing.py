@@ -78,8 +78,8 @@ from ..errors import ArgumentTypeError
 from ..graph_values import gc_paused, node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
 from ..node_facts import stored_format
-from .cost_model import CostModel, CountedCost, Stored, check_launch, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
-from .default_model import default_cost_model
+from ..machine.cost_model import CostModel, CountedCost, Stored, check_launch, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
+from ..machine.default_model import default_cost_model
 from .graph_segments import graph_segments
 from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of

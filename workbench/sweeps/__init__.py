@@ -64,14 +64,14 @@ from ..errors import WorkbenchWarning
 from ..models import MoEConfig, QwenMoEDecoder
 from ..moe.cache_policies import replay_all, slab_bytes
 from ..moe.routing import RoutingTrace, synthetic_trace_for
-from ..runtime import CostModel
-from ..runtime.default_model import default_cost_model
+from ..machine import CostModel
+from ..machine.default_model import default_cost_model
 from ..weight_formats import WeightFormatError, check_quantize_rules, quantize
 from .checks import SweepError, check_budgets, check_links
 from .executors import InlineExecutor, pool_size, process_pool
 from .result import SIMPLICITY, TIE_RTOL, WORKER_COLUMNS, SweepResult, best_per_budget
 from .resume import PointWriter, done_points, sweep_key
-from .source import ModelSource, ProgramSource, Source
+from .source import ConfigSource, ProgramSource, Source
 from .spec import AXES, SpecError, StrategyGrid, StrategySpec, expand
 from .worker import SweepTask, TaskResult, evaluate
 
@@ -79,7 +79,7 @@ __all__ = [
     "AXES",
     "DEFAULT_BUDGETS_GIB",
     "InlineExecutor",
-    "ModelSource",
+    "ConfigSource",
     "ProgramSource",
     "SIMPLICITY",
     "SpecError",
@@ -173,9 +173,9 @@ def quick_grid(config: MoEConfig) -> list[StrategySpec]:
 
 def _source(model: Any) -> Source:
     if isinstance(model, MoEConfig):
-        return ModelSource(model)
+        return ConfigSource(model)
     if isinstance(model, QwenMoEDecoder):
-        return ModelSource(model.config)
+        return ConfigSource(model.config)
     if isinstance(model, Program):
         return ProgramSource(model)
     raise SweepError(
@@ -237,7 +237,7 @@ def sweep(
     start = time.perf_counter()
     unweighted = _source(model)
     budgets_t, links_t = check_budgets(budgets), check_links(links)
-    config = unweighted.config if isinstance(unweighted, ModelSource) else None
+    config = unweighted.config if isinstance(unweighted, ConfigSource) else None
     if strategies is None:
         if config is None:
             raise SweepError("give strategies= when sweeping a Program (the default grid needs the config)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import WorkbenchError
-from ..runtime import CostModel
+from ..machine import CostModel
 
 __all__ = ["MAX_BUDGET_GIB", "SweepError", "check_budgets", "check_links"]
 

@@ -39,10 +39,10 @@ import pandas as pd
 
 from ..atomic_files import locked
 from ..csv_files import write_csv
-from ..runtime import CostModel
+from ..machine import CostModel
 from .checks import SweepError
 from .result import read_points
-from .source import ModelSource, Source
+from .source import ConfigSource, Source
 from .spec import StrategySpec
 
 __all__ = ["KEY_COLUMNS", "PointWriter", "SweepKey", "done_points", "sweep_key"]
@@ -70,7 +70,7 @@ def _digest(value: Any) -> str:
 
 def _program_form(source: Source) -> Any:
     """Rule 1: what ``key.program`` covers."""
-    if isinstance(source, ModelSource):
+    if isinstance(source, ConfigSource):
         return {"config": dataclasses.asdict(source.config)}
     program = source.captured
     inputs = [

@@ -9,7 +9,7 @@ Rules:
      made once per (program object, strategy, algorithm). Strategies compare by value
      (their placement rules are values, ``strategy.EveryOpOn``), so two built alike share
      one plan; a strategy that cannot be hashed is planned every time.
-  2. ``laid_out(plan, prefetch_hit_rate)`` is ``runtime.decode_graph.layout_of(plan,
+  2. ``laid_out(plan, prefetch_hit_rate)`` is ``speed.graph_layout.layout_of(plan,
      prefetch_hit_rate=...)``, made once per (plan object, rate): every link and cost model
      times the same layout.
   3. Plans and layouts are never changed after they are made, so sharing them is safe.
@@ -28,8 +28,8 @@ from typing import Any
 
 from ..capture import Program
 from ..planning.memory_plan import MemoryPlan, plan
-from ..runtime.decode_graph import layout_of
-from ..runtime.decode_layout import DecodeLayout
+from ..speed.graph_layout import layout_of
+from ..speed.layout import DecodeLayout
 from ..strategy import Strategy
 
 __all__ = ["KEEP", "forget", "laid_out", "planned"]

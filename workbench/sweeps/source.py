@@ -1,7 +1,7 @@
 """Where a sweep's program comes from: a picklable recipe, built once per process.
 
 Rules:
-  1. ``ModelSource(config)`` names the built-in MoE decoder of ``config``; ``program(hinted)``
+  1. ``ConfigSource(config)`` names the built-in MoE decoder of ``config``; ``program(hinted)``
      captures it shape-only (``QwenMoEDecoder(config, expert_prefetch=hinted)`` under the
      meta device: no weights), once per process and recipe, and returns the cached
      ``Program`` afterwards. Workers therefore receive a few hundred bytes and capture
@@ -40,23 +40,23 @@ from ..capture import CaptureError, Program, capture
 from ..models import MoEConfig, QwenMoEDecoder
 from ..weight_formats import quantize
 
-__all__ = ["ModelSource", "ProgramSource", "Source"]
+__all__ = ["ConfigSource", "ProgramSource", "Source"]
 
 CAPTURE_ATTEMPTS = 3
-_CACHE: dict[tuple["ModelSource", bool], Program] = {}
+_CACHE: dict[tuple["ConfigSource", bool], Program] = {}
 _LOCK = threading.Lock()
 _T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
-class ModelSource:
+class ConfigSource:
     """Rule 1: the built-in decoder of ``config``, captured shape-only where it is used."""
 
     config: MoEConfig
     weights: tuple[tuple[str, tuple[str, ...]], ...] = ()  # rule 4
 
     def program(self, hinted: bool) -> Program:
-        key = (ModelSource(self.config), bool(hinted))
+        key = (ConfigSource(self.config), bool(hinted))
         with _LOCK:  # threads of one worker share the capture
             found = _CACHE.get(key)
             if found is None:
@@ -127,4 +127,4 @@ class ProgramSource:
         return f"a captured program ({self.captured.num_ops()} ops)"
 
 
-Source = Union[ModelSource, ProgramSource]
+Source = Union[ConfigSource, ProgramSource]

@@ -6,9 +6,9 @@ Rules:
      reuse copies — so it pickles to a few hundred bytes for any executor.
   2. ``evaluate(task)`` applies the strategy to the source's program (captured once per
      process, ``source`` rule 1), plans it and lays its token out once
-     (``runtime.decode_graph.layout_of``; a plan or layout this process made already is
+     (``speed.graph_layout.layout_of``; a plan or layout this process made already is
      reused, ``reuse`` rules 1-2), and times the token once per link with
-     ``runtime.decode_time.time_decode`` — the one decode physics; it returns one row per
+     ``speed.timer.time_decode`` — the one decode physics; it returns one row per
      link, plus the process id, its peak resident memory so far and the seconds it took,
      so the caller can report memory per worker.
   3. A row's device figures are for ``strategy.device``: ``device_bytes`` = resident
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..devices import CPU, Device
-from ..runtime import CostModel
-from ..runtime.decode_time import time_decode
+from ..machine import CostModel
+from ..speed.timer import time_decode
 from .reuse import laid_out, planned
 from .source import Source
 from .spec import StrategySpec

@@ -37,7 +37,7 @@ from .charts import link_throughput_figure
 from .explorer import ExplorerState, PlacementExplorer, explore, placement_text
 from .exports import ChromeTrace, copies_table, full_text, plan_table, specs_table, timeline_table, to_chrome_trace, to_dot
 from .graph import GraphView, search_names
-from .groups import GroupSet, default_groups, expert_modules, module_groups, op_groups, rules_for
+from .groups import GroupSet, default_groups, expert_container_names, module_groups, op_groups, rules_for
 from .linking import LinkedViews, link, show
 from .timeline import TimelineView
 
@@ -76,7 +76,7 @@ __all__ = [
     "byte_ticks",
     "copies_table",
     "default_groups",
-    "expert_modules",
+    "expert_container_names",
     "explore",
     "full_text",
     "graph_layout",

@@ -2,7 +2,7 @@
 
 Rules:
 1. ``module_groups(program)`` (the explorer's default) finds the groups in the module
-   hierarchy, by what each module is: the routed experts (``expert_modules``: the
+   hierarchy, by what each module is: the routed experts (``expert_container_names``: the
    containers ``workbench.moe.discovery.find_experts`` finds, the strategies' experts), the shared
    expert, the router (the gate and the MoE block's own ops: top-k, weights, combine),
    attention (full or linear), the embedding, the LM head, the norms; an op of any other
@@ -126,7 +126,7 @@ def wildcard(path: str) -> str:
     return _INDEX.sub(".*", path)
 
 
-def expert_modules(program: Program) -> tuple[str, ...]:
+def expert_container_names(program: Program) -> tuple[str, ...]:
     """The routed experts' container modules, layer indices as ``*``: the containers
     ``find_experts`` finds (stacked per-expert weights or one module per expert, scored
     by a router), which are the experts every strategy moves."""
@@ -166,7 +166,7 @@ def _role(stack: list[tuple[str, str]], experts: set[str], blocks: set[str]) -> 
 
 def module_groups(program: Program) -> GroupSet:
     """Rule 1."""
-    experts = set(expert_modules(program))
+    experts = set(expert_container_names(program))
     blocks = {e.rsplit(".", 1)[0] for e in experts if "." in e}
     nodes = _claimable(program)
     stacks = {n.name: module_stack(n) for n in nodes}

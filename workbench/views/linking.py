@@ -17,7 +17,7 @@ Rules:
    imported program (what ``from_executorch`` returns) among them stands for its three
    views: graph, buffers and its modeled call's timeline. Outside IPython (a script, a
    terminal) nothing can be drawn: one line says which views would be shown and how to
-   keep one as an image (``describe``).
+   keep one as an image (``describe_views``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .buffers import BufferView
 from .graph import GraphView
 from .timeline import TimelineView
 
-__all__ = ["LinkedViews", "describe", "link", "show"]
+__all__ = ["LinkedViews", "describe_views", "link", "show"]
 
 
 class LinkedViews:
@@ -81,10 +81,10 @@ class LinkedViews:
         return f"LinkedViews({', '.join(type(v).__name__ for v in self.views)}, focus={self.focus!r})"
 
     def __str__(self) -> str:  # what display() prints outside IPython (rule 3)
-        return describe(*self.views)
+        return describe_views(*self.views)
 
 
-def describe(*views: Any) -> str:
+def describe_views(*views: Any) -> str:
     """Rule 3: the views ``show`` would display, in words, for where none can be drawn."""
     names = ", ".join(type(v).__name__ for v in views)
     what = f"{len(views)} linked views ({names})" if len(views) > 1 else names
@@ -101,7 +101,7 @@ def show(*views: Any) -> None:
     views = tuple(v for obj in views for v in _views_of(obj))
     if len(views) == 1:
         if IPython.get_ipython() is None:
-            print(describe(*views))
+            print(describe_views(*views))
         else:
             IPython.display.display(views[0])
         return

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from .base import Problem
 from .orders import by_size
-from .placement import place
+from .placement import place_blocks
 
 
 def plan_greedy(problem: Problem) -> list[int]:
     """Largest first, best fit (rules 1-2)."""
-    return place(problem, by_size(problem), "best")
+    return place_blocks(problem, by_size(problem), "best")

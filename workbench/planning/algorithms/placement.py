@@ -128,7 +128,7 @@ def _first_gap(ranges: list[int], need: int, shift: int, mask: int) -> int:
 FITS = {"best": _best_gap, "first": _first_gap}
 
 
-def place(
+def place_blocks(
     problem: Problem,
     order: Sequence[int],
     fit: str = "best",

@@ -48,7 +48,7 @@ import random
 from .base import Problem, smallest
 from .exact import solve_exact
 from .orders import ORDERS, STARTS
-from .placement import place
+from .placement import place_blocks
 from .skyline import skyline
 
 EXACT_MAX = 12  # buffers; 20,000 nodes take at most ~0.3 s there (measured)
@@ -94,7 +94,7 @@ def _starts(problem: Problem):
             continue
         if kind not in orders:
             orders[kind] = ORDERS[kind](problem)
-        yield place(problem, orders[kind], how)
+        yield place_blocks(problem, orders[kind], how)
 
 
 def _score(problem: Problem, offsets: list[int]) -> tuple[int, int]:
@@ -108,7 +108,7 @@ def _local_search(problem: Problem, offsets: list[int], target: int) -> list[int
     count = sum(1 for z in sizes if z)
     rng = random.Random(SEED)
     order = sorted((i for i, z in enumerate(sizes) if z), key=lambda i: (offsets[i], i))
-    current = place(problem, order, "first")  # never above ``offsets`` (placement rule 4)
+    current = place_blocks(problem, order, "first")  # never above ``offsets`` (placement rule 4)
     score = _score(problem, current)
     best, best_arena = current, score[0]
     budget = max(min(LOCAL_PASSES * count, LOCAL_MAX_WORK), LOCAL_MIN_WORK)
@@ -124,7 +124,7 @@ def _local_search(problem: Problem, offsets: list[int], target: int) -> list[int
             continue
         moved = order[pos]
         candidate = order[:new_pos] + [moved] + order[new_pos:pos] + order[pos + 1 :]
-        offsets_c = place(problem, candidate, "first", keep=new_pos, kept=current)
+        offsets_c = place_blocks(problem, candidate, "first", keep=new_pos, kept=current)
         work += count - new_pos
         score_c = _score(problem, offsets_c)
         if score_c <= score:

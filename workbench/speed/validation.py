@@ -1,6 +1,6 @@
 """How well the decode model predicts published runs it was not fitted to.
 
-Everything here reads out-of-sample predictions (``decode_model.leave_one_source_out``:
+Everything here reads out-of-sample predictions (``regime_model.leave_one_source_out``:
 each source's runs predicted by terms fitted without any of them) and turns them into
 the tables a reader judges the model by:
 
@@ -16,7 +16,7 @@ Rules:
 
 1. Nothing here fits: predictions come from ``leave_one_source_out``.
 2. Coverage is nested: a held-out source's runs are judged against the interval built
-   from the *other* sources' out-of-sample errors (``decode_model.interval_factors``),
+   from the *other* sources' out-of-sample errors (``regime_model.interval_factors``),
    so the interval is itself out of sample; a run is covered when ``1/f <= predicted /
    published <= f``.
 3. A pair is ordered when both runs are modeled, their published speeds differ by more
@@ -37,8 +37,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from ..runtime.parts import part_figures
-from .decode_model import OutOfSample, interval_factors
+from ..machine.parts import part_figures
+from .regime_model import OutOfSample, interval_factors
 from .published_runs import PUBLISHED_REGIMES, PublishedRun
 
 __all__ = ["REGIME_COLUMNS", "coverage", "llmfit_tok_s", "ordering", "peer_table", "regime_table"]

@@ -1,4 +1,4 @@
-"""Probes: primitive operations timed on one backend, for ``workbench.runtime.calibrate``.
+"""Probes: primitive operations timed on one backend, for ``workbench.machine.calibration.calibrate``.
 
 A probe answers in seconds per repeat. ``SimProbe`` times the simulated machine through
 ``SimClock`` and the executor's op costing (so its answers are the model's own);
@@ -21,13 +21,13 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 
-from ..devices import CPU, Device
-from ..kernels.copies import CopyEngine
-from .cost_model import CostModel
-from ..kernels.cuda import require_cuda
+from ...devices import CPU, Device
+from ...kernels.copies import CopyEngine
+from ..cost_model import CostModel
+from ...kernels.cuda import require_cuda
 from .executor_probe import executor_steps
-from .sim_timing import SimClock, copy_cost, op_step_cost
-from .steps import HOST_LANE, Step
+from ...runtime.sim_timing import SimClock, copy_cost, op_step_cost
+from ...runtime.steps import HOST_LANE, Step
 
 CUDA0 = Device("cuda", 0)
 

@@ -2,10 +2,10 @@
 
 A layout is plain data — the bytes and FLOPs of the GPU, its kernels, the weights the host
 multiplies, the bytes and copies over the link, the host's share of the routed experts,
-the expert cache's share — and holds no time: ``decode_time.time_decode`` times it with a
-``CostModel``. It is built from a planned graph (``decode_graph.layout_of``) or from
+the expert cache's share — and holds no time: ``timer.time_decode`` times it with a
+``CostModel``. It is built from a planned graph (``graph_layout.layout_of``) or from
 structured facts: ``DecodeLayout.for_machine(gpu=, host=, link=, model=, formats=,
-placement=)``, whose parts are named parts (``runtime.parts``, a parts file of your own
+placement=)``, whose parts are named parts (``machine.parts``, a parts file of your own
 by path included).
 
 Rules of ``for_machine``:
@@ -17,7 +17,7 @@ Rules of ``for_machine``:
    naming the figure (``LayoutError``).
 2. Bytes: each part at its bits per weight (``WeightBits``: a format of the format table,
    or bits in the table's range (0, 64]), plus the KV cache's bytes for the context.
-3. Placements (``Placement``): ``all_on_gpu``: the GPU reads every active byte, and the
+3. Placements (``ExpertPlacement``): ``all_on_gpu``: the GPU reads every active byte, and the
    weights must fit its memory. ``experts_on_host_compute``: the host computes every
    active expert, or all but ``gpu_experts`` of each layer's experts. ``partial_offload``:
    the host computes the experts of ``host_layers`` of the MoE layers (the first layers,
@@ -45,10 +45,10 @@ from typing import Any, Mapping, Optional, Protocol, Union, runtime_checkable
 
 from ..errors import WorkbenchError
 from ..weight_formats import weight_formats
-from .parts import PartsFile, part_facts, part_names
+from ..machine.parts import PartsFile, part_facts, part_names
 
 __all__ = ["CACHE_RESERVE", "PLACEMENT_REGIMES", "CacheRouting", "DecodeLayout", "LayoutError", "ModelFacts",
-           "Placement", "UniformRouting", "WeightBits"]  # fmt: skip
+           "ExpertPlacement", "UniformRouting", "WeightBits"]  # fmt: skip
 
 #: Where the routed experts live and are computed.
 PLACEMENT_REGIMES = ("all_on_gpu", "experts_on_host_compute", "experts_copied", "partial_offload")
@@ -208,7 +208,7 @@ class UniformRouting:
 
 
 @dataclass(frozen=True)
-class Placement:
+class ExpertPlacement:
     """Where the routed experts live and are computed (rule 3)."""
 
     regime: str  # one of PLACEMENT_REGIMES
@@ -291,7 +291,7 @@ class DecodeLayout:
         gpu: str,
         model: ModelFacts,
         formats: Union[WeightBits, Mapping[str, Any], str, float],
-        placement: Placement,
+        placement: ExpertPlacement,
         host: Optional[str] = None,
         link: Optional[str] = None,
         parts: PartsFile = None,
@@ -301,8 +301,8 @@ class DecodeLayout:
         rules); ``parts``: a parts file of your own, by path."""
         if not isinstance(model, ModelFacts):
             raise LayoutError(f"model must be ModelFacts (layers, sizes, experts), got {type(model).__name__}")
-        if not isinstance(placement, Placement):
-            raise LayoutError(f"placement must be a Placement (regime and split), got {type(placement).__name__}")
+        if not isinstance(placement, ExpertPlacement):
+            raise LayoutError(f"placement must be a ExpertPlacement (regime and split), got {type(placement).__name__}")
         bits = WeightBits.of(formats)
         return _laid_out(gpu, host, link, model, bits, placement, parts)
 
@@ -327,7 +327,7 @@ def _link_of(gpu: str, link: Optional[str], parts: PartsFile) -> str:
 
 
 def _laid_out(gpu: str, host: Optional[str], link: Optional[str], model: ModelFacts, bits: WeightBits,
-              placement: Placement, parts: PartsFile) -> DecodeLayout:
+              placement: ExpertPlacement, parts: PartsFile) -> DecodeLayout:
     gpu = _named("gpu", gpu, parts, "the GPU that runs the dense part")
     memory = part_facts("gpu", gpu, parts).get("memory_bytes")
     expert_bytes_total = model.expert_total * bits.experts / 8
@@ -376,12 +376,12 @@ def _laid_out(gpu: str, host: Optional[str], link: Optional[str], model: ModelFa
     )  # fmt: skip
 
 
-def _host_share(model: ModelFacts, placement: Placement) -> float:
+def _host_share(model: ModelFacts, placement: ExpertPlacement) -> float:
     """The share of the active expert bytes the host computes (rule 3)."""
     if not model.num_experts:
         raise LayoutError(f"model {model.name!r} has no routed experts for the host to compute")
     if placement.regime == "partial_offload":
-        assert placement.host_layers is not None  # Placement's check
+        assert placement.host_layers is not None  # ExpertPlacement's check
         host_layers = max(0, min(placement.host_layers, model.layers) - model.first_dense)
         return host_layers / model.moe_layers
     if placement.gpu_experts > model.num_experts:
@@ -389,7 +389,7 @@ def _host_share(model: ModelFacts, placement: Placement) -> float:
     return 1.0 - placement.gpu_experts / model.num_experts
 
 
-def _cache_share(placement: Placement, memory: Optional[float], expert_bytes: float, other_bytes: float) -> float:
+def _cache_share(placement: ExpertPlacement, memory: Optional[float], expert_bytes: float, other_bytes: float) -> float:
     """The share of the expert bytes the GPU expert cache holds (rule 3)."""
     if not placement.cache:
         return 0.0

@@ -33,16 +33,16 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..capture import capture
-from ..errors import WorkbenchError
-from ..place import place
-from ..planning.memory_plan import plan as plan_memory
-from ..devices import Device, DeviceLike
-from ..propagate import DeviceGraph, propagate
-from .cost_model import CostModel
-from .run_result import RunResult
-from .session import load
-from .tensors import stage_inputs, to_host
+from ...capture import capture
+from ...errors import WorkbenchError
+from ...place import place
+from ...planning.memory_plan import plan as plan_memory
+from ...devices import Device, DeviceLike
+from ...propagate import DeviceGraph, propagate
+from ..cost_model import CostModel
+from ...runtime.run_result import RunResult
+from ...runtime.session import load
+from ...runtime.tensors import stage_inputs, to_host
 
 __all__ = ["DecoderOpMix", "ExecutorProbeError", "TimedCalls", "executor_steps", "timed_calls"]
 

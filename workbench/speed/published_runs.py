@@ -5,7 +5,7 @@ on the GPU, experts computed on the host, experts copied in, partial offload —
 with its source and the phrase quoted from it) and checks it; sources held back for
 validation are refused. ``published_runs`` turns every row into a ``PublishedRun``: the
 model's sizes (``ModelFacts``), its weight bits (``WeightBits``), where its experts live
-(``Placement``), the named GPU, host and link parts, the runtime profile and the threads
+(``ExpertPlacement``), the named GPU, host and link parts, the runtime profile and the threads
 it states — the free text read once, here (``run_text``), so that the decode model takes
 parts and never prose. A row it cannot express keeps why.
 
@@ -44,13 +44,13 @@ import pandas as pd
 from ..file_reading import read_regular_file
 from ..moe.locality import locality_models, locality_trace, lru_hit_rate
 from ..moe.routing import RoutingTrace
-from ..runtime.decode_layout import PLACEMENT_REGIMES, CacheRouting, LayoutError, ModelFacts, Placement, UniformRouting, WeightBits
-from ..runtime.parts import PartsFile, part_phrases
+from .layout import PLACEMENT_REGIMES, CacheRouting, LayoutError, ModelFacts, ExpertPlacement, UniformRouting, WeightBits
+from ..machine.parts import PartsFile, part_phrases
 from ..weight_formats import weight_formats
 from . import run_text
 from .model_families import ModelFamily, family_of, model_families
 from .published_errors import AnchorError
-from .runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
+from ..machine.runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
 
 __all__ = ["AnchorError", "FittedTerm", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES", "PublishedRun",
            "StatedHitRate", "TraceRouting", "gpu_part", "published_decode_runs", "published_dir", "published_runs", "read_run",
@@ -213,7 +213,7 @@ class PublishedRun:
     family: str  # the model family's name, "" when none matches
     model: Optional[ModelFacts] = None
     formats: Optional[WeightBits] = None
-    placement: Optional[Placement] = None
+    placement: Optional[ExpertPlacement] = None
     gpu: Optional[str] = None
     host: Optional[str] = None
     link: Optional[str] = None
@@ -266,16 +266,16 @@ def _finite(value: Any) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
-def _placement(row: Mapping[str, Any], family: ModelFamily, context: int) -> tuple[Optional[Placement], str]:
+def _placement(row: Mapping[str, Any], family: ModelFamily, context: int) -> tuple[Optional[ExpertPlacement], str]:
     detail = str(row.get("offload_detail", ""))
     regime = str(row.get("regime", ""))
     if regime == "partial_offload":
         layers, why = run_text.host_layers_text(detail)
         if layers is None:
             return None, why
-        return Placement(regime, host_layers=layers, context_tokens=context), ""
+        return ExpertPlacement(regime, host_layers=layers, context_tokens=context), ""
     if regime == "experts_on_host_compute":
-        return Placement(regime, gpu_experts=min(run_text.gpu_experts_text(detail), family.num_experts),
+        return ExpertPlacement(regime, gpu_experts=min(run_text.gpu_experts_text(detail), family.num_experts),
                          context_tokens=context), ""  # fmt: skip
     if regime == "experts_copied":
         if run_text.storage_text(f"{detail} {row.get('runtime', '')}"):
@@ -283,8 +283,8 @@ def _placement(row: Mapping[str, Any], family: ModelFamily, context: int) -> tup
         cache, resident = run_text.cache_text(f"{detail} {row.get('runtime', '')}")
         stated = run_text.hit_rate_text(detail)
         routing: CacheRouting = StatedHitRate(stated) if stated is not None else routing_for(family.name)
-        return Placement(regime, resident_expert_bytes=resident, cache=cache, routing=routing, context_tokens=context), ""
-    return Placement("all_on_gpu", context_tokens=context), ""
+        return ExpertPlacement(regime, resident_expert_bytes=resident, cache=cache, routing=routing, context_tokens=context), ""
+    return ExpertPlacement("all_on_gpu", context_tokens=context), ""
 
 
 def read_run(row: Mapping[str, Any], parts: PartsFile = None,

@@ -10,7 +10,7 @@ quantized weights with (``host_matvec.csv``: weights per second per core, per fo
 it copies an expert (pieces, per-copy cost, pinned or pageable staging), and how much copy
 or host work it overlaps with the GPU — each with its source. A profile is a
 ``RuntimeTerms``: ``CostModel.compose(gpu=, host=, link=, runtime=profile)`` is the
-machine a decode token of that runtime is timed on (``runtime.decode_time``).
+machine a decode token of that runtime is timed on (``speed.timer``).
 
 Rules:
 
@@ -20,7 +20,7 @@ Rules:
    the rest, sources included, from its base (bases may chain; an unknown base, a cycle
    or a derived profile without its own ``names`` is refused).
 2. A value is a number in its field's range, or ``fit:<term>`` (a term of
-   ``fitted_terms.csv``, fitted to published runs by ``decode_model``); ``names`` are the
+   ``fitted_terms.csv``, fitted to published runs by ``speed.regime_model``); ``names`` are the
    phrases (literal, ``|``-separated) that name the runtime in a run's text;
    ``launch_mode`` is a launch mode; ``host_kernels`` a kernel family of the matvec table
    or ``none``. A table that breaks a rule is refused with a ``RuntimeProfileError``
@@ -57,10 +57,10 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
 from ..file_reading import read_csv_table
-from ..runtime.cost_model import LAUNCH_MODES, MEASURED_PREFIX
-from ..runtime.op_cost import CostModelError
+from .cost_model import LAUNCH_MODES, MEASURED_PREFIX
+from .op_cost import CostModelError
 from ..weight_formats import weight_formats
-from .run_text import MAX_CELL_CHARS, find_name
+from ..name_phrases import MAX_CELL_CHARS, find_name
 
 __all__ = ["BASE_FIELD", "FIT_PREFIX", "PROFILE_FIELDS", "FittedTermSpec", "RuntimeProfile", "RuntimeProfileError", "fitted_terms",
            "host_matvec", "profile_for", "runtime_profiles", "runtime_profiles_path"]  # fmt: skip
@@ -161,7 +161,7 @@ class RuntimeProfile:
         if self.fitted:
             raise RuntimeProfileError(f"profile {self.name!r} has fitted terms not filled in "
                                       f"({', '.join(sorted(set(self.fitted.values())))}): use "
-                                      "decode_model.runtime_profile(name) or profile.resolved(fits)")
+                                      "regime_model.runtime_profile(name) or profile.resolved(fits)")
         v = self.values
         figures: dict[str, Any] = {
             "launch_mode": self.launch_mode, "kernel_gap": v["kernel_time"], "executor_overhead": v["framework_op_cost"],

@@ -77,12 +77,12 @@ What each figure means physically, and where the presets' values come from:
   DRAM round trip for its loads, its stores drained, its blocks retired. 1.0 µs, an
   estimate. ``kernel_gap + min_kernel_time`` is the per-kernel floor of graph replay;
   it is the figure ExecuTorch's graph-replay decode anchor constrains (see
-  ``workbench.anchors``), and ``workbench.calibrate`` measures both on a real GPU.
+  ``workbench.app.anchors``), and ``workbench.calibrate`` measures both on a real GPU.
 - ``host_flops``, ``host_memory_bandwidth``, ``host_op_overhead``: the CPU that runs host
   ops: sustained FLOP/s, DRAM bytes/s, and the per-op cost of the framework (estimates).
 
 ``CostModel.compose(gpu=, host=, link=, runtime=)`` builds a model from named parts, each
-with the source of every figure (``runtime.parts``, ``data/parts/parts.csv``); a measured
+with the source of every figure (``machine.parts``, ``data/parts/parts.csv``); a measured
 preset is a part too (``gpu="measured:h200"``). ``runtime`` may instead be any object
 with the ``RuntimeTerms`` protocol: a runtime described by its own terms, which sets the
 figures it knows on top of the composed machine (the core names no such runtime; the
@@ -160,7 +160,7 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 _MAX_FILE_BYTES = 16 << 20
 
 
-# Datasheet presets are the shipped parts (``runtime.parts``, ``data/parts/parts.csv``):
+# Datasheet presets are the shipped parts (``machine.parts``, ``data/parts/parts.csv``):
 # a device preset is a gpu part, a link preset a link part, a host preset a host part; every
 # preset launches as the "compiled" runtime part. Each figure's source is in that table.
 _PRESET_RUNTIME = "compiled"
@@ -295,7 +295,7 @@ class CostModel:
     graph_launch_overhead: float = 2.5e-6  # s of host time per graph launch (graph)
     kernel_gap: float = 0.4e-6  # s between back-to-back kernels on one stream
     min_kernel_time: float = 1.0e-6  # s, the shortest a kernel runs
-    # A runtime's own terms for the time of a decode token (``decode_time``); the defaults
+    # A runtime's own terms for the time of a decode token (``speed.timer``); the defaults
     # are this workbench's executor running a graph.
     overlap: float = 1.0  # share of the shorter of GPU and host-or-copy time hidden under the other
     launch_overlap: float = 1.0  # share of the shorter of host issue and device time hidden (eager)
@@ -405,7 +405,7 @@ class CostModel:
         runtime: Union[str, RuntimeTerms] = "compiled",
         parts: PartsFile = None,
     ) -> "CostModel":
-        """A model of a machine put together from named parts (``runtime.parts``): each
+        """A model of a machine put together from named parts (``machine.parts``): each
         part sets its own figures, e.g. ``CostModel.compose(gpu="rtx_4090",
         host="epyc_9355", link="pcie_gen4", runtime="compiled_graph")``.
 
@@ -413,7 +413,7 @@ class CostModel:
         ``<name>`` (``gpu="measured:h200"`` takes the measured H200's math and memory
         figures, and so on). ``runtime`` may also be a ``RuntimeTerms`` object: the
         ``compiled`` runtime part first, then the figures the object sets. ``parts``: the
-        path of a parts file of your own (``runtime.parts``): its parts join the shipped
+        path of a parts file of your own (``machine.parts``): its parts join the shipped
         ones. The name is ``gpu+link+host+runtime``."""
         terms: Optional[RuntimeTerms] = None
         if not isinstance(runtime, str):

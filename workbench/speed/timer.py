@@ -4,7 +4,7 @@
 Every tokens/s the workbench states — the budget sweep and its capacity answer, the
 walkthrough's tables, the published-run fits and their validation — is
 ``time_decode(layout, cost_model)``, the layout built from a planned graph
-(``decode_graph.layout_of``) or from facts (``DecodeLayout.for_machine``). A runtime
+(``graph_layout.layout_of``) or from facts (``DecodeLayout.for_machine``). A runtime
 differs from another only by its figures (``CostModel.compose(runtime=...)``: launch
 mode and costs, kernels per layer, per-copy cost, overlap, the host's achieved bandwidth
 and matvec rates); ``estimate`` lays the same graph out op by op on streams, the schedule
@@ -44,8 +44,8 @@ import math
 from dataclasses import dataclass
 
 from ..errors import WorkbenchError
-from .cost_model import CostModel
-from .decode_layout import DecodeLayout
+from ..machine.cost_model import CostModel
+from .layout import DecodeLayout
 
 __all__ = ["DecodeTime", "DecodeTimeError", "time_decode"]
 

@@ -28,7 +28,7 @@ from typing import Any, Optional, Union
 
 from ..file_reading import parse_json, read_regular_file
 from .published_errors import AnchorError
-from .run_text import find_name
+from ..name_phrases import find_name
 
 __all__ = ["ModelFamily", "family_of", "model_families", "model_facts_path"]
 

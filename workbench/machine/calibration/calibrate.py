@@ -71,13 +71,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..atomic_files import write_text
-from ..units import format_bytes
-from ..errors import WorkbenchError
-from ..file_reading import parse_json, read_regular_file
-from .cost_model import DTYPE_CLASSES, MEASURED_PREFIX, CostModel, is_plain_name, measured_dir, op_cost
+from ...atomic_files import write_text
+from ...units import format_bytes
+from ...errors import WorkbenchError
+from ...file_reading import parse_json, read_regular_file
+from ..cost_model import DTYPE_CLASSES, MEASURED_PREFIX, CostModel, is_plain_name, measured_dir, op_cost
 from .probes import COPY_PATHS, CudaProbe, Probe, SimProbe, matmul_args, meta_tensor, TINY_ELEMENTS
-from .default_model import choose_default_cost_model, default_cost_model
+from ..default_model import choose_default_cost_model, default_cost_model
 
 __all__ = [
     "BACKENDS",

@@ -2,8 +2,8 @@
 
 ``layout_of`` reads what one call of a plan reads, moves and launches where, from shapes
 alone (the same counts ``estimate`` charges: ``op_cost``'s FLOPs and bytes, copy
-variants' bytes, row shares), and ``decode_time(plan, cost_model)`` times it with
-``decode_time.time_decode`` — the one function every tokens/s comes from.
+variants' bytes, row shares), and ``plan_decode_time(plan, cost_model)`` times it with
+``timer.time_decode`` — the one function every tokens/s comes from.
 
 Rules:
 
@@ -32,7 +32,7 @@ Rules:
 5. ``layers``: the most distinct indices of one module list among the constants'
    qualified names (``layers.0…``, ``model.layers.17…``), or ``layers=``. The graph's own
    kernel and copy counts are its runtime's unless a cost model states its own
-   (``decode_time`` rules 2, 4).
+   (``plan_decode_time`` rules 2, 4).
 6. ``overlappable`` is the share of link bytes issued by a prefetch (a copy whose rows
    are chosen ahead of the layer that reads them): only those can run beside compute.
 """
@@ -54,14 +54,14 @@ from ..graph_values import aliased_input, is_view_op, node_nbytes, value_of
 from ..node_facts import facts_of, stored_format
 from ..planning.memory_plan import MemoryPlan
 from ..weight_formats import stored_source, weight_formats
-from .cost_model import CostModel
-from .decode_layout import DecodeLayout, LayoutError
-from .decode_time import DecodeTime, time_decode
-from .default_model import default_cost_model
-from .sim_timing import expected_groups, op_facts, stored_of
-from .steps import Step, steps_of
+from ..machine.cost_model import CostModel
+from .layout import DecodeLayout, LayoutError
+from .timer import DecodeTime, time_decode
+from ..machine.default_model import default_cost_model
+from ..runtime.sim_timing import expected_groups, op_facts, stored_of
+from ..runtime.steps import Step, steps_of
 
-__all__ = ["decode_time", "layout_of"]
+__all__ = ["plan_decode_time", "layout_of"]
 
 #: The weight format a tensor's own dtype is (rule 3: ``host_format``), where the table has it.
 _DTYPE_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -265,7 +265,7 @@ def _dequant_ops(name: str) -> float:
     return found.dequant_ops if found is not None else 0.0
 
 
-def decode_time(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, prefetch_hit_rate: Optional[float] = None,
+def plan_decode_time(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, prefetch_hit_rate: Optional[float] = None,
                 device: Optional[DeviceLike] = None) -> DecodeTime:
     """The time of one decode token of ``plan`` on ``cost_model`` (default
     ``default_cost_model()``): ``time_decode(layout_of(plan), cost_model)``; the prefetch

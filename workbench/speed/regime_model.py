@@ -2,10 +2,10 @@
 terms fitted, and every prediction judged on sources it was not fitted to.
 
 ``RegimeModel.predict(run)`` lays a published run out from its structured parts
-(``runtime.decode_layout.DecodeLayout.for_machine``: the model's sizes, its weight bits,
+(``speed.layout.DecodeLayout.for_machine``: the model's sizes, its weight bits,
 where its experts live, the named GPU, host and link) and times it on the machine its
 runtime profile composes (``CostModel.compose(gpu=, host=, link=, runtime=profile)``)
-with ``runtime.decode_time.time_decode`` — the same function that times the sweep's and
+with ``speed.timer.time_decode`` — the same function that times the sweep's and
 the walkthrough's graphs. ``predict_machine`` does the same for a machine of your own,
 given as parts. ``fit_regime_model`` fits the profile terms marked ``fit:``;
 ``leave_one_source_out`` refits without every run of one source and predicts them, per
@@ -46,13 +46,13 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from ..runtime.cost_model import CostModel
-from ..runtime.decode_layout import DecodeLayout, LayoutError, ModelFacts, Placement, WeightBits
-from ..runtime.decode_time import DecodeTimeError, time_decode
-from ..runtime.op_cost import CostModelError
-from ..runtime.parts import PartsFile, parts_path
+from ..machine.cost_model import CostModel
+from .layout import DecodeLayout, LayoutError, ModelFacts, ExpertPlacement, WeightBits
+from .timer import DecodeTimeError, time_decode
+from ..machine.op_cost import CostModelError
+from ..machine.parts import PartsFile, parts_path
 from .published_runs import AnchorError, FittedTerm, PublishedRun, published_dir, published_runs, read_run
-from .runtime_profiles import FittedTermSpec, RuntimeProfile, RuntimeProfileError, fitted_terms, runtime_profiles, runtime_profiles_path
+from ..machine.runtime_profiles import FittedTermSpec, RuntimeProfile, RuntimeProfileError, fitted_terms, runtime_profiles, runtime_profiles_path
 
 __all__ = ["INTERVAL_QUANTILE", "DecodePrediction", "OutOfSample", "RegimeModel", "fit_regime_model",
            "leave_one_source_out", "predict_decode", "regime_model", "regime_model_tok_s", "runtime_profile"]  # fmt: skip
@@ -186,7 +186,7 @@ class RegimeModel:
                       self.intervals.get(run.regime, math.nan))  # fmt: skip
 
     def predict_machine(self, *, gpu: str, model: ModelFacts, formats: Union[WeightBits, Mapping[str, Any], str, float],
-                        placement: Placement, runtime: str, host: Optional[str] = None, link: Optional[str] = None,
+                        placement: ExpertPlacement, runtime: str, host: Optional[str] = None, link: Optional[str] = None,
                         parts: PartsFile = None, threads: Optional[int] = None) -> DecodePrediction:
         """The decode speed of a machine of your own, given as parts: ``model`` stored in
         ``formats`` with ``placement`` on the named parts (``parts``: your own parts file,
