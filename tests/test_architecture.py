@@ -502,3 +502,14 @@ def test_the_moved_module_alias_layer_is_gone():
     assert "workbench.moved_modules" not in MODULES
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("workbench.anchors")
+
+
+def test_the_shadow_finder_finds_a_planted_function(tmp_path):
+    """The check above can fail: a function ``timer`` in ``speed.graph_layout`` beside a
+    module ``speed.timer`` is reported; the same name in another package is not."""
+    (tmp_path / "graph_layout.py").write_text("def timer():\n    pass\n")
+    (tmp_path / "timer.py").write_text("")
+    (tmp_path / "other.py").write_text("def timer():\n    pass\n")
+    modules = {"workbench.speed.graph_layout": tmp_path / "graph_layout.py", "workbench.speed.timer": tmp_path / "timer.py",
+               "workbench.views.other": tmp_path / "other.py"}  # fmt: skip
+    assert _shadowing(modules) == ["workbench.speed.graph_layout.timer"]

@@ -56,7 +56,7 @@ def test_default_follows_the_gpu_at_hand_into_sim_runs(monkeypatch):
     plan = wb.plan(wb.propagate(wb.place(wb.capture(model, inputs), {"cuda:0": ["aten.linear"]})))
     monkeypatch.setattr(default_model, "gpu_at_hand", lambda: "NVIDIA H200")
     assert default_cost_model().name.startswith("measured:h200")
-    assert wb.runtime.default_cost_model() == default_cost_model()
+    assert wb.machine.default_cost_model() == default_cost_model()
     measured = wb.run(plan, *inputs, backend="sim")
     assert measured.cost_model is not None and measured.cost_model.name == "measured:h200 (GPU at hand: NVIDIA H200)"
     assert "measured:h200 (GPU at hand: NVIDIA H200)" in cli._cost_model_line("sim")

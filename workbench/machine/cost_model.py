@@ -1,5 +1,9 @@
 """The cost model: how long a copy or an op takes on a modeled machine, and how kernels reach it.
 
+The figures live here; the functions that turn work into time live in ``machine.costs``
+(``copy_time_us``, ``reuse_copy_time_us`` and ``compute_time_us`` are those functions in
+microseconds), so the event simulator and the decode timer charge one physics.
+
 Rules:
 
 1. A copy of N bytes takes ``latency + copy_overhead + N / bandwidth`` for its direction
@@ -111,6 +115,7 @@ import torch
 
 from ..devices import CopyKind, Device, DeviceError, DeviceLike
 from ..file_reading import read_regular_file
+from . import costs
 from .parts import PART_FIELDS, PartsFile, part_facts, part_figures, part_names, parts_file_key
 # What an op costs is counted in ``op_cost``; its names stay importable from here.
 from .op_cost import (
@@ -173,12 +178,12 @@ _MAY_BE_ZERO = frozenset(
      "visited_expert_kernels", "copies_per_expert", "copy_overhead"}
 )  # fmt: skip
 # Figures that are shares in [0, 1].
-_SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_experts"})
+_SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_experts", "fuses_row_picks"})
 # Runtime terms added after measured presets were first written: a file without them
 # takes the defaults (this executor's own terms), which no measurement sets.
 _LATER_TERMS = frozenset({"overlap", "launch_overlap", "kernels_per_layer", "visited_expert_kernels",
                           "copies_per_expert", "pageable_copies", "loads_all_experts", "copy_overhead",
-                          "host_matvec_rates"})  # fmt: skip
+                          "host_matvec_rates", "fuses_row_picks"})  # fmt: skip
 
 
 _CHECKED_RATES: set[Any] = set()
@@ -305,6 +310,7 @@ class CostModel:
     pageable_copies: float = 0.0  # share of copied bytes staged from pageable host memory
     loads_all_experts: float = 0.0  # 1: the runtime loads every expert its loop visits that the GPU does not hold
     copy_overhead: float = 0.0  # s a runtime adds to every copy beyond the link's latency (hooks, allocation, sync)
+    fuses_row_picks: float = 0.0  # 1: the runtime fuses a pick of weight rows into the op reading them (op_work rule 2)
     host_matvec_rates: tuple[tuple[str, float], ...] = ()  # (weight format, weights/s the host multiplies), per format
     # Host.
     host_flops: float = 3e12  # FLOP/s, any dtype
@@ -532,10 +538,7 @@ class CostModel:
             raise CostModelError(str(exc)) from None
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
             raise CostModelError(f"nbytes must be an int >= 0, got {nbytes!r}")
-        bandwidth = getattr(self, f"{kind}_bandwidth")
-        if not pinned and kind != "d2d":
-            bandwidth *= self.pageable_factor
-        return (getattr(self, f"{kind}_latency") + self.copy_overhead + nbytes / bandwidth) * 1e6
+        return costs.copy_seconds(self, kind, nbytes, pinned) * 1e6
 
     def reuse_copy_time_us(self, link_bytes: int, device_bytes: int, pinned: bool = True) -> float:
         """Microseconds for a reuse copy moving ``link_bytes`` over h2d and ``device_bytes``
@@ -543,9 +546,7 @@ class CostModel:
         for name, value in (("link_bytes", link_bytes), ("device_bytes", device_bytes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise CostModelError(f"{name} must be an int >= 0, got {value!r}")
-        bandwidth = self.h2d_bandwidth * (1.0 if pinned else self.pageable_factor)
-        moving = max(link_bytes / bandwidth, 2 * device_bytes / self.device_memory_bandwidth)
-        return (self.h2d_latency + self.copy_overhead + moving) * 1e6
+        return costs.reuse_copy_seconds(self, link_bytes, device_bytes, pinned) * 1e6
 
     def peak_flops(self, device: DeviceLike, dtype: torch.dtype) -> float:
         """Peak FLOP/s for ``dtype`` ops on ``device`` (host: ``host_flops``)."""
@@ -564,11 +565,9 @@ class CostModel:
         for name, value in (("flops", flops), ("bytes_touched", bytes_touched)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise CostModelError(f"{name} must be a number >= 0, got {value!r}")
-        dev = Device.parse(device)
-        roofline = max(flops / self.peak_flops(dev, dtype), bytes_touched / self.memory_bandwidth(dev))
-        if dev.is_host:
-            return (self.host_op_overhead + roofline) * 1e6
-        return max(self.min_kernel_time, roofline) * 1e6
+        if Device.parse(device).is_host:
+            return costs.host_op_seconds(self, flops, bytes_touched) * 1e6
+        return costs.kernel_seconds(self, flops, bytes_touched, dtype_class(dtype)) * 1e6
 
     def link_breakeven_flops_per_byte(self, dtype: torch.dtype = torch.bfloat16) -> float:
         """FLOPs per byte streamed over h2d needed to hide the copy behind compute."""

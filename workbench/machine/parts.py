@@ -55,7 +55,7 @@ PART_FIELDS: dict[str, tuple[str, ...]] = {
              "pageable_factor"),
     "runtime": ("launch_mode", "launch_overhead", "executor_overhead", "graph_launch_overhead", "kernel_gap",
                 "min_kernel_time", "overlap", "launch_overlap", "kernels_per_layer", "visited_expert_kernels",
-                "copies_per_expert", "pageable_copies", "loads_all_experts", "copy_overhead"),
+                "copies_per_expert", "pageable_copies", "loads_all_experts", "copy_overhead", "fuses_row_picks"),
 }  # fmt: skip
 PART_KINDS = tuple(PART_FIELDS)
 #: Figures a part may state that no time uses (rule 1).
@@ -71,7 +71,8 @@ _MAY_BE_ZERO = frozenset({"h2d_latency", "d2h_latency", "d2d_latency", "launch_o
                           "graph_launch_overhead", "kernel_gap", "min_kernel_time", "host_op_overhead",
                           "kernels_per_layer", "visited_expert_kernels", "copies_per_expert", "copy_overhead"})  # fmt: skip
 #: Shares: numbers in [0, 1] (``pageable_factor`` in (0, 1]).
-_SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_experts", "pageable_factor"})
+_SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_experts", "pageable_factor",
+                     "fuses_row_picks"})
 #: Whole counts, with their largest sensible value.
 _COUNTS = {"cores": 4096, "math_cores": 4096, "sockets": 64, "pcie_gen": 8, "pcie_lanes": 32}
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.\-]*\Z")

@@ -41,7 +41,10 @@ Rules:
    = the kernel family's rate per core, scaled by this host's FP32 FLOP/s per core over
    the core it was measured on, × the threads (the run's, else the host's ``math_cores``
    or ``cores``, at most its cores); ``copy_overhead`` = ``per_copy_cost`` (on top of the
-   link part's latency, and kept when the link is swapped). A run's own settings (``with_settings``) come last: the copies'
+   link part's latency, and kept when the link is swapped); ``fuses_row_picks`` = 1 (the
+   engines' MoE kernels read a routed expert's rows inside the matmul, ``op_work`` rule 2)
+   and ``min_kernel_time`` = 0 (``kernel_gap`` holds a kernel's fixed cost, fitted or cited:
+   a floor beside it would count that time twice). A run's own settings (``with_settings``) come last: the copies'
    staging it states, and a copy rate it measured (the h2d bandwidth, as reached).
 """
 
@@ -170,6 +173,10 @@ class RuntimeProfile:
             "copies_per_expert": v["copies_per_expert"], "pageable_copies": v["pageable_copies"],
             "loads_all_experts": v["loads_all_experts"],
             "copy_overhead": v["per_copy_cost"],
+            # its kernels pick expert rows inside their matmuls (grouped or fused MoE kernels)
+            "fuses_row_picks": 1.0,
+            # the fitted kernel time is a kernel's whole fixed cost: no floor beside it
+            "min_kernel_time": 0.0,
         }  # fmt: skip
         if self.launch_mode == "eager":
             figures["launch_overhead"] = v["per_launch_cost"]

@@ -347,6 +347,7 @@ class Session:
         self.validate = validate
         self.run_node = checked_run_node(run_node) if run_node is not None else None
         self.steps: Steps = steps_of(plan)
+        self._events = {step.name: step for step in self.steps.steps if step.event is not None}  # op costs read them
         self.entries: tuple[NodeEntry, ...] = node_entries(self.steps, plan.device_graph.graph)
         self.mutations: tuple[Mutation, ...] = mutations(plan.device_graph)
         self.state_writes: tuple[StateWrite, ...] = state_writes(plan, self.steps)
@@ -560,12 +561,14 @@ class Session:
         to ``uncounted``."""
         stored = stored_of(node)
         if cost_depends_on_data(node.target, args, kwargs):
-            return op_step_cost(self.cost_model, step, node.target, args, kwargs, out, uncounted=uncounted, stored=stored)
+            return op_step_cost(self.cost_model, step, node.target, args, kwargs, out, uncounted=uncounted, stored=stored,
+                                node=node, events=self._events)
         signature = _signature((args, kwargs))
         hit = self._op_times.get(node.name)
         if hit is None or hit[0] != signature:
             found = UncountedOps()
-            cost = op_step_cost(self.cost_model, step, node.target, args, kwargs, out, uncounted=found, stored=stored)
+            cost = op_step_cost(self.cost_model, step, node.target, args, kwargs, out, uncounted=found, stored=stored,
+                                node=node, events=self._events)
             hit = (signature, cost, found.reasons)
             self._op_times[node.name] = hit
         if uncounted is not None:

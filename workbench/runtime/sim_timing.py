@@ -59,13 +59,20 @@ Rules:
     ``node_facts.StoredFormat`` of its nodes) is costed at the stored bytes, with the
     dequantization work of the weights it computes with (``CostModel`` rule 3d); a copy's
     bytes are its record's, which propagation sized at the format's.
+12. An op step is charged from its ``op_work.OpWork`` (its FLOPs, bytes and the weights it
+    reads): a device kernel ``costs.kernel_seconds`` at its dtype class, a host op
+    ``costs.host_op_seconds`` (at the runtime's matvec rate for the format of the weights it
+    multiplies, when the model states one); the bytes are those of a runtime that fuses
+    row picks into their readers when ``CostModel.fuses_row_picks`` is 1 (``op_work``
+    rule 2). The decode timer charges a planned graph's token from the same records
+    (``speed.graph_layout``).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import torch
 import torch.fx
@@ -78,15 +85,18 @@ from ..errors import ArgumentTypeError
 from ..graph_values import gc_paused, node_nbytes, value_of
 from ..planning.memory_plan import MemoryPlan
 from ..node_facts import stored_format
+from ..machine import costs
 from ..machine.cost_model import CostModel, CountedCost, Stored, check_launch, UncountedOps, concrete_size, cost_depends_on_data, count_op_cost
 from ..machine.default_model import default_cost_model
 from .graph_segments import graph_segments
+from .op_work import OpWork, op_work
 from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
 
 __all__ = [
     "SimClock",
+    "work_cost",
     "cached_op_cost",
     "stored_of",
     "default_cost_model",
@@ -282,17 +292,36 @@ def op_step_cost(
     uncounted: Optional[UncountedOps] = None,
     facts: Optional[OpFacts] = None,
     stored: Optional[Stored] = None,
+    node: Optional[torch.fx.Node] = None,
+    events: Optional[Mapping[str, Step]] = None,
 ) -> tuple[float, int, int]:
     """(µs, bytes touched, flops) of a compute or host step (rule 2); an op whose FLOPs
     cannot be counted is added to ``uncounted`` (rule 3). ``facts``: the step's
     ``op_facts``, when they are known already (then ``args``, ``kwargs`` and ``out``
-    are not read); ``stored``: its tensors kept in a weight format (rule 11)."""
+    are not read); ``stored``: its tensors kept in a weight format (rule 11); ``node``
+    and ``events`` (the plan's event steps by name): its graph node, so the weights it
+    reads are known (rule 12)."""
     counted, dtype = facts if facts is not None else op_facts(target, args, kwargs, out, expected_groups, stored)
     if uncounted is not None:
         uncounted.add(target, counted.uncounted)
+    if node is not None and events is not None:
+        return work_cost(model, step, op_work(node, counted, dtype, events))
     cost = counted.cost
     device = event_of(step)[1][0] if step.device is None else step.device
     return model.compute_time_us(cost.flops, cost.bytes_touched, device, dtype), cost.bytes_touched, cost.flops
+
+
+def work_cost(model: CostModel, step: Step, work: OpWork) -> tuple[float, int, int]:
+    """(µs, bytes touched, flops) of an op step doing ``work`` (rule 12): a kernel
+    (``costs.kernel_seconds``) or a host op (``costs.host_op_seconds``), its bytes those
+    of a runtime that fuses row picks when the model's does."""
+    device = event_of(step)[1][0] if step.device is None else step.device
+    nbytes = work.fused_bytes if model.fuses_row_picks >= 0.5 else work.bytes
+    if Device.parse(device).is_host:
+        seconds = costs.host_op_seconds(model, work.flops, nbytes, work.weights, work.weight_format)
+    else:
+        seconds = costs.kernel_seconds(model, work.flops, nbytes, work.dtype_class)
+    return seconds * 1e6, int(round(nbytes)), int(round(work.flops))
 
 
 class SimClock:
@@ -435,9 +464,11 @@ def _schedule(plan: MemoryPlan, model: CostModel, in_place_writes: bool, launch:
     clock = SimClock(model, uncaptured)
     nodes = {node.name: node for node in plan.device_graph.graph.nodes}
     facts = _plan_facts(plan)
+    works = _plan_works(plan)
+    events = {s.name: s for s in steps.steps if s.event is not None}
     for step in steps.steps:  # one step per node, in order
         if step.event is not None:
-            clock.add(step, _static_cost(model, step, nodes[step.name], uncounted, facts))
+            clock.add(step, _static_cost(model, step, nodes[step.name], uncounted, facts, events, works))
             if step.slot_write == "copy" and not in_place_writes:
                 clock.add_slot_copy(step, step.slot_copy_bytes)
     for write in state_writes(plan, steps):  # a program's state, written back after the call
@@ -462,7 +493,16 @@ def _plan_facts(plan: MemoryPlan) -> dict[str, OpFacts]:
         return _FACTS.setdefault(plan, {})
 
 
-def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: UncountedOps, facts: dict[str, OpFacts]) -> CostFn:
+_WORKS: "weakref.WeakKeyDictionary[MemoryPlan, dict[str, OpWork]]" = weakref.WeakKeyDictionary()
+
+
+def _plan_works(plan: MemoryPlan) -> dict[str, OpWork]:
+    with _LOCK:
+        return _WORKS.setdefault(plan, {})
+
+
+def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: UncountedOps, facts: dict[str, OpFacts],
+                 events: Mapping[str, Step], works: dict[str, OpWork]) -> CostFn:
     if node.op == "placeholder":
         return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
     if step.copy is not None:  # its copy variant says what it costs (rule 1)
@@ -478,6 +518,10 @@ def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: U
             args = torch.fx.node.map_arg(node.args, value_of)
             kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
             found = facts[step.name] = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node), stored_of(node))
-        return scaled(op_step_cost(model, step, node.target, (), {}, None, uncounted=uncounted, facts=found), share)
+        uncounted.add(node.target, found[0].uncounted)
+        work = works.get(step.name)
+        if work is None:  # rules 10, 12: the weights it reads are the plan's, whatever the machine
+            work = works[step.name] = op_work(node, found[0], found[1], events)
+        return scaled(work_cost(model, step, work), share)
 
     return cost

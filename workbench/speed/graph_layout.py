@@ -10,11 +10,11 @@ Rules:
 1. The GPU is the plan's one non-host device (``device=`` names it when there are
    several). Its ``device_bytes`` and ``device_flops`` are those of its compute steps and
    copy-stream ops; ``kernels`` counts them, one each.
-2. A token reads each weight byte once: a step that picks or copies rows of a constant
-   (a row pick, a view or copy of one, ``weight_formats.stored_source``) is charged what
-   it reads and not the rows it writes, and a step that reads those rows again is not
-   charged for them — what a runtime that fuses the pick into its matmul reads. Rows a
-   copy brought over the link are read from device memory like any other value.
+2. The totals read each weight byte once: a step that picks or copies rows of a constant
+   is charged what it reads and not the rows it writes, and a step that reads those rows
+   again is not charged for them — what a runtime that fuses the pick into its matmul
+   reads (``runtime.op_work`` rule 2). Rows a copy brought over the link are read from
+   device memory like any other value.
 3. Host compute steps (``host``) give ``host_bytes`` and FLOPs the same way (``host_share``:
    the share of the weight bytes read that the host reads);
    ``host_weights`` counts the weight elements they multiply (picked rows, or whole
@@ -32,9 +32,15 @@ Rules:
 5. ``layers``: the most distinct indices of one module list among the constants'
    qualified names (``layers.0…``, ``model.layers.17…``), or ``layers=``. The graph's own
    kernel and copy counts are its runtime's unless a cost model states its own
-   (``plan_decode_time`` rules 2, 4).
+   (``speed.timer`` rules 2, 4).
 6. ``overlappable`` is the share of link bytes issued by a prefetch (a copy whose rows
    are chosen ahead of the layer that reads them): only those can run beside compute.
+7. Each op step's work (``runtime.op_work.OpWork``: the records the event simulator
+   charges it from) is kept, grouped by what it does: ``kernel_groups`` for the GPU's
+   kernels and copy-stream ops, ``host_groups`` for the host's ops; the timer charges each
+   as the simulator charges one step (``speed.timer`` rules 2, 3). ``graphs`` counts the
+   runs of device work (kernels and copies) between host steps: a replay launches one
+   captured graph per run.
 """
 
 from __future__ import annotations
@@ -50,83 +56,20 @@ from ..copy_records import CopyRole
 from ..copy_variants import copy_variant
 from ..devices import CopyKind, Device, DeviceLike
 from ..errors import ArgumentTypeError
-from ..graph_values import aliased_input, is_view_op, node_nbytes, value_of
-from ..node_facts import facts_of, stored_format
+from ..graph_values import value_of
 from ..planning.memory_plan import MemoryPlan
-from ..weight_formats import stored_source, weight_formats
+from ..weight_formats import weight_formats
 from ..machine.cost_model import CostModel
-from .layout import DecodeLayout, LayoutError
+from .layout import DecodeLayout, LayoutError, OpGroup
 from .timer import DecodeTime, time_decode
 from ..machine.default_model import default_cost_model
+from ..runtime.op_work import numel, op_work
 from ..runtime.sim_timing import expected_groups, op_facts, stored_of
 from ..runtime.steps import Step, steps_of
 
 __all__ = ["plan_decode_time", "layout_of"]
 
-#: The weight format a tensor's own dtype is (rule 3: ``host_format``), where the table has it.
-_DTYPE_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _LAYER = re.compile(r"(?:^|\.)([A-Za-z_][A-Za-z0-9_]*)\.(\d+)\.")
-
-
-def _constant(node: torch.fx.Node) -> bool:
-    return node.op == "placeholder" and facts_of(node).resident is not None
-
-
-def _weight_root(node: torch.fx.Node) -> Optional[torch.fx.Node]:
-    """The constant whose elements ``node`` holds (through views, copies and row picks),
-    or None (rule 2)."""
-    seen = 0
-    while node is not None and seen < 64:
-        if _constant(node):
-            return node
-        node = stored_source(node) if node.op == "call_function" else None  # type: ignore[assignment]
-        seen += 1
-    return None
-
-
-def _materialised_by_step(node: torch.fx.Node, events: dict[str, Step]) -> bool:
-    """True when ``node``'s bytes were written by a compute or host step (not a copy and
-    not a constant): a pick whose rows rule 2 already charged."""
-    while node.op == "call_function" and is_view_op(node.target):
-        base = aliased_input(node)
-        if base is None:
-            break
-        node = base
-    step = events.get(node.name)
-    return step is not None and step.copy is None and step.event in ("compute", "host")
-
-
-def _stored_bytes(node: torch.fx.Node) -> float:
-    val = value_of(node)
-    if not isinstance(val, torch.Tensor):
-        return 0.0
-    fact = stored_format(node)
-    if fact is not None:
-        return _numel(val) * fact.bits_per_weight / 8
-    return float(node_nbytes(node, unbounded="hint"))
-
-
-def _numel(val: torch.Tensor) -> float:
-    n = 1.0
-    for d in val.shape:
-        n *= int(getattr(getattr(d, "node", None), "hint", d)) if not isinstance(d, int) else d
-    return n
-
-
-def _note_weights(node: torch.fx.Node, nbytes: float, formats: defaultdict[str, float], bits: dict[str, float]) -> None:
-    """Add ``nbytes`` of the weights ``node`` holds to ``formats`` under their format's
-    name ("" for a dtype), remembering their bits per element."""
-    fact = stored_format(node)
-    val = value_of(node)
-    name = fact.name if fact is not None else (_DTYPE_FORMATS.get(val.dtype, "") if isinstance(val, torch.Tensor) else "")
-    bits[name] = fact.bits_per_weight if fact is not None else (val.element_size() * 8 if isinstance(val, torch.Tensor) else 0.0)
-    formats[name] += nbytes
-
-
-def _tensor_args(node: torch.fx.Node) -> list[torch.fx.Node]:
-    found: list[torch.fx.Node] = []
-    torch.fx.node.map_arg((node.args, node.kwargs), lambda a: found.append(a) or a)  # type: ignore[func-returns-value]
-    return [a for a in found if isinstance(value_of(a), torch.Tensor)]
 
 
 def _layers(plan: MemoryPlan) -> int:
@@ -156,43 +99,43 @@ class _Tally:
         self.loads: dict[str, float] = {}
         self.prefetched = 0.0
         self.in_host_run = False
+        self.in_device_run = False
+        self.kernel_groups: defaultdict[tuple, float] = defaultdict(float)
+        self.host_groups: defaultdict[tuple, float] = defaultdict(float)
+
+    def device_work(self) -> None:
+        """A device operation: it opens a run of device work unless one is open (rule 7)."""
+        if not self.in_device_run:
+            self.sums["graphs"] += 1
+        self.in_device_run, self.in_host_run = True, False
+
+
+def _groups(found: defaultdict[tuple, float]) -> tuple[OpGroup, ...]:
+    return tuple(OpGroup(count, *key) for key, count in sorted(found.items(), key=lambda kv: repr(kv[0])))
 
 
 def _op_step(tally: _Tally, step: Step, node: torch.fx.Node, events: dict[str, Step], on_host: bool, rate: float) -> None:
     args = torch.fx.node.map_arg(node.args, value_of)
     kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
-    counted, _ = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node), stored_of(node))
+    counted, dtype = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node), stored_of(node))
+    work = op_work(node, counted, dtype, events)
     share = 1.0 if step.share is None else step.share.expected_share(rate)
-    nbytes = float(counted.cost.bytes_touched)
-    formats: defaultdict[str, float] = defaultdict(float)
-    bits: dict[str, float] = {}
-    picks = _weight_root(node) is not None
-    if picks:  # rule 2: a pick is charged what it reads, not the rows it writes
-        nbytes -= _stored_bytes(node)
-        _note_weights(node, _stored_bytes(node), formats, bits)
-    for arg in _tensor_args(node):
-        if _weight_root(arg) is None:
-            continue
-        if _materialised_by_step(arg, events):  # rule 2: read again, charged at the pick
-            nbytes -= _stored_bytes(arg)
-        elif not picks and _constant(_weight_root(arg)):  # type: ignore[arg-type]
-            # what the op reads of it: all of it, or the groups an index selects (op_cost)
-            _note_weights(arg, min(_stored_bytes(arg), float(counted.cost.bytes_touched)), formats, bits)
-    nbytes = max(0.0, nbytes) * share
-    weights = sum(b * 8 / bits[f] for f, b in formats.items() if bits[f] > 0)
+    key = (share, work.flops, work.bytes, work.fused_bytes, work.dtype_class, work.weights, work.weight_format)
     prefix = "host" if on_host else "device"
-    tally.sums[f"{prefix}_bytes"] += nbytes
-    tally.sums[f"{prefix}_flops"] += counted.cost.flops * share
-    tally.sums[f"{prefix}_weight_bytes"] += sum(formats.values()) * share
+    tally.sums[f"{prefix}_bytes"] += work.fused_bytes * share  # rule 2
+    tally.sums[f"{prefix}_flops"] += work.flops * share
+    tally.sums[f"{prefix}_weight_bytes"] += work.weight_bytes * share
     if on_host:
-        tally.sums["host_weights"] += weights * share
-        for name, nbytes_stored in formats.items():
-            tally.host_formats[name] += nbytes_stored * share
+        tally.sums["host_weights"] += work.weights * share
+        tally.host_formats[work.weight_format] += work.weight_bytes * share
+        tally.host_groups[key] += 1
         if not tally.in_host_run:
             tally.sums["host_calls"] += 1
+        tally.in_host_run, tally.in_device_run = True, False
     else:
         tally.sums["kernels"] += 1
-    tally.in_host_run = on_host
+        tally.kernel_groups[key] += 1
+        tally.device_work()
 
 
 def _copy_step(tally: _Tally, step: Step, node: torch.fx.Node, reference: CostModel) -> None:
@@ -209,7 +152,7 @@ def _copy_step(tally: _Tally, step: Step, node: torch.fx.Node, reference: CostMo
         tally.prefetched += moved
     index = record.index or record.name
     val = value_of(node)
-    rows = _numel(val) / _numel(val[0]) if isinstance(val, torch.Tensor) and val.dim() and _numel(val) else 0.0
+    rows = numel(val) / numel(val[0]) if isinstance(val, torch.Tensor) and val.dim() and numel(val) else 0.0
     share = moved / record.nbytes if record.nbytes else 0.0
     tally.loads[index] = max(tally.loads.get(index, 0.0), float(rows) * share)
 
@@ -234,9 +177,12 @@ def layout_of(plan: MemoryPlan, *, device: Optional[DeviceLike] = None, prefetch
         if step.copy is not None:
             if step.copy.kind in (CopyKind.H2D, CopyKind.D2H, CopyKind.D2D):
                 _copy_step(tally, step, node, reference)
+                tally.device_work()
         elif step.stream_bytes is not None:
             tally.sums["device_bytes"] += 2.0 * step.stream_bytes
             tally.sums["kernels"] += 1
+            tally.kernel_groups[(1.0, 0.0, 2.0 * step.stream_bytes, 2.0 * step.stream_bytes, "bf16", 0.0, "")] += 1
+            tally.device_work()
         elif step.event in ("compute", "host"):
             on_host = step.event == "host" or (step.device is not None and step.device.is_host)
             _op_step(tally, step, node, events, on_host, prefetch_hit_rate)
@@ -256,6 +202,7 @@ def layout_of(plan: MemoryPlan, *, device: Optional[DeviceLike] = None, prefetch
         host_share=s["host_weight_bytes"] / weight_bytes if weight_bytes else 0.0,
         overlappable=min(1.0, tally.prefetched / link) if link else 1.0, gpu=str(gpu) if gpu is not None else "",
         origin="graph", notes=(f"counted from {len(events)} steps of the plan",),
+        kernel_groups=_groups(tally.kernel_groups), host_groups=_groups(tally.host_groups), graphs=max(1.0, s["graphs"]),
     )  # fmt: skip
 
 

@@ -47,7 +47,7 @@ from ..errors import WorkbenchError
 from ..weight_formats import weight_formats
 from ..machine.parts import PartsFile, part_facts, part_names
 
-__all__ = ["CACHE_RESERVE", "PLACEMENT_REGIMES", "CacheRouting", "DecodeLayout", "LayoutError", "ModelFacts",
+__all__ = ["CACHE_RESERVE", "PLACEMENT_REGIMES", "CacheRouting", "DecodeLayout", "LayoutError", "ModelFacts", "OpGroup",
            "ExpertPlacement", "UniformRouting", "WeightBits"]  # fmt: skip
 
 #: Where the routed experts live and are computed.
@@ -238,6 +238,21 @@ class ExpertPlacement:
 
 
 @dataclass(frozen=True)
+class OpGroup:
+    """Ops of a planned graph's token that do the same work (``runtime.op_work.OpWork``):
+    the decode timer charges each as the event simulator charges one step."""
+
+    count: float  # steps in the group
+    share: float  # share of each step's time charged (a row share's expected share; 1 otherwise)
+    flops: float  # FLOPs of one step
+    bytes: float  # bytes one step touches, as counted
+    fused_bytes: float  # the same when row picks are fused into their readers
+    dtype_class: str  # the peak-FLOP/s class of its dtype
+    weights: float = 0.0  # weight elements one step multiplies
+    weight_format: str = ""  # the format they are stored in
+
+
+@dataclass(frozen=True)
 class DecodeLayout:
     """What one decode token reads, moves and launches where; no times (module doc)."""
 
@@ -268,6 +283,11 @@ class DecodeLayout:
     link: str = ""
     origin: str = "facts"  # "facts" or "graph"
     notes: tuple[str, ...] = field(default=())  # how each figure was found
+    # A planned graph's own ops, grouped by their work (empty for a layout from facts: its
+    # totals are all that is known), and the graphs a replay launches per token.
+    kernel_groups: tuple[OpGroup, ...] = ()  # the GPU's kernels
+    host_groups: tuple[OpGroup, ...] = ()  # the host's ops
+    graphs: float = 1.0  # runs of device work between host work: one captured graph each
 
     def __post_init__(self) -> None:
         for name in ("device_bytes", "device_flops", "host_bytes", "host_weights", "host_dequant_ops", "host_calls",
@@ -278,6 +298,10 @@ class DecodeLayout:
         _check_number("layout layers", self.layers, 1, _MAX_COUNT, whole=True)
         for name in ("host_share", "cache_share", "hit_rate", "overlappable"):
             _check_number(f"layout {name}", getattr(self, name), 0, 1)
+        _check_number("layout graphs", self.graphs, 0, 1e9)
+        for group in self.kernel_groups + self.host_groups:
+            if not isinstance(group, OpGroup):
+                raise LayoutError(f"a layout's op groups are OpGroup records, got {type(group).__name__}")
 
     @property
     def parts(self) -> str:

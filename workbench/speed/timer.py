@@ -15,10 +15,14 @@ Rules:
 1. ``t = gpu + side - overlap × min(gpu, side)``, ``side = host + copy``, ``overlap =
    cost_model.overlap × layout.overlappable``: the runtime's share of the shorter hidden
    under the longer, where the placement lets the work run side by side.
+Every term is a cost function of ``machine.costs`` (the functions the event simulator
+charges each step with), applied to the layout's totals:
+
 2. GPU: ``kernels`` = the layout's own count when ``kernels_per_layer`` is 0, else
    ``layers × kernels_per_layer``; plus ``moe_layers × num_experts ×
    visited_expert_kernels`` (a loop over every expert). ``device = max(device_bytes /
-   device_memory_bandwidth, device_flops / device_flops_bf16) + kernels × kernel_gap``.
+   device_memory_bandwidth, device_flops / device_flops_bf16) + kernels × kernel_gap``
+   (``costs`` rules 4, 7: the token's kernels as one roofline, without the one-kernel floor).
    Eager launches: ``issue = kernels × (launch_overhead + executor_overhead)`` and
    ``gpu = device + issue - launch_overlap × min(device, issue)``; graph replay: ``gpu =
    device + graph_launch_overhead``.
@@ -27,15 +31,25 @@ Rules:
    (``CostModel.host_matvec_rate``), else ``host_flops / (2 + dequant ops per weight)``:
    a multiply-add and the dequantization of every weight at the host's FLOP rate.
    ``host_bound`` says which of the two terms is the longer.
-4. Copy: experts loaded = the layout's ``expert_loads``, or its ``experts_offloaded``
+4. Copy (``costs`` rule 2: times add, so pageable staging slows the bytes it holds): experts loaded = the layout's ``expert_loads``, or its ``experts_offloaded``
    for a runtime that loads every expert its loop visits (``loads_all_experts``); ``(link_bytes
-   + loaded × expert_bytes) / (h2d_bandwidth × (1 - pageable_copies × (1 -
-   pageable_factor))) + (copies + expert copies) × (h2d_latency + copy_overhead)``; expert
+   + loaded × expert_bytes) × (1 - pageable_copies) / h2d_bandwidth + (link_bytes + loaded ×
+   expert_bytes) × pageable_copies / (h2d_bandwidth × pageable_factor) + (copies + expert
+   copies) × (h2d_latency + copy_overhead)``; expert
    copies = loaded ×
    ``copies_per_expert`` when the runtime states its copies per expert, else the layout's
    own ``expert_copies`` (scaled to the experts loaded).
 5. The time is a finite number > 0, or a ``DecodeTimeError`` names what made it not one;
    tokens/s is never negative, zero or NaN.
+6. A planned graph's layout on a runtime that launches the graph's own kernels
+   (``kernels_per_layer`` 0) is charged op by op, as the event simulator charges each
+   step (``runtime.sim_timing`` rule 12): the GPU's ``device`` is the sum over its kernel
+   groups of ``count × share × costs.kernel_seconds`` (its FLOPs at its dtype class's
+   peak, its bytes — fused when the runtime fuses row picks — with the one-kernel
+   floor), the host's the sum over its host groups of ``costs.host_op_seconds`` (each op's
+   framework cost, and the runtime's matvec rate for the format of the weights it
+   multiplies), and graph replay launches one graph per run of device work
+   (``graphs``). Rules 2 and 3's totals are for layouts from facts.
 """
 
 from __future__ import annotations
@@ -44,8 +58,9 @@ import math
 from dataclasses import dataclass
 
 from ..errors import WorkbenchError
+from ..machine import costs
 from ..machine.cost_model import CostModel
-from .layout import DecodeLayout
+from .layout import DecodeLayout, OpGroup
 
 __all__ = ["DecodeTime", "DecodeTimeError", "time_decode"]
 
@@ -92,16 +107,39 @@ def _kernels(layout: DecodeLayout, model: CostModel) -> float:
     return kernels + layout.moe_layers * layout.num_experts * model.visited_expert_kernels
 
 
+def _per_op(layout: DecodeLayout, model: CostModel) -> bool:
+    """Rule 6: the layout's own ops are charged one by one (a graph's, on a runtime that
+    launches the graph's own kernels)."""
+    return bool(layout.kernel_groups or layout.host_groups) and model.kernels_per_layer == 0
+
+
+def _group_bytes(group: OpGroup, model: CostModel) -> float:
+    return group.fused_bytes if model.fuses_row_picks >= 0.5 else group.bytes
+
+
+def _device_seconds(layout: DecodeLayout, model: CostModel) -> float:
+    """The GPU's own time without gaps (rules 2, 6)."""
+    if _per_op(layout, model):
+        return sum(g.count * g.share * costs.kernel_seconds(model, g.flops, _group_bytes(g, model), g.dtype_class)
+                   for g in layout.kernel_groups)  # fmt: skip
+    # a layout from facts states totals: the token's kernels as one roofline
+    return costs.roofline_seconds(model, layout.device_flops, layout.device_bytes, "bf16")
+
+
 def _host_seconds(layout: DecodeLayout, model: CostModel) -> tuple[float, str]:
+    if _per_op(layout, model) and layout.host_groups:  # rule 6
+        memory = sum(g.count * g.share * _group_bytes(g, model) for g in layout.host_groups) / model.host_memory_bandwidth
+        seconds = sum(g.count * g.share * costs.host_op_seconds(model, g.flops, _group_bytes(g, model), g.weights,
+                                                                g.weight_format) for g in layout.host_groups)  # fmt: skip
+        overhead = sum(g.count * g.share for g in layout.host_groups) * model.host_op_overhead
+        return seconds, "compute" if seconds - overhead > memory else "memory"
     if layout.host_bytes <= 0 and layout.host_weights <= 0:
         return layout.host_calls * model.host_op_overhead, ""
-    rate = model.host_matvec_rate(layout.host_format) if layout.host_format else None
-    if rate is None:
-        rate = model.host_flops / (2.0 + layout.host_dequant_ops)
     memory = layout.host_bytes / model.host_memory_bandwidth
-    compute = layout.host_weights / rate
-    bound = "compute" if compute > memory else "memory"
-    return max(memory, compute) + layout.host_calls * model.host_op_overhead, bound
+    work = costs.host_compute_seconds(model, layout.host_bytes, layout.host_weights, layout.host_format,
+                                      layout.host_dequant_ops)  # fmt: skip
+    bound = "compute" if work > memory else "memory"
+    return work + layout.host_calls * model.host_op_overhead, bound
 
 
 def _link_bytes(layout: DecodeLayout, model: CostModel) -> tuple[float, float]:
@@ -111,11 +149,10 @@ def _link_bytes(layout: DecodeLayout, model: CostModel) -> tuple[float, float]:
 
 
 def _copy_seconds(layout: DecodeLayout, model: CostModel) -> float:
-    bandwidth = model.h2d_bandwidth * (1.0 - model.pageable_copies * (1.0 - model.pageable_factor))
     nbytes, loads = _link_bytes(layout, model)
     expert_copies = loads * model.copies_per_expert if model.copies_per_expert > 0 else layout.expert_copies * (
         loads / layout.expert_loads if layout.expert_loads else 1.0)
-    return nbytes / bandwidth + (layout.copies + expert_copies) * (model.h2d_latency + model.copy_overhead)
+    return costs.link_seconds(model, nbytes, layout.copies + expert_copies, model.pageable_copies)
 
 
 def time_decode(layout: DecodeLayout, cost_model: CostModel) -> DecodeTime:
@@ -126,13 +163,12 @@ def time_decode(layout: DecodeLayout, cost_model: CostModel) -> DecodeTime:
     if not isinstance(cost_model, CostModel):
         raise DecodeTimeError(f"cost_model must be a CostModel (CostModel.compose(...)), got {type(cost_model).__name__}")
     kernels = _kernels(layout, cost_model)
-    device = max(layout.device_bytes / cost_model.device_memory_bandwidth,
-                 layout.device_flops / cost_model.device_flops_bf16) + kernels * cost_model.kernel_gap  # fmt: skip
+    device = _device_seconds(layout, cost_model) + kernels * cost_model.kernel_gap
     if cost_model.launch_mode == "eager":
-        issue = kernels * (cost_model.launch_overhead + cost_model.executor_overhead)
+        issue = costs.eager_issue_seconds(cost_model, kernels)
         gpu = device + issue - cost_model.launch_overlap * min(device, issue)
     else:
-        issue = cost_model.graph_launch_overhead
+        issue = costs.graph_issue_seconds(cost_model, layout.graphs if _per_op(layout, cost_model) else 1.0)
         gpu = device + issue
     host, bound = _host_seconds(layout, cost_model)
     copy = _copy_seconds(layout, cost_model)
