@@ -192,6 +192,14 @@ def file_identity(path: Union[str, os.PathLike]) -> Optional[FileIdentity]:
     return (str(resolved), info.st_mtime_ns, info.st_size, info.st_ino)
 
 
+def file_version_key(path: Union[str, os.PathLike]) -> FileIdentity:
+    """Rule 7: what a read of the file at ``path`` is cached under — its identity — or,
+    for a path that cannot be identified (missing, not a regular file), its absolute name
+    with no version, so the reader is asked and refuses it (an error is never cached)."""
+    found = file_identity(path)
+    return found if found is not None else (os.path.abspath(path), -1, -1, -1)
+
+
 def settled(identity: FileIdentity) -> bool:
     """Rule 7: whether a file of this identity was last modified long enough ago that an
     edit would change its identity (a result read from it may be kept)."""

@@ -38,7 +38,7 @@ from typing import Any, Optional, Union
 
 import pandas as pd
 
-from ..file_reading import finite_number, read_csv_table
+from ..file_reading import FileIdentity, file_version_key, finite_number, read_csv_table
 from .op_cost import CostModelError
 
 __all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "PartsFile", "part_facts", "part_figures", "part_names",
@@ -92,24 +92,12 @@ def parts(path: PartsFile = None) -> pd.DataFrame:
     return _read(Path(path) if path is not None else parts_path()).copy()
 
 
-def _file_key(path: Path) -> tuple[str, int, int]:
-    """What a read of ``path`` is cached under (rule 3): its absolute path, size and
-    modification time; a path that cannot be looked at is keyed by its name alone and
-    refused by the reader."""
-    absolute = os.path.abspath(path)
-    try:
-        info = os.stat(absolute)
-    except OSError:
-        return absolute, -1, -1
-    return absolute, info.st_size, info.st_mtime_ns
-
-
 def _read(path: Path) -> pd.DataFrame:
-    return _checked(_file_key(path))
+    return _checked(file_version_key(path))
 
 
 @functools.lru_cache(maxsize=8)
-def _checked(key: tuple[str, int, int]) -> pd.DataFrame:
+def _checked(key: FileIdentity) -> pd.DataFrame:
     path = Path(key[0])
     table = read_csv_table(path, "table of hardware parts", CostModelError, _COLUMNS)
     problems = [p for i, row in enumerate(table.itertuples(index=False)) for p in _row_problems(i, row)]
@@ -176,11 +164,11 @@ def _catalog(path: PartsFile) -> pd.DataFrame:
     intro: a user's part replaces the shipped part of its kind and name whole)."""
     if path is None:
         return _read(parts_path())
-    return _joined(_file_key(parts_path()), _file_key(Path(path)))
+    return _joined(file_version_key(parts_path()), file_version_key(Path(path)))
 
 
 @functools.lru_cache(maxsize=8)
-def _joined(shipped_key: tuple[str, int, int], user_key: tuple[str, int, int]) -> pd.DataFrame:
+def _joined(shipped_key: FileIdentity, user_key: FileIdentity) -> pd.DataFrame:
     shipped, own = _checked(shipped_key), _checked(user_key)
     replaced = set(zip(own["kind"], own["name"]))
     keep = [(k, n) not in replaced for k, n in zip(shipped["kind"], shipped["name"])]
@@ -202,19 +190,19 @@ def _check_kind(kind: str) -> None:
 def parts_file_key(parts: PartsFile = None) -> tuple[Any, ...]:
     """What a reading of the catalog (shipped, and ``parts``) depends on: each file's path,
     size and modification time — equal keys, equal parts (rule 3)."""
-    shipped = _file_key(parts_path())
-    return (shipped,) if parts is None else (shipped, _file_key(Path(parts)))
+    shipped = file_version_key(parts_path())
+    return (shipped,) if parts is None else (shipped, file_version_key(Path(parts)))
 
 
 def _index(parts: PartsFile) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
     """``(kind, name) -> ((field, value), ...)`` of the catalog: looked up once per read."""
     if parts is None:
-        return _indexed(_file_key(parts_path()), None)
-    return _indexed(_file_key(parts_path()), _file_key(Path(parts)))
+        return _indexed(file_version_key(parts_path()), None)
+    return _indexed(file_version_key(parts_path()), file_version_key(Path(parts)))
 
 
 @functools.lru_cache(maxsize=8)
-def _indexed(shipped_key: tuple[str, int, int], user_key: Optional[tuple[str, int, int]]) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
+def _indexed(shipped_key: FileIdentity, user_key: Optional[FileIdentity]) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
     table = _checked(shipped_key) if user_key is None else _joined(shipped_key, user_key)
     found: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for row in table.itertuples(index=False):

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-from ..file_reading import read_csv_table
+from ..file_reading import FileIdentity, file_version_key, read_csv_table
 from .cost_model import LAUNCH_MODES, MEASURED_PREFIX
 from .op_cost import CostModelError
 from ..weight_formats import weight_formats
@@ -212,15 +212,6 @@ def runtime_profiles_path() -> Path:
     return _data_dir() / "runtime_profiles.csv"
 
 
-def _key(path: Union[str, "os.PathLike[str]"]) -> tuple[str, int, int]:
-    absolute = os.path.abspath(path)
-    try:
-        info = os.stat(absolute)
-    except OSError:
-        return absolute, -1, -1
-    return absolute, info.st_size, info.st_mtime_ns
-
-
 def _read(path: Path, what: str, columns: tuple[str, ...]) -> list[Any]:
     table = read_csv_table(path, what, RuntimeProfileError, columns)
     long = [i + 2 for i, row in enumerate(table.itertuples(index=False)) if any(len(str(c)) > MAX_CELL_CHARS for c in row)]
@@ -232,14 +223,14 @@ def _read(path: Path, what: str, columns: tuple[str, ...]) -> list[Any]:
 def host_matvec(kernels: str, path: Optional[Union[str, Path]] = None) -> tuple[tuple[str, float, float], ...]:
     """``(weight format, weights per second per core, FP32 FLOP/s of the core it was
     measured on)`` of the host kernel family ``kernels`` (``data/runtimes/host_matvec.csv``)."""
-    table = _matvec(_key(path if path is not None else _data_dir() / "host_matvec.csv"))
+    table = _matvec(file_version_key(path if path is not None else _data_dir() / "host_matvec.csv"))
     if kernels not in table:
         raise RuntimeProfileError(f"no host kernel family {kernels!r} in the matvec table; valid: {', '.join(sorted(table))}")
     return table[kernels]
 
 
 @functools.lru_cache(maxsize=4)
-def _matvec(key: tuple[str, int, int]) -> dict[str, tuple[tuple[str, float, float], ...]]:
+def _matvec(key: FileIdentity) -> dict[str, tuple[tuple[str, float, float], ...]]:
     formats = weight_formats()
     found: dict[str, list[tuple[str, float, float]]] = {}
     problems: list[str] = []
@@ -276,11 +267,11 @@ def _number(text: str) -> Optional[float]:
 
 def fitted_terms(path: Optional[Union[str, Path]] = None) -> dict[str, FittedTermSpec]:
     """The terms profiles may fit (``data/runtimes/fitted_terms.csv``), by name."""
-    return _terms(_key(path if path is not None else _data_dir() / "fitted_terms.csv"))
+    return _terms(file_version_key(path if path is not None else _data_dir() / "fitted_terms.csv"))
 
 
 @functools.lru_cache(maxsize=4)
-def _terms(key: tuple[str, int, int]) -> dict[str, FittedTermSpec]:
+def _terms(key: FileIdentity) -> dict[str, FittedTermSpec]:
     found: dict[str, FittedTermSpec] = {}
     problems: list[str] = []
     for i, row in enumerate(_read(Path(key[0]), "table of fitted terms", _TERM_COLUMNS)):
@@ -304,11 +295,11 @@ def _terms(key: tuple[str, int, int]) -> dict[str, FittedTermSpec]:
 def runtime_profiles(path: Optional[Union[str, Path]] = None) -> tuple[RuntimeProfile, ...]:
     """The runtime profiles of the table at ``path`` (default: the shipped one), in file
     order, checked (rules 1, 2)."""
-    return _profiles(_key(path if path is not None else runtime_profiles_path()))
+    return _profiles(file_version_key(path if path is not None else runtime_profiles_path()))
 
 
 @functools.lru_cache(maxsize=4)
-def _profiles(key: tuple[str, int, int]) -> tuple[RuntimeProfile, ...]:
+def _profiles(key: FileIdentity) -> tuple[RuntimeProfile, ...]:
     path = Path(key[0])
     problems: list[str] = []
     rows: dict[str, dict[str, tuple[str, str]]] = {}
