@@ -16,7 +16,7 @@ Rules:
    per (weight, hint, device)) plus ``gather_h2d_reuse_copy(w, idx, p, hint)``, which takes
    the rows the prefetch holds from ``p`` on the device and only the others over the link.
    A run's reuse copy is charged the bytes that crossed and counts its hits
-   (``prefetch_stats``); ``estimate`` charges ``1 - CostModel.prefetch_hit_rate`` of its
+   (``prefetch_stats``); ``estimate`` charges ``1 - prefetch_hit_rate`` (the workload's) of its
    rows to the link.
 4. A gather reads each selected row of host memory once; on ``cuda`` from page-locked,
    mapped host memory by one kernel, a pageable source falling back to torch on the
@@ -75,7 +75,7 @@ def copy_handler(move: Callable[..., None]) -> Callable[..., None]:
     return handler
 
 
-def _record_bytes_cost(model: Any, step: Any, node: torch.fx.Node, record: CopyRecord) -> Callable[[], tuple[float, int, int]]:
+def _record_bytes_cost(model: Any, step: Any, node: torch.fx.Node, record: CopyRecord, workload: Any) -> Callable[[], tuple[float, int, int]]:
     """``estimate``: the bytes the record says the copy moves."""
     nbytes = int(round(record.expected_nbytes()))
     return lambda: copy_cost(model, step, nbytes)
@@ -257,9 +257,9 @@ def _reuse_handler(move: Callable[..., Callable[[], int]]) -> Callable[..., None
     return handler
 
 
-def _reuse_cost(model: Any, step: Any, node: torch.fx.Node, record: CopyRecord) -> Callable[[], tuple[float, int, int]]:
+def _reuse_cost(model: Any, step: Any, node: torch.fx.Node, record: CopyRecord, workload: Any) -> Callable[[], tuple[float, int, int]]:
     total = node_nbytes(node, unbounded="hint")  # every selected row
-    link = expected_link_bytes(model, total)
+    link = expected_link_bytes(workload, total)
     return lambda: reuse_cost(model, step, link, total - link)
 
 

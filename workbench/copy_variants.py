@@ -21,7 +21,8 @@ the registry and never name a variant themselves:
   ``CopyRun``, ``dst`` the planned destination, ``x`` the source, ``index`` the rows
   selected, or None).
 - ``cost``: what ``estimate`` charges its step, from shapes alone:
-  ``cost(model, step, node, record) -> (() -> (µs, bytes, flops))``.
+  ``cost(model, step, node, record, workload) -> (() -> (µs, bytes, flops))`` (``workload``:
+  the data the estimate expects, ``runtime.workload.Workload``).
 - ``render``: the words a timeline shows for one of its copy events.
 - ``prepare``: called once per propagation before the first op is offered to ``rewrite``
   (to find the ops it will rewrite; it may ``defer`` captured nodes it emits itself).
@@ -71,7 +72,7 @@ __all__ = [
 Rewrite = Callable[[Any, torch.fx.Node, Any], Optional[torch.fx.Node]]
 #: ``handler(run, entry, record, dst, x, index) -> None``.
 CopyHandler = Callable[..., None]
-#: ``cost(model, step, node, record) -> (() -> (µs, bytes, flops))``.
+#: ``cost(model, step, node, record, workload) -> (() -> (µs, bytes, flops))``.
 CopyCost = Callable[..., Callable[[], tuple[float, int, int]]]
 
 

@@ -37,8 +37,8 @@ def test_a_loaded_expert_cache_plan_estimates_and_runs_as_saved(tmp_path, on_mis
     assert _facts(loaded) == _facts(plan)
     if on_miss == "host_compute":
         assert any(share is not None for _, share in _facts(plan).values())
-    half = CostModel().with_prefetch_hit_rate(0.5)  # a row share changes the estimate only below a full miss rate
-    assert wb.estimate(loaded, half).events == wb.estimate(plan, half).events
+    # a row share changes the estimate only below a full miss rate
+    assert wb.estimate(loaded, CostModel(), prefetch_hit_rate=0.5).events == wb.estimate(plan, CostModel(), prefetch_hit_rate=0.5).events
     saved_run, loaded_run = (wb.run(p, *stage_inputs(p.device_graph, inputs, "sim"), backend="sim") for p in (plan, loaded))
     assert loaded_run.timeline.events == saved_run.timeline.events
     assert loaded_run.row_masks == saved_run.row_masks and loaded_run.prefetch == saved_run.prefetch

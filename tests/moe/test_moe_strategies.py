@@ -233,10 +233,10 @@ def test_host_compute_charges_the_host_only_for_misses():
                 out[layer_of[e.node]] = out.get(layer_of[e.node], 0.0) + e.end_us - e.start_us
         return out
 
-    full = host_time(estimate(plan, CostModel().with_prefetch_hit_rate(0.0)))
-    half = host_time(estimate(plan, CostModel().with_prefetch_hit_rate(0.5)))
+    full = host_time(estimate(plan, CostModel(), prefetch_hit_rate=0.0))
+    half = host_time(estimate(plan, CostModel(), prefetch_hit_rate=0.5))
     assert set(full) == set(range(4)) and all(half[layer] == pytest.approx(full[layer] / 2) for layer in full)
-    assert sum(host_time(estimate(plan, CostModel().with_prefetch_hit_rate(1.0))).values()) == 0
+    assert sum(host_time(estimate(plan, CostModel(), prefetch_hit_rate=1.0)).values()) == 0
     rates = result.hit_rate_matrix()  # (L, T)
     for step, res in enumerate(result.steps):
         got = host_time(res.timeline)

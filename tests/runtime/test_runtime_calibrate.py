@@ -42,7 +42,7 @@ ODD = dataclasses.replace(
     CostModel.preset("a100_40gb", link="pcie_gen4", host="laptop"),
     h2d_bandwidth=21.3e9, d2h_bandwidth=23.9e9, d2d_bandwidth=190e9, h2d_latency=9.1e-6, d2h_latency=11.7e-6,
     d2d_latency=3.3e-6, pageable_factor=0.37, launch_overhead=6.1e-6, graph_launch_overhead=4.4e-6,
-    kernel_gap=0.7e-6, min_kernel_time=1.9e-6, host_op_overhead=3.3e-6, launch_mode="graph", prefetch_hit_rate=0.4,
+    kernel_gap=0.7e-6, min_kernel_time=1.9e-6, host_op_overhead=3.3e-6, launch_mode="graph",
     executor_overhead=23.5e-6,
 )  # fmt: skip
 

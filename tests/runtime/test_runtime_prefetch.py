@@ -15,6 +15,7 @@ from workbench.models import MoEConfig, QwenMoEDecoder
 from workbench.planning.arena_execution import run_in_arenas
 from workbench.runtime import stage_inputs, to_host
 from workbench.machine import CostModel, op_cost
+from workbench.runtime.workload import Workload
 from workbench.builtin_copies import sim_reuse_rows
 from workbench.runtime.executor import estimate, run
 from workbench.moe.strategies import expert_streaming
@@ -106,8 +107,7 @@ def test_estimate_charges_the_expected_hit_rate():
     total = 4 * ROW
     seen = []
     for rate in (0.0, 0.25, 0.5, 1.0):
-        model = MODEL.with_prefetch_hit_rate(rate) if rate else MODEL
-        (event,) = [e for e in estimate(plan, model) if e.node.endswith("_gather")]
+        (event,) = [e for e in estimate(plan, MODEL, prefetch_hit_rate=rate) if e.node.endswith("_gather")]
         link = round((1 - rate) * total)
         assert event.nbytes == link
         assert event.duration_us == pytest.approx(MODEL.reuse_copy_time_us(link, total - link))
@@ -115,13 +115,18 @@ def test_estimate_charges_the_expected_hit_rate():
     assert seen == [total, 3 * total // 4, total // 2, 0]
 
 
-def test_prefetch_hit_rate_is_validated():
-    """prefetch_hit_rate is a number in [0, 1]; 0.0 (pessimistic) is the default."""
-    assert CostModel().prefetch_hit_rate == 0.0 == CostModel.preset("h200").prefetch_hit_rate
-    for bad in (-0.1, 1.5, True, "0.5"):
+def test_prefetch_hit_rate_is_the_workloads_and_validated():
+    """prefetch_hit_rate is a number in [0, 1] given beside the machine (0.0, pessimistic, by
+    default), never a cost model's figure; a file that still holds it reads as the same machine."""
+    _, plan = _toy_plan()
+    assert Workload().prefetch_hit_rate == 0.0 and not hasattr(CostModel(), "prefetch_hit_rate")
+    for bad in (-0.1, 1.5, True, "0.5", float("nan")):
         with pytest.raises(ValueError, match=r"prefetch_hit_rate must be a number in \[0, 1\]"):
-            CostModel(prefetch_hit_rate=bad)
-    assert CostModel().with_prefetch_hit_rate(0.85).with_link("nvlink_c2c").prefetch_hit_rate == 0.85
+            Workload(bad)
+        with pytest.raises(ValueError, match=r"prefetch_hit_rate must be a number in \[0, 1\]"):
+            estimate(plan, MODEL, prefetch_hit_rate=bad)
+    old_file = {**MODEL.to_dict(), "prefetch_hit_rate": 0.85}
+    assert CostModel.from_dict(old_file) == MODEL
 
 
 def test_reuse_copy_time_is_one_launch_for_both_kinds_of_rows():

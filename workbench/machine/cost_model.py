@@ -34,9 +34,8 @@ Rules:
 5. A reuse copy (``gather_h2d_reuse_copy``: rows a prefetch already holds are copied on
    the device, the rest come over the link) is one launch doing both at once: it takes
    ``h2d latency + max(link bytes / h2d bandwidth, 2 × device bytes / device memory
-   bandwidth)``. Shape-only estimates do not know which rows the prefetch holds; they
-   charge ``(1 - prefetch_hit_rate)`` of the rows to the link. ``prefetch_hit_rate``
-   defaults to 0.0, the pessimistic bound: every row crosses, as if nothing was prefetched.
+   bandwidth)``. How many rows a prefetch holds is the workload's, not the machine's: a
+   shape-only estimate is told (``runtime.workload``), a run counts them.
 6. Launch modes (``launch_mode``; the scheduling lives in ``sim_timing``). ``"eager"``:
    the host issues every device operation itself, a kernel or a copy, one per
    ``launch_overhead`` of host time, and the device runs each as soon as it has
@@ -50,6 +49,9 @@ Rules:
 7. With ``graph_launch_overhead <= launch_overhead`` (every preset), graph replay is never
    slower than eager launches of the same steps: each device operation is released no
    later, and everything else is the same.
+8. A cost model describes hardware and a runtime only. A figure that once described the
+   workload (``prefetch_hit_rate``, in files written before it moved out) is ignored when a
+   file is read (``RETIRED_FIELDS``).
 
 What each figure means physically, and where the presets' values come from:
 
@@ -153,6 +155,9 @@ class LaunchModeError(CostModelError):
     """A launch mode that is not one of ``LAUNCH_MODES``."""
 
 
+#: Figures a cost model no longer has, ignored when a file holds them (rule 8): the
+#: workload's, not the machine's.
+RETIRED_FIELDS = frozenset({"prefetch_hit_rate"})
 #: Prefix of a measured preset's name: ``CostModel.preset("measured:h200")``.
 MEASURED_PREFIX = "measured:"
 #: Environment variable naming another folder of measured presets (default: ``data/measured``).
@@ -316,9 +321,6 @@ class CostModel:
     host_flops: float = 3e12  # FLOP/s, any dtype
     host_memory_bandwidth: float = 300e9  # bytes/s
     host_op_overhead: float = 2e-6  # s per host op
-    # Prefetch: the share of a reuse copy's rows a prefetch is expected to hold, for
-    # shape-only estimates (a run counts the real hits). 0.0 = every row crosses (rule 5).
-    prefetch_hit_rate: float = 0.0
     name: str = "h200+pcie_gen5+x86_server"
 
     def __post_init__(self) -> None:
@@ -342,13 +344,6 @@ class CostModel:
             if f.name in _SHARES:
                 if not number or not 0.0 <= value <= 1.0:
                     raise CostModelError(f"CostModel.{f.name} must be a share in [0, 1], got {value!r}")
-                continue
-            if f.name == "prefetch_hit_rate":
-                if not number or not 0.0 <= value <= 1.0:
-                    raise CostModelError(
-                        f"CostModel.prefetch_hit_rate must be a number in [0, 1] (the share of a reuse "
-                        f"copy's rows a prefetch holds), got {value!r}"
-                    )
                 continue
             if not number:
                 raise CostModelTypeError(f"CostModel.{f.name} must be a number, got {value!r}")
@@ -461,6 +456,7 @@ class CostModel:
         if not isinstance(values, dict):
             raise CostModelTypeError(f"a cost model is a dict of figures, got {type(values).__name__}")
         known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in values.items() if k not in RETIRED_FIELDS}  # rule 8
         unknown = sorted(set(values) - known)
         missing = sorted(known - set(values) - {"name"} - _LATER_TERMS)
         if unknown or missing:
@@ -520,10 +516,6 @@ class CostModel:
         else:
             name.append(link)
         return replace(self, **_choice("link", link), name="+".join(name))
-
-    def with_prefetch_hit_rate(self, rate: float) -> "CostModel":
-        """This model expecting a prefetch to hold ``rate`` of a reuse copy's rows (rule 5)."""
-        return replace(self, prefetch_hit_rate=rate)
 
     def with_launch_mode(self, mode: str) -> "CostModel":
         """This model launching kernels per op (``"eager"``) or by graph replay (``"graph"``)."""

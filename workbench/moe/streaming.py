@@ -348,7 +348,7 @@ def _handler(move: Callable[..., Callable[[], int]]) -> Callable[..., None]:
     return handler
 
 
-def _cost(model: Any, step: Any, node: torch.fx.Node, record: CopyRecord) -> Callable[[], tuple[float, int, int]]:
+def _cost(model: Any, step: Any, node: torch.fx.Node, record: CopyRecord, workload: Any) -> Callable[[], tuple[float, int, int]]:
     """Rule 4: the expected distinct experts' rows under uniform routing."""
     nbytes = int(round(record.expected_nbytes()))
     return lambda: copy_cost(model, step, nbytes)

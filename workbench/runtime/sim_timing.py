@@ -51,7 +51,7 @@ Rules:
 9. A step with a ``share`` (``node_facts.RowShare``) is charged that share of its op's
    time, bytes and FLOPs: in a run the share its mask really selects (``scaled``), in
    ``estimate`` the expected share, the mask being True with probability
-   ``CostModel.prefetch_hit_rate`` (the expected hit rate, as for reuse copies).
+   ``prefetch_hit_rate`` (the workload's expected hit rate, as for reuse copies).
 10. ``estimate`` keeps, per plan object, what each op step's cost is made of apart from
    the machine (``op_facts``: FLOPs, bytes, dtype — shapes alone decide them), so the
    same plan estimated under another link, device or hit rate counts no op again.
@@ -90,6 +90,7 @@ from ..machine.cost_model import CostModel, CountedCost, Stored, check_launch, U
 from ..machine.default_model import default_cost_model
 from .graph_segments import graph_segments
 from .op_work import OpWork, op_work
+from .workload import Workload
 from .state import state_writes
 from .steps import Lane, Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
@@ -242,10 +243,10 @@ def reuse_cost(model: CostModel, step: Step, link_bytes: int, device_bytes: int)
     return model.reuse_copy_time_us(link_bytes, device_bytes, pinned=step.pinned), link_bytes, 0
 
 
-def expected_link_bytes(model: CostModel, nbytes: int) -> int:
+def expected_link_bytes(workload: Workload, nbytes: int) -> int:
     """Bytes of a reuse copy of ``nbytes`` expected to cross the link: the share
     ``1 - prefetch_hit_rate`` its prefetch is expected to miss (rule 1)."""
-    return int(round((1.0 - model.prefetch_hit_rate) * int(nbytes)))
+    return int(round((1.0 - workload.prefetch_hit_rate) * int(nbytes)))
 
 
 def bind_cost(model: CostModel, step: Step, nbytes: int) -> tuple[float, int, int]:
@@ -415,7 +416,8 @@ class SimClock:
 
 
 def estimate(
-    plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_place_writes: bool = False, launch: Optional[str] = None
+    plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_place_writes: bool = False, launch: Optional[str] = None,
+    prefetch_hit_rate: float = 0.0,
 ) -> Timeline:
     """The modeled timeline of one call of ``plan``, from shapes alone.
 
@@ -423,11 +425,12 @@ def estimate(
     copies of the traced values, so it works on shape-only plans (a full-size model) and
     gives, for a program with static shapes, exactly the timeline ``run(plan, ...,
     backend="sim")`` records — except reuse copies, whose bytes depend on which rows the
-    prefetch holds: they are charged ``cost_model.prefetch_hit_rate`` (rule 1); and counted
+    prefetch holds: they are charged ``prefetch_hit_rate`` (rule 1; the workload's, never the
+    machine's: ``runtime.workload``); and counted
     copies and grouped matmuls, whose bytes depend on which rows an index lists: they
     are charged an expected count (rules 1, 2); and steps
     charged by a row share, whose rows depend on a mask: the expected share under
-    ``cost_model.prefetch_hit_rate`` (rule 9). Ops whose FLOPs cannot be counted are named
+    ``prefetch_hit_rate`` (rule 9). Ops whose FLOPs cannot be counted are named
     in one ``CostModelWarning`` (rule 3).
 
     ``in_place_writes=True`` models a runtime whose kernels all write their planned
@@ -445,14 +448,16 @@ def estimate(
     model = cost_model if cost_model is not None else default_cost_model()
     if not isinstance(model, CostModel):
         raise ArgumentTypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
+    workload = Workload(prefetch_hit_rate)
     uncounted = UncountedOps()
     with gc_paused():  # tens of thousands of events and cost records, and no cycles among them
-        timeline = _schedule(plan, model, in_place_writes, launch, uncounted)
+        timeline = _schedule(plan, model, workload, in_place_writes, launch, uncounted)
     uncounted.warn("estimate")
     return timeline
 
 
-def _schedule(plan: MemoryPlan, model: CostModel, in_place_writes: bool, launch: Optional[str], uncounted: UncountedOps) -> Timeline:
+def _schedule(plan: MemoryPlan, model: CostModel, workload: Workload, in_place_writes: bool, launch: Optional[str],
+              uncounted: UncountedOps) -> Timeline:
     """``estimate``'s schedule; ops whose FLOPs cannot be counted go to ``uncounted``."""
     steps = steps_of(plan)
     uncaptured: frozenset[str] = frozenset()
@@ -468,7 +473,7 @@ def _schedule(plan: MemoryPlan, model: CostModel, in_place_writes: bool, launch:
     events = {s.name: s for s in steps.steps if s.event is not None}
     for step in steps.steps:  # one step per node, in order
         if step.event is not None:
-            clock.add(step, _static_cost(model, step, nodes[step.name], uncounted, facts, events, works))
+            clock.add(step, _static_cost(model, workload, step, nodes[step.name], uncounted, facts, events, works))
             if step.slot_write == "copy" and not in_place_writes:
                 clock.add_slot_copy(step, step.slot_copy_bytes)
     for write in state_writes(plan, steps):  # a program's state, written back after the call
@@ -501,16 +506,16 @@ def _plan_works(plan: MemoryPlan) -> dict[str, OpWork]:
         return _WORKS.setdefault(plan, {})
 
 
-def _static_cost(model: CostModel, step: Step, node: torch.fx.Node, uncounted: UncountedOps, facts: dict[str, OpFacts],
-                 events: Mapping[str, Step], works: dict[str, OpWork]) -> CostFn:
+def _static_cost(model: CostModel, workload: Workload, step: Step, node: torch.fx.Node, uncounted: UncountedOps,
+                 facts: dict[str, OpFacts], events: Mapping[str, Step], works: dict[str, OpWork]) -> CostFn:
     if node.op == "placeholder":
         return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
     if step.copy is not None:  # its copy variant says what it costs (rule 1)
-        return copy_variant(step.copy.role).cost(model, step, node, step.copy)
+        return copy_variant(step.copy.role).cost(model, step, node, step.copy, workload)
     if step.stream_bytes is not None:  # rule 8
         moved = step.stream_bytes
         return lambda: memory_copy_cost(model, step, moved)
-    share = 1.0 if step.share is None else step.share.expected_share(model.prefetch_hit_rate)  # rule 9
+    share = 1.0 if step.share is None else step.share.expected_share(workload.prefetch_hit_rate)  # rule 9
 
     def cost() -> tuple[float, int, int]:
         found = facts.get(step.name)

@@ -35,8 +35,6 @@ Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
-
 from ..errors import ArgumentTypeError
 from ..machine.cost_model import CostModel
 from ..planning.memory_plan import MemoryPlan
@@ -85,17 +83,16 @@ class PhysicsAgreement:
         return self.sim_us / (self.timer_us - self.unseen_overlap_us + self.binding_us)
 
 
-def agreement(plan: MemoryPlan, cost_model: CostModel, *, prefetch_hit_rate: Optional[float] = None) -> PhysicsAgreement:
+def agreement(plan: MemoryPlan, cost_model: CostModel, *, prefetch_hit_rate: float = 0.0) -> PhysicsAgreement:
     """``plan``'s token on ``cost_model``, simulated and timed (module rules);
-    ``prefetch_hit_rate``: the share of a reuse copy's rows a prefetch holds (default the
-    model's), the same for both."""
+    ``prefetch_hit_rate``: the share of a reuse copy's (or a cache's) rows expected on the
+    device (``runtime.workload``), the same for both."""
     if not isinstance(plan, MemoryPlan):
         raise ArgumentTypeError(f"agreement expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
     if not isinstance(cost_model, CostModel):
         raise ArgumentTypeError(f"cost_model must be a CostModel, got {type(cost_model).__name__}")
-    rate = cost_model.prefetch_hit_rate if prefetch_hit_rate is None else float(prefetch_hit_rate)
-    model = cost_model.with_prefetch_hit_rate(rate)
-    timeline = estimate(plan, model, in_place_writes=True)
+    model, rate = cost_model, prefetch_hit_rate
+    timeline = estimate(plan, model, in_place_writes=True, prefetch_hit_rate=rate)
     token = time_decode(layout_of(plan, prefetch_hit_rate=rate), model)
     inputs = {s.name for s in steps_of(plan).steps if s.op == "placeholder" and s.event is not None}
     binding = sum(e.duration_us for e in timeline if e.node in inputs)

@@ -64,6 +64,7 @@ from .layout import DecodeLayout, LayoutError, OpGroup
 from .timer import DecodeTime, time_decode
 from ..machine.default_model import default_cost_model
 from ..runtime.op_work import numel, op_work
+from ..runtime.workload import Workload
 from ..runtime.sim_timing import expected_groups, op_facts, stored_of
 from ..runtime.steps import Step, steps_of
 
@@ -138,10 +139,10 @@ def _op_step(tally: _Tally, step: Step, node: torch.fx.Node, events: dict[str, S
         tally.device_work()
 
 
-def _copy_step(tally: _Tally, step: Step, node: torch.fx.Node, reference: CostModel) -> None:
+def _copy_step(tally: _Tally, step: Step, node: torch.fx.Node, reference: CostModel, workload: Workload) -> None:
     record = step.copy
     assert record is not None
-    _, moved, _ = copy_variant(record.role).cost(reference, step, node, record)()
+    _, moved, _ = copy_variant(record.role).cost(reference, step, node, record, workload)()
     if not record.is_gather:
         tally.sums["link_bytes"] += moved
         tally.sums["copies"] += 1
@@ -164,7 +165,7 @@ def layout_of(plan: MemoryPlan, *, device: Optional[DeviceLike] = None, prefetch
     (and of a cache's rows a mask selects)."""
     if not isinstance(plan, MemoryPlan):
         raise ArgumentTypeError(f"layout_of expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
-    reference = CostModel().with_prefetch_hit_rate(prefetch_hit_rate)  # only its hit rate shapes bytes
+    reference, workload = CostModel(), Workload(prefetch_hit_rate)  # a copy's bytes depend on the workload alone
     gpu = _gpu(plan, device)
     steps = steps_of(plan)
     nodes = {n.name: n for n in plan.device_graph.graph.nodes}
@@ -176,7 +177,7 @@ def layout_of(plan: MemoryPlan, *, device: Optional[DeviceLike] = None, prefetch
             continue
         if step.copy is not None:
             if step.copy.kind in (CopyKind.H2D, CopyKind.D2H, CopyKind.D2D):
-                _copy_step(tally, step, node, reference)
+                _copy_step(tally, step, node, reference, workload)
                 tally.device_work()
         elif step.stream_bytes is not None:
             tally.sums["device_bytes"] += 2.0 * step.stream_bytes
@@ -185,7 +186,7 @@ def layout_of(plan: MemoryPlan, *, device: Optional[DeviceLike] = None, prefetch
             tally.device_work()
         elif step.event in ("compute", "host"):
             on_host = step.event == "host" or (step.device is not None and step.device.is_host)
-            _op_step(tally, step, node, events, on_host, prefetch_hit_rate)
+            _op_step(tally, step, node, events, on_host, workload.prefetch_hit_rate)
     s = tally.sums
     weight_bytes = s["host_weight_bytes"] + s["device_weight_bytes"]
     host_format = max(tally.host_formats, key=lambda k: tally.host_formats[k]) if tally.host_formats else ""
@@ -212,11 +213,10 @@ def _dequant_ops(name: str) -> float:
     return found.dequant_ops if found is not None else 0.0
 
 
-def plan_decode_time(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, prefetch_hit_rate: Optional[float] = None,
-                device: Optional[DeviceLike] = None) -> DecodeTime:
+def plan_decode_time(plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, prefetch_hit_rate: float = 0.0,
+                     device: Optional[DeviceLike] = None) -> DecodeTime:
     """The time of one decode token of ``plan`` on ``cost_model`` (default
-    ``default_cost_model()``): ``time_decode(layout_of(plan), cost_model)``; the prefetch
-    hit rate defaults to the cost model's."""
+    ``default_cost_model()``): ``time_decode(layout_of(plan), cost_model)``, the layout
+    expecting ``prefetch_hit_rate`` of its prefetched and cached rows on the device."""
     model = cost_model if cost_model is not None else default_cost_model()
-    rate = model.prefetch_hit_rate if prefetch_hit_rate is None else prefetch_hit_rate
-    return time_decode(layout_of(plan, device=device, prefetch_hit_rate=rate), model)
+    return time_decode(layout_of(plan, device=device, prefetch_hit_rate=prefetch_hit_rate), model)

@@ -82,10 +82,7 @@ def evaluate(task: SweepTask) -> TaskResult:
     layout = laid_out(memory, task.expected_hit_rate if task.expected_hit_rate is not None else 0.0)
     rows = []
     for link in task.links:
-        model = task.cost_model.with_link(link)
-        if task.expected_hit_rate is not None:
-            model = model.with_prefetch_hit_rate(task.expected_hit_rate)
-        token = time_decode(layout, model)
+        token = time_decode(layout, task.cost_model.with_link(link))
         side = token.host + token.copy
         rows.append(
             {

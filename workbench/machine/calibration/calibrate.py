@@ -42,7 +42,7 @@ Rules:
 6. Host: ``host_memory_bandwidth`` and ``host_flops`` are the inverse slopes of copies by
    bytes touched and fp32 matmuls by FLOPs; ``host_op_overhead`` the median time of a
    tiny op less its few bytes' time at that bandwidth.
-7. Everything else (``prefetch_hit_rate``, ``launch_mode``) comes from the base model.
+7. Everything else (``launch_mode``, the runtime terms) comes from the base model.
 8. A saved preset records the machine as ``nvidia-smi --query-gpu=name,driver_version,
    pcie.link.gen.current,pcie.link.width.current --format=csv`` reports it (queried after
    the copies, when the link has trained up), the CUDA runtime and driver, torch and
