@@ -60,8 +60,8 @@ def test_the_mirror_copies_cost_each_missed_cell_until_they_were_removed(runs, m
     differ by exactly cells missed × that cost, and more misses cost more."""
     layout, before = model.machine(runs["imp1374_q3_30b_q4km_5090_budget5"])
     profiles = {p.name: p for p in runtime_profiles()}
-    per_cell = profiles["imp_before_1376"].values["per_copy_cost"]
-    assert per_cell > 0 and profiles["imp"].values["per_copy_cost"] == 0
+    per_cell = profiles["imp_before_1376"].values["copy_overhead"]
+    assert per_cell > 0 and profiles["imp"].values["copy_overhead"] == 0
     after = dataclasses.replace(before, copy_overhead=0.0)
     gap = time_decode(layout, before).copy - time_decode(layout, after).copy
     assert gap == pytest.approx(layout.expert_loads * 3 * per_cell, rel=1e-9)
@@ -90,14 +90,14 @@ def test_a_version_keeps_its_bases_fields_and_sources_and_states_what_differs(tm
     shipped = {p.name: p for p in runtime_profiles()}
     chained = shipped["imp_before_1370_staging"]
     assert chained.values["kernels_per_layer"] == shipped["imp_before_1370"].values["kernels_per_layer"]
-    assert chained.values["per_copy_cost"] == 0 < shipped["imp_before_1370"].values["per_copy_cost"]
-    assert chained.sources["kernel_time"] == shipped["imp"].sources["kernel_time"]
+    assert chained.values["copy_overhead"] == 0 < shipped["imp_before_1370"].values["copy_overhead"]
+    assert chained.sources["kernel_gap"] == shipped["imp"].sources["kernel_gap"]
     profiles = _profiles_with(tmp_path, "imp_later,names,imp later build,a test\nimp_later,base,imp,a test\n"
-                                        "imp_later,kernel_time,1e-6,a test\n")
+                                        "imp_later,kernel_gap,1e-6,a test\n")
     later, imp = profiles["imp_later"], profiles["imp"]
-    assert later.values["kernel_time"] == 1e-6 and later.sources["kernel_time"] == "a test"
+    assert later.values["kernel_gap"] == 1e-6 and later.sources["kernel_gap"] == "a test"
     assert all(later.values[f] == imp.values[f] or math.isnan(imp.values[f])
-               for f in imp.values if f != "kernel_time")  # fmt: skip
+               for f in imp.values if f != "kernel_gap")  # fmt: skip
     assert later.launch_mode == imp.launch_mode and later.names == "imp later build"
 
 

@@ -18,7 +18,7 @@ def test_the_profiles_copy_terms_set_every_copys_cost():
     per expert, pageable staging and loading of every visited expert are the cost model's."""
     base = CostModel.compose(gpu="rtx_a5000", link="pcie_gen4")
     streaming = runtime_profile("streaming_engines")
-    costly = dataclasses.replace(streaming, values={**streaming.values, "per_copy_cost": 1e-4})
+    costly = dataclasses.replace(streaming, values={**streaming.values, "copy_overhead": 1e-4})
     composed = CostModel.compose(gpu="rtx_a5000", link="pcie_gen4", runtime=costly)
     for nbytes in (4096, 64 << 20):
         extra = composed.copy_time_us("h2d", nbytes) - base.copy_time_us("h2d", nbytes)
@@ -43,7 +43,7 @@ def test_the_profile_sets_launch_kernel_and_bandwidth_terms():
     e = CostModel.compose(gpu="a100_80gb", runtime=eager)
     g = CostModel.compose(gpu="a100_80gb", runtime=graph)
     assert (e.launch_mode, g.launch_mode) == ("eager", "graph")
-    assert e.launch_overhead == eager.values["per_launch_cost"]
+    assert e.launch_overhead == eager.values["launch_overhead"]
     assert e.kernel_gap == g.kernel_gap == regime_model().fits["kernel_time"]
     assert e.device_memory_bandwidth == pytest.approx(base.device_memory_bandwidth * eager.values["gpu_bandwidth_fraction"])
     assert dataclasses.replace(e, launch_mode="graph", launch_overhead=g.launch_overhead, launch_overlap=g.launch_overlap,

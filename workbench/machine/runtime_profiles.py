@@ -29,9 +29,14 @@ Rules:
 3. ``profile_for(runtime)`` is the profile whose name phrase is found in the runtime's
    text (``run_text.find_name``: literal, the longest phrase first); None when none is.
 4. The tables are data: read as text, never executed, read again when edited.
-5. ``cost_model_figures`` (the ``RuntimeTerms`` protocol) sets: ``launch_mode``; eager:
-   ``launch_overhead`` = ``per_launch_cost``; ``executor_overhead`` =
-   ``framework_op_cost``; ``kernel_gap`` = ``kernel_time``; ``launch_overlap``,
+5. A field that sets one ``CostModel`` figure has that figure's name (``launch_overhead``,
+   ``executor_overhead``, ``kernel_gap``, ``copy_overhead``, ``launch_overlap``,
+   ``overlap``, ``kernels_per_layer``, ``copies_per_expert``, ``pageable_copies``,
+   ``loads_all_experts``); the others scale or pick a part's figures (the bandwidth
+   fractions, ``numa_aware``, ``host_kernels``) or multiply into one
+   (``kernels_per_visited_expert × visits_every_expert``).
+   ``cost_model_figures`` (the ``RuntimeTerms`` protocol) sets: ``launch_mode``; eager:
+   ``launch_overhead``; ``executor_overhead``; ``kernel_gap``; ``launch_overlap``,
    ``overlap``, ``kernels_per_layer``, ``copies_per_expert``, ``pageable_copies``,
    ``loads_all_experts`` as stated; ``visited_expert_kernels`` = ``kernels_per_visited_expert × visits_every_expert``;
    ``device_memory_bandwidth`` = ``gpu_bandwidth_fraction`` × the GPU part's datasheet
@@ -40,7 +45,7 @@ Rules:
    use (the run's, else every socket when ``numa_aware``, else one); ``host_matvec_rates``
    = the kernel family's rate per core, scaled by this host's FP32 FLOP/s per core over
    the core it was measured on, × the threads (the run's, else the host's ``math_cores``
-   or ``cores``, at most its cores); ``copy_overhead`` = ``per_copy_cost`` (on top of the
+   or ``cores``, at most its cores); ``copy_overhead`` (on top of the
    link part's latency, and kept when the link is swapped); ``fuses_row_picks`` = 1 (the
    engines' MoE kernels read a routed expert's rows inside the matmul, ``op_work`` rule 2)
    and ``min_kernel_time`` = 0 (``kernel_gap`` holds a kernel's fixed cost, fitted or cited:
@@ -71,10 +76,10 @@ __all__ = ["BASE_FIELD", "FIT_PREFIX", "PROFILE_FIELDS", "FittedTermSpec", "Runt
 FIT_PREFIX = "fit:"
 #: Numeric fields and their valid range (low, high), both inclusive.
 _RANGES: dict[str, tuple[float, float]] = {
-    "per_launch_cost": (0.0, 1.0), "framework_op_cost": (0.0, 1.0), "launch_overlap": (0.0, 1.0),
-    "kernel_time": (0.0, 1.0), "kernels_per_layer": (0.0, 1e5), "kernels_per_visited_expert": (0.0, 1e4),
+    "launch_overhead": (0.0, 1.0), "executor_overhead": (0.0, 1.0), "launch_overlap": (0.0, 1.0),
+    "kernel_gap": (0.0, 1.0), "kernels_per_layer": (0.0, 1e5), "kernels_per_visited_expert": (0.0, 1e4),
     "visits_every_expert": (0.0, 1.0), "gpu_bandwidth_fraction": (0.0, 1.0), "host_bandwidth_fraction": (0.0, 1.0),
-    "numa_aware": (0.0, 1.0), "per_copy_cost": (0.0, 1.0), "copies_per_expert": (0.0, 1e3),
+    "numa_aware": (0.0, 1.0), "copy_overhead": (0.0, 1.0), "copies_per_expert": (0.0, 1e3),
     "pageable_copies": (0.0, 1.0), "loads_all_experts": (0.0, 1.0), "overlap": (0.0, 1.0),
 }  # fmt: skip
 PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "host_kernels", *_RANGES)
@@ -167,19 +172,19 @@ class RuntimeProfile:
                                       "regime_model.runtime_profile(name) or profile.resolved(fits)")
         v = self.values
         figures: dict[str, Any] = {
-            "launch_mode": self.launch_mode, "kernel_gap": v["kernel_time"], "executor_overhead": v["framework_op_cost"],
+            "launch_mode": self.launch_mode, "kernel_gap": v["kernel_gap"], "executor_overhead": v["executor_overhead"],
             "launch_overlap": v["launch_overlap"], "overlap": v["overlap"], "kernels_per_layer": v["kernels_per_layer"],
             "visited_expert_kernels": v["kernels_per_visited_expert"] * v["visits_every_expert"],
             "copies_per_expert": v["copies_per_expert"], "pageable_copies": v["pageable_copies"],
             "loads_all_experts": v["loads_all_experts"],
-            "copy_overhead": v["per_copy_cost"],
+            "copy_overhead": v["copy_overhead"],
             # its kernels pick expert rows inside their matmuls (grouped or fused MoE kernels)
             "fuses_row_picks": 1.0,
             # the fitted kernel time is a kernel's whole fixed cost: no floor beside it
             "min_kernel_time": 0.0,
         }  # fmt: skip
         if self.launch_mode == "eager":
-            figures["launch_overhead"] = v["per_launch_cost"]
+            figures["launch_overhead"] = v["launch_overhead"]
         if self.pageable is not None:
             figures["pageable_copies"] = 1.0 if self.pageable else 0.0
         if self.copy_rate is not None:  # measured: already what the copies reach, from whatever memory
