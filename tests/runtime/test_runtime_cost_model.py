@@ -101,3 +101,16 @@ def test_breakeven_intensity_matches_flops_over_link():
 def test_default_model_is_the_default_preset():
     """CostModel() and CostModel.preset() describe the same machine (h200, PCIe Gen5, x86 server)."""
     assert CostModel() == CostModel.preset() == CostModel.preset("h200", "pcie_gen5", "x86_server")
+
+
+def test_the_default_machine_is_the_parts_tables():
+    """``CostModel()`` given no figures is the default parts of the parts table — every
+    figure the table's, none a constant of the code — and the datasheet default preset."""
+    from workbench.machine.cost_model import DEFAULT_PARTS
+    from workbench.machine.parts import part_figures
+
+    model = CostModel()
+    for kind, name in DEFAULT_PARTS.items():
+        for field, value in part_figures(kind, name).items():
+            assert getattr(model, field) == value, field
+    assert model == CostModel.preset(DEFAULT_PARTS["gpu"], link=DEFAULT_PARTS["link"], host=DEFAULT_PARTS["host"])

@@ -48,6 +48,7 @@ from ..models import MoEConfig, QwenMoEDecoder
 from ..planning.memory_plan import MemoryPlan, plan
 from ..devices import CPU, Device
 from ..propagate import DeviceGraph
+from ..machine import costs
 from ..machine.cost_model import CostModel, dtype_class, op_cost
 from ..speed.timer import DecodeTime, time_decode
 from ..machine.default_model import default_device_preset
@@ -498,10 +499,11 @@ def streaming_breakeven(
     device_preset: Optional[str] = None,
 ) -> pd.DataFrame:
     """Tokens per expert at which a streamed expert's compute (its SwiGLU FFN, FLOPs counted
-    by ``FlopCounterMode``, timed by the device roofline) lasts as long as copying its
-    weights over the link; above it, streaming hides behind compute."""
+    by ``FlopCounterMode``) lasts as long as copying its weights over the link; above it,
+    streaming hides behind compute. Timed on the machine the walkthrough's tokens are timed
+    on (``deployment_cost_model``) with the cost functions every modeled time comes from
+    (``machine.costs``: a kernel's roofline, a copy)."""
     config = config or MoEConfig.full()
-    device_preset = device_preset or default_device_preset()
     H, I = config.hidden_size, config.moe_intermediate_size
     dtype = config.torch_dtype
     slab_bytes = 3 * H * I * torch.empty((), dtype=dtype).element_size()  # w1 (2I×H) + w2 (H×I)
@@ -515,13 +517,13 @@ def streaming_breakeven(
             h = torch.empty(tokens, I, dtype=dtype)
         for fn, args in ((torch.nn.functional.linear, (x, w1)), (torch.nn.functional.linear, (h, w2))):
             cost = op_cost(fn, args)
-            total += model.compute_time_us(cost.flops, cost.bytes_touched, "cuda:0", dtype)
+            total += costs.kernel_seconds(model, cost.flops, cost.bytes_touched, dtype_class(dtype)) * 1e6
         return total
 
     rows = []
     for link in links:
-        model = CostModel.preset(device_preset, link=link)
-        copy_us = model.copy_time_us("h2d", slab_bytes)
+        model = deployment_cost_model(link, gpu=device_preset)
+        copy_us = costs.copy_seconds(model, "h2d", slab_bytes) * 1e6
         lo, hi = 1, 1
         while expert_us(model, hi) < copy_us:
             lo, hi = hi, hi * 2

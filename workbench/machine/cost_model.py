@@ -257,6 +257,14 @@ def dtype_class(dtype: torch.dtype) -> str:
     return "fp32"
 
 
+#: The parts a ``CostModel()`` given no figures is made of: its defaults are these parts'
+#: figures in the parts table (``data/parts/parts.csv``), never constants of this module.
+DEFAULT_PARTS: Mapping[str, str] = MappingProxyType({"gpu": "h200", "host": "x86_server", "link": "pcie_gen5",
+                                                     "runtime": _PRESET_RUNTIME})
+_DEFAULT: Mapping[str, Any] = MappingProxyType({field: value for kind, name in DEFAULT_PARTS.items()
+                                               for field, value in part_figures(kind, name).items()})  # fmt: skip
+
+
 @runtime_checkable
 class RuntimeTerms(Protocol):
     """A runtime given by its own terms, for ``CostModel.compose(runtime=...)``.
@@ -285,43 +293,43 @@ class CostModel:
     """
 
     # Host↔device link, per direction, and the device↔device path.
-    h2d_bandwidth: float = 50e9  # bytes/s
-    d2h_bandwidth: float = 50e9  # bytes/s
-    d2d_bandwidth: float = 50e9  # bytes/s
-    h2d_latency: float = 8e-6  # s per copy
-    d2h_latency: float = 8e-6  # s per copy
-    d2d_latency: float = 8e-6  # s per copy
-    pageable_factor: float = 0.5  # bandwidth multiplier for pageable host memory (0, 1]
+    h2d_bandwidth: float = _DEFAULT["h2d_bandwidth"]  # bytes/s
+    d2h_bandwidth: float = _DEFAULT["d2h_bandwidth"]  # bytes/s
+    d2d_bandwidth: float = _DEFAULT["d2d_bandwidth"]  # bytes/s
+    h2d_latency: float = _DEFAULT["h2d_latency"]  # s per copy
+    d2h_latency: float = _DEFAULT["d2h_latency"]  # s per copy
+    d2d_latency: float = _DEFAULT["d2d_latency"]  # s per copy
+    pageable_factor: float = _DEFAULT["pageable_factor"]  # bandwidth multiplier for pageable host memory (0, 1]
     # Device.
-    device_flops_fp64: float = 67e12  # FLOP/s
-    device_flops_fp32: float = 67e12  # FLOP/s
-    device_flops_bf16: float = 989e12  # FLOP/s, bf16 and fp16
-    device_flops_fp8: float = 1979e12  # FLOP/s
-    device_memory_bandwidth: float = 4.8e12  # bytes/s
+    device_flops_fp64: float = _DEFAULT["device_flops_fp64"]  # FLOP/s
+    device_flops_fp32: float = _DEFAULT["device_flops_fp32"]  # FLOP/s
+    device_flops_bf16: float = _DEFAULT["device_flops_bf16"]  # FLOP/s, bf16 and fp16
+    device_flops_fp8: float = _DEFAULT["device_flops_fp8"]  # FLOP/s
+    device_memory_bandwidth: float = _DEFAULT["device_memory_bandwidth"]  # bytes/s
     # Launch (rules 6, 7).
-    launch_mode: str = "eager"  # "eager": one host launch per kernel; "graph": one per captured graph
-    launch_overhead: float = 3.8e-6  # s of host time per kernel launch (eager)
-    executor_overhead: float = 0.0  # s of host time the workbench executor adds per step (eager)
-    graph_launch_overhead: float = 2.5e-6  # s of host time per graph launch (graph)
-    kernel_gap: float = 0.4e-6  # s between back-to-back kernels on one stream
-    min_kernel_time: float = 1.0e-6  # s, the shortest a kernel runs
+    launch_mode: str = _DEFAULT["launch_mode"]  # "eager": one host launch per kernel; "graph": one per captured graph
+    launch_overhead: float = _DEFAULT["launch_overhead"]  # s of host time per kernel launch (eager)
+    executor_overhead: float = _DEFAULT["executor_overhead"]  # s of host time the workbench executor adds per step (eager)
+    graph_launch_overhead: float = _DEFAULT["graph_launch_overhead"]  # s of host time per graph launch (graph)
+    kernel_gap: float = _DEFAULT["kernel_gap"]  # s between back-to-back kernels on one stream
+    min_kernel_time: float = _DEFAULT["min_kernel_time"]  # s, the shortest a kernel runs
     # A runtime's own terms for the time of a decode token (``speed.timer``); the defaults
     # are this workbench's executor running a graph.
-    overlap: float = 1.0  # share of the shorter of GPU and host-or-copy time hidden under the other
-    launch_overlap: float = 1.0  # share of the shorter of host issue and device time hidden (eager)
-    kernels_per_layer: float = 0.0  # kernels the runtime launches per decoder layer; 0: a graph's own count
-    visited_expert_kernels: float = 0.0  # kernels per expert of a loop visiting every expert of a layer; 0: none
-    copies_per_expert: float = 0.0  # copies the runtime makes per routed expert it loads; 0: a graph's own copies
-    pageable_copies: float = 0.0  # share of copied bytes staged from pageable host memory
-    loads_all_experts: float = 0.0  # 1: the runtime loads every expert its loop visits that the GPU does not hold
-    copy_overhead: float = 0.0  # s a runtime adds to every copy beyond the link's latency (hooks, allocation, sync)
-    fuses_row_picks: float = 0.0  # 1: the runtime fuses a pick of weight rows into the op reading them (op_work rule 2)
+    overlap: float = _DEFAULT["overlap"]  # share of the shorter of GPU and host-or-copy time hidden under the other
+    launch_overlap: float = _DEFAULT["launch_overlap"]  # share of the shorter of host issue and device time hidden (eager)
+    kernels_per_layer: float = _DEFAULT["kernels_per_layer"]  # kernels the runtime launches per decoder layer; 0: a graph's own count
+    visited_expert_kernels: float = _DEFAULT["visited_expert_kernels"]  # kernels per expert of a loop visiting every expert of a layer; 0: none
+    copies_per_expert: float = _DEFAULT["copies_per_expert"]  # copies the runtime makes per routed expert it loads; 0: a graph's own copies
+    pageable_copies: float = _DEFAULT["pageable_copies"]  # share of copied bytes staged from pageable host memory
+    loads_all_experts: float = _DEFAULT["loads_all_experts"]  # 1: the runtime loads every expert its loop visits that the GPU does not hold
+    copy_overhead: float = _DEFAULT["copy_overhead"]  # s a runtime adds to every copy beyond the link's latency (hooks, allocation, sync)
+    fuses_row_picks: float = _DEFAULT["fuses_row_picks"]  # 1: the runtime fuses a pick of weight rows into the op reading them (op_work rule 2)
     host_matvec_rates: tuple[tuple[str, float], ...] = ()  # (weight format, weights/s the host multiplies), per format
     # Host.
-    host_flops: float = 3e12  # FLOP/s, any dtype
-    host_memory_bandwidth: float = 300e9  # bytes/s
-    host_op_overhead: float = 2e-6  # s per host op
-    name: str = "h200+pcie_gen5+x86_server"
+    host_flops: float = _DEFAULT["host_flops"]  # FLOP/s, any dtype
+    host_memory_bandwidth: float = _DEFAULT["host_memory_bandwidth"]  # bytes/s
+    host_op_overhead: float = _DEFAULT["host_op_overhead"]  # s per host op
+    name: str = "+".join(DEFAULT_PARTS[k] for k in ("gpu", "link", "host"))
 
     def __post_init__(self) -> None:
         for f in _FIELDS:

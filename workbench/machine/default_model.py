@@ -35,7 +35,7 @@ from typing import Optional
 
 from ..file_reading import FileIdentity, file_identity, read_regular_file, settled
 from ..kernels.cuda import DISABLE_ENV, cuda_available, cupy_module
-from .cost_model import MEASURED_PREFIX, CostModel, CostModelError, measured_dir, measured_preset_names
+from .cost_model import DEFAULT_PARTS, MEASURED_PREFIX, CostModel, CostModelError, measured_dir, measured_preset_names
 from .parts import parts_path
 
 __all__ = [
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: The datasheet preset used when no measured preset matches the GPU at hand (rule 3).
-DATASHEET_DEFAULT = ("h200", "pcie_gen5", "x86_server")
+DATASHEET_DEFAULT = (DEFAULT_PARTS["gpu"], DEFAULT_PARTS["link"], DEFAULT_PARTS["host"])
 #: A measured preset file is a few hundred kilobytes of samples at most.
 _MAX_PRESET_BYTES = 16 << 20
 
