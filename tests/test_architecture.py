@@ -374,7 +374,8 @@ def test_the_core_strategy_names_no_expert():
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("workbench.errors", "workbench.devices", "workbench.arguments", "workbench.units",
                     "workbench.file_reading", "workbench.atomic_files", "workbench.csv_files", "workbench.json_fields",
-                    "workbench.name_phrases", "workbench.memory_limits", "workbench.model_source",
+                    "workbench.name_phrases", "workbench.indexed_names", "workbench.plain_names",
+                    "workbench.memory_limits", "workbench.model_source",
                     "workbench.capture_failures", "workbench.index_draws", "workbench.copy_variants",
                     "workbench.kernels")),
     ("graph", ("workbench.capture", "workbench.place", "workbench.propagate", "workbench.device_graph",

@@ -7,16 +7,20 @@ Rules:
    path (``device_graph.copies[3].nbytes``), what it should be, and what it is.
 2. Booleans are never numbers and numbers are never booleans (JSON ``true`` is not 1).
 3. Nothing is coerced: ``"12"`` is not a count.
+4. A frozen dataclass saved as an object of its fields (``dataclass_fields_of``) is read
+   back from exactly those fields: an unknown or missing one is an error that lists what
+   is valid (a file that lacks a field would silently take another default).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Optional
+import dataclasses
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from .devices import Device, DeviceError
 from .errors import WorkbenchError
 
-__all__ = ["JsonFieldError", "JsonObject"]
+__all__ = ["JsonFieldError", "JsonObject", "dataclass_fields_of"]
 
 
 class JsonFieldError(WorkbenchError, ValueError):
@@ -145,3 +149,22 @@ class JsonObject:
 
     def keys(self) -> list[str]:
         return list(self.data)
+
+
+def dataclass_fields_of(cls: Any, values: Any, what: str, error: type[Exception], *, optional: Iterable[str] = (),
+                        ignored: Iterable[str] = ()) -> dict[str, Any]:
+    """Rule 4: ``values`` (a JSON object) as the keyword arguments of dataclass ``cls``:
+    exactly its fields — every one not ``optional`` present, none unknown; ``ignored`` keys
+    (retired fields) are dropped. Anything else is ``error`` naming what is unknown, what is
+    missing and what is valid; the dataclass checks the values themselves."""
+    if not isinstance(values, Mapping):
+        raise error(f"{what} is a JSON object of its fields, got {_describe(values)}")
+    dropped = frozenset(ignored)
+    kept = {k: v for k, v in values.items() if k not in dropped}
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(map(str, set(kept) - known))
+    missing = sorted(known - set(kept) - set(optional))
+    if unknown or missing:
+        raise error(f"{what}: fields do not match: " + (f"unknown {unknown}; " if unknown else "")
+                    + (f"missing {missing}; " if missing else "") + f"valid: {', '.join(sorted(known))}")  # fmt: skip
+    return kept

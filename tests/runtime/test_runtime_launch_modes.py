@@ -221,7 +221,7 @@ def test_bad_cost_model_files_say_what_is_wrong(tmp_path):
     del values["kernel_gap"]
     with pytest.raises(ValueError, match=r"missing \['kernel_gap'\]"):
         CostModel.from_dict(values)
-    with pytest.raises(ValueError, match="does not parse"):
+    with pytest.raises(ValueError, match="cost model JSON is not valid JSON"):
         CostModel.from_json("{not json")
     with pytest.raises(ValueError, match="no cost model file"):
         CostModel.load(tmp_path / "absent.json")

@@ -106,7 +106,7 @@ def test_a_users_parts_file_adds_parts_and_replaces_same_named_ones(tmp_path):
         ("link,my_link,pageable_factor,1.5,x", r"pageable_factor is a share in \(0, 1\]"),
         ("host,my_host,sockets,0.5,x", r"sockets is a whole number in \[1, 64\]"),
         ("host,my_host,cores,nan,x", r"not a finite number"),
-        ("gpu,My GPU,memory_bytes,1e9,x", r"a part name is lower-case"),
+        ("gpu,My GPU,memory_bytes,1e9,x", r"a part name is a plain name"),
         ("runtime,fast,overlap,2,x", r"overlap is a share in \[0, 1\]"),
     ],
 )

@@ -107,7 +107,6 @@ import functools
 import json
 import math
 import os
-import re
 from types import MappingProxyType
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -116,7 +115,9 @@ from typing import Any, Mapping, Optional, Protocol, Union, runtime_checkable
 import torch
 
 from ..devices import CopyKind, Device, DeviceError, DeviceLike
-from ..file_reading import read_regular_file
+from ..file_reading import parse_json, read_regular_file
+from ..json_fields import dataclass_fields_of
+from ..plain_names import PLAIN_NAME_RULE, is_plain_name
 from . import costs
 from .parts import PART_FIELDS, PartsFile, part_facts, part_figures, part_names, parts_file_key
 # What an op costs is counted in ``op_cost``; its names stay importable from here.
@@ -162,8 +163,6 @@ RETIRED_FIELDS = frozenset({"prefetch_hit_rate"})
 MEASURED_PREFIX = "measured:"
 #: Environment variable naming another folder of measured presets (default: ``data/measured``).
 MEASURED_DIR_ENV = "WORKBENCH_MEASURED_DIR"
-#: A measured preset's name is a plain file stem: letters, digits, '_', '-', '.', no leading dot.
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 
 
 #: A cost model file is a few kilobytes; anything this large is not one.
@@ -228,12 +227,6 @@ def measured_dir() -> Path:
     if override:
         return Path(override)
     return Path(__file__).resolve().parents[2] / "data" / "measured"
-
-
-def is_plain_name(name: Any) -> bool:
-    """Whether ``name`` can name a measured preset: a plain name, never a path (letters,
-    digits, '_', '-', '.'; no separator, no leading dot)."""
-    return isinstance(name, str) and _PLAIN_NAME.fullmatch(name) is not None
 
 
 def measured_preset_names() -> tuple[str, ...]:
@@ -382,8 +375,7 @@ class CostModel:
             if not is_plain_name(stem):
                 raise CostModelError(
                     f"measured preset name {stem!r} is not a plain name: give the name of a preset in {measured_dir()} "
-                    "(letters, digits, '_', '-', '.'; no path separator, no leading dot), not a path; load a file "
-                    "elsewhere with CostModel.load(path)"
+                    f"({PLAIN_NAME_RULE}), not a path; load a file elsewhere with CostModel.load(path)"
                 )
             path = measured_dir() / f"{stem}.json"
             if not stem or not path.is_file():
@@ -463,18 +455,8 @@ class CostModel:
         (a file that lacks one would silently take another machine's figure)."""
         if not isinstance(values, dict):
             raise CostModelTypeError(f"a cost model is a dict of figures, got {type(values).__name__}")
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in values.items() if k not in RETIRED_FIELDS}  # rule 8
-        unknown = sorted(set(values) - known)
-        missing = sorted(known - set(values) - {"name"} - _LATER_TERMS)
-        if unknown or missing:
-            raise CostModelError(
-                "cost model figures do not match: "
-                + (f"unknown {unknown}; " if unknown else "")
-                + (f"missing {missing}; " if missing else "")
-                + f"valid: {', '.join(sorted(known))}"
-            )
-        values = dict(values)
+        values = dataclass_fields_of(cls, values, "cost model figures", CostModelError, optional={"name", *_LATER_TERMS},
+                                     ignored=RETIRED_FIELDS)  # rule 8        values = dict(values)
         if "host_matvec_rates" in values:
             values["host_matvec_rates"] = _rates_from(values["host_matvec_rates"])
         return cls(**values)
@@ -491,10 +473,7 @@ class CostModel:
     @classmethod
     def from_json(cls, text: str) -> "CostModel":
         """The model a ``to_json()`` text (or a measured preset file's text) describes."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CostModelError(f"cost model JSON does not parse: {exc}") from None
+        data = parse_json(text, "cost model JSON", CostModelError)
         if isinstance(data, dict) and "cost_model" in data:  # a measured preset file
             data = data["cost_model"]
         return cls.from_dict(data)

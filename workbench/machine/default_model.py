@@ -28,12 +28,11 @@ Rules:
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import replace
 from typing import Optional
 
-from ..file_reading import FileIdentity, file_identity, read_regular_file, settled
+from ..file_reading import FileIdentity, file_identity, parse_json, read_regular_file, settled
 from ..kernels.cuda import DISABLE_ENV, cuda_available, cupy_module
 from .cost_model import DEFAULT_PARTS, MEASURED_PREFIX, CostModel, CostModelError, measured_dir, measured_preset_names
 from .parts import parts_path
@@ -76,8 +75,9 @@ def _recorded_gpu(stem: str) -> Optional[str]:
     """The GPU name measured preset ``stem`` records, or None when its file cannot say."""
     path = measured_dir() / f"{stem}.json"
     try:
-        data = json.loads(read_regular_file(path, "measured preset", CostModelError, max_bytes=_MAX_PRESET_BYTES))
-    except (CostModelError, ValueError, RecursionError):
+        data = parse_json(read_regular_file(path, "measured preset", CostModelError, max_bytes=_MAX_PRESET_BYTES),
+                          "measured preset", CostModelError)
+    except CostModelError:
         return None
     machine = data.get("machine") if isinstance(data, dict) else None
     gpu = machine.get("gpu") if isinstance(machine, dict) else None

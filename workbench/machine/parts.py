@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import pandas as pd
 
 from ..file_reading import FileIdentity, file_version_key, finite_number, read_csv_table
+from ..plain_names import PLAIN_NAME_RULE, is_plain_name
 from .op_cost import CostModelError
 
 __all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "PartsFile", "part_facts", "part_figures", "part_names",
@@ -75,7 +75,6 @@ _SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_
                      "fuses_row_picks"})
 #: Whole counts, with their largest sensible value.
 _COUNTS = {"cores": 4096, "math_cores": 4096, "sockets": 64, "pcie_gen": 8, "pcie_lanes": 32}
-_NAME = re.compile(r"[a-z0-9][a-z0-9_.\-]*\Z")
 
 
 _SHIPPED = Path(__file__).resolve().parents[2] / "data" / "parts" / "parts.csv"
@@ -119,8 +118,8 @@ def _row_problems(i: int, row: Any) -> list[str]:
     if allowed is None:
         return [f"{where}: kind is none of {', '.join(PART_KINDS)}"]
     problems = []
-    if not _NAME.match(row.name):
-        problems.append(f"{where}: a part name is lower-case letters, digits, '_', '-' and '.'")
+    if not is_plain_name(row.name):
+        problems.append(f"{where}: a part name is a plain name ({PLAIN_NAME_RULE})")
     valid = allowed + DESCRIPTIVE_FIELDS.get(row.kind, ())
     if row.field not in valid:
         return problems + [f"{where}: a {row.kind} part sets {', '.join(valid)}"]

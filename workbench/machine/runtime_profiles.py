@@ -59,7 +59,6 @@ import dataclasses
 import functools
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -69,6 +68,7 @@ from .cost_model import LAUNCH_MODES, MEASURED_PREFIX
 from .op_cost import CostModelError
 from ..weight_formats import weight_formats
 from ..name_phrases import MAX_CELL_CHARS, find_name
+from ..plain_names import PLAIN_NAME_RULE, is_plain_name
 
 __all__ = ["BASE_FIELD", "FIT_PREFIX", "PROFILE_FIELDS", "FittedTermSpec", "RuntimeProfile", "RuntimeProfileError", "fitted_terms",
            "host_matvec", "profile_for", "runtime_profiles", "runtime_profiles_path"]  # fmt: skip
@@ -87,7 +87,6 @@ BASE_FIELD = "base"  # optional: the profile whose fields this one keeps where i
 _COLUMNS = ("profile", "field", "value", "source")
 _MATVEC_COLUMNS = ("kernels", "format", "weights_per_s_per_core", "core_flops", "source")
 _TERM_COLUMNS = ("term", "field", "low", "high", "prior", "source")
-_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
 class RuntimeProfileError(CostModelError):
@@ -242,8 +241,8 @@ def _matvec(key: FileIdentity) -> dict[str, tuple[tuple[str, float, float], ...]
     for i, row in enumerate(_read(Path(key[0]), "table of host matvec rates", _MATVEC_COLUMNS)):
         where = f"row {i + 2} ({row.kernels[:40]}/{row.format[:40]})"
         rate = _number(row.weights_per_s_per_core)
-        if not _NAME.match(row.kernels):
-            problems.append(f"{where}: a kernel family is a snake_case name")
+        if not is_plain_name(row.kernels):
+            problems.append(f"{where}: a kernel family is a plain name ({PLAIN_NAME_RULE})")
         if row.format not in formats:
             problems.append(f"{where}: format is none of the format table's ({', '.join(sorted(formats))})")
         if rate is None or not 1e6 <= rate <= 1e12:
@@ -282,8 +281,8 @@ def _terms(key: FileIdentity) -> dict[str, FittedTermSpec]:
     for i, row in enumerate(_read(Path(key[0]), "table of fitted terms", _TERM_COLUMNS)):
         where = f"row {i + 2} ({row.term[:40]})"
         low, high, prior = _number(row.low), _number(row.high), _number(row.prior)
-        if not _NAME.match(row.term) or row.term in found:
-            problems.append(f"{where}: a term is a new snake_case name")
+        if not is_plain_name(row.term) or row.term in found:
+            problems.append(f"{where}: a term is a new plain name ({PLAIN_NAME_RULE})")
         if row.field not in _RANGES:
             problems.append(f"{where}: field is none of {', '.join(_RANGES)}")
         elif low is None or high is None or prior is None or not (0 < low <= prior <= high) or high > _RANGES[row.field][1]:
@@ -311,8 +310,8 @@ def _profiles(key: FileIdentity) -> tuple[RuntimeProfile, ...]:
     terms = fitted_terms()
     for i, row in enumerate(_read(path, "table of runtime profiles", _COLUMNS)):
         where = f"row {i + 2} ({row.profile[:40]}/{row.field[:40]})"
-        if not _NAME.match(row.profile):
-            problems.append(f"{where}: a profile name is snake_case")
+        if not is_plain_name(row.profile):
+            problems.append(f"{where}: a profile name is a plain name ({PLAIN_NAME_RULE})")
             continue
         if row.field not in PROFILE_FIELDS and row.field != BASE_FIELD:
             problems.append(f"{where}: field is none of {', '.join((*PROFILE_FIELDS, BASE_FIELD))}")

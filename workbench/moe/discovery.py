@@ -93,6 +93,7 @@ import torch.fx
 
 from ..capture import Program
 from ..errors import WorkbenchError
+from ..indexed_names import indices, last_entry
 from ..place import module_paths
 
 __all__ = [
@@ -113,8 +114,6 @@ __all__ = [
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 _ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
-_LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)(?=\.|$)")
-_INDEXED = re.compile(r"^(?P<list>.+)\.(?P<index>\d+)\.(?P<rest>[^\d].*)$")
 
 
 class ExpertDiscoveryError(WorkbenchError, ValueError):
@@ -305,8 +304,8 @@ def _shaped_layers(shapes: Mapping[str, tuple[tuple[int, ...], int]], num_expert
     for f in _merge_siblings(found):
         nbytes = sum(shapes[w][1] // shapes[w][0][0] for w in f.weights) if f.layout == "stacked" else \
             sum(shapes[w][1] for w in f.weights) // f.count
-        index = _LAYER_INDEX.findall(f.module)
-        layer = int(index[-1]) if index else None
+        index = indices(f.module)
+        layer = index[-1] if index else None
         layers.append(ExpertLayer(layer, f.module, tuple(f.weights), f.count, f.router, f.layout, nbytes, _kind(f.module), f.zero, f.shared))
     return layers
 
@@ -319,10 +318,10 @@ def _kind(module: str) -> str:
 def _table_layer(module: str, tables: list[str], router: str, shapes: Mapping[str, tuple[tuple[int, ...], int]],
                  ops: frozenset[str] = frozenset()) -> ExpertLayer:  # fmt: skip
     """Rule 1e: the layer of ``tables`` (``[E, H]`` each) in block ``module``."""
-    index = _LAYER_INDEX.findall(module)
+    index = indices(module)
     count = shapes[tables[0]][0][0]
     nbytes = sum(shapes[t][1] // shapes[t][0][0] for t in tables)
-    return ExpertLayer(int(index[-1]) if index else None, module, tuple(tables), count, router, "stacked", nbytes,
+    return ExpertLayer(index[-1] if index else None, module, tuple(tables), count, router, "stacked", nbytes,
                        _kind(module), ops=ops)  # fmt: skip
 
 
@@ -494,9 +493,9 @@ def _module_lists(shapes: Mapping[str, tuple[tuple[int, ...], int]]) -> list[tup
     """Rule 1b: (module, E, weights, weight dims, "modules") per list of identical experts."""
     members: dict[str, dict[int, dict[str, tuple[int, ...]]]] = defaultdict(lambda: defaultdict(dict))
     for fqn, (shape, _nbytes) in shapes.items():
-        m = _INDEXED.match(fqn)
-        if m is not None:
-            members[m["list"]][int(m["index"])][m["rest"]] = shape
+        entry = last_entry(fqn)
+        if entry is not None:
+            members[entry[0]][entry[1]][entry[2]] = shape
     found = []
     for module, experts in members.items():
         count = len(experts)

@@ -45,7 +45,6 @@ Rules:
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from typing import Optional
 
@@ -57,6 +56,7 @@ from ..copy_variants import copy_variant
 from ..devices import CopyKind, Device, DeviceLike
 from ..errors import ArgumentTypeError
 from ..graph_values import value_of
+from ..indexed_names import list_entries
 from ..planning.memory_plan import MemoryPlan
 from ..weight_formats import weight_formats
 from ..machine.cost_model import CostModel
@@ -70,15 +70,14 @@ from ..runtime.steps import Step, steps_of
 
 __all__ = ["plan_decode_time", "layout_of"]
 
-_LAYER = re.compile(r"(?:^|\.)([A-Za-z_][A-Za-z0-9_]*)\.(\d+)\.")
 
 
 def _layers(plan: MemoryPlan) -> int:
     """Rule 5: the most distinct indices of one module list among the constants' names."""
-    indices: dict[str, set[str]] = defaultdict(set)
+    indices: dict[str, set[int]] = defaultdict(set)
     for fqn in plan.device_graph.program.constants.values():
-        for match in _LAYER.finditer(str(fqn)):
-            indices[fqn[: match.start(2)]].add(match.group(2))
+        for prefix, index in list_entries(str(fqn)):
+            indices[prefix].add(index)
     return max((len(v) for v in indices.values()), default=1) or 1
 
 

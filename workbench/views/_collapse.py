@@ -14,10 +14,10 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import torch.fx
 
+from ..indexed_names import ends_with_index
 from ._inputs import ViewOptionError
 from ._upstream import CopyRecord, DeviceGraph
 
-_INDEXED_PATH = re.compile(r"(^|\.)\d+$")
 _MIN_MODULE_GROUP = 3  # ops of a top-level module that is not a layer, to make it a box
 #: The group of the ops traced at the root that no layer claims.
 ROOT_GROUP = "(root)"
@@ -33,7 +33,7 @@ def layer_path(node: torch.fx.Node) -> Optional[str]:
     stack = node.meta.get("nn_module_stack") or {}
     for value in stack.values():
         path = value[0] if isinstance(value, tuple) else None
-        if path and _INDEXED_PATH.search(path):
+        if path and ends_with_index(path):
             return path
     return None
 

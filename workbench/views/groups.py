@@ -26,7 +26,6 @@ Rules:
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
@@ -34,6 +33,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import torch.fx
 
 from ..devices import Device
+from ..indexed_names import wildcard
 from ._inputs import UnknownNameError, ViewOptionError
 from ._upstream import Program, find_experts, packet_name, produces_tensors
 
@@ -49,7 +49,6 @@ NORMS = "norms"
 OTHER = "other ops"
 _ROLE_ORDER = (EXPERTS, SHARED, ROUTER, ATTENTION, EMBEDDING, LM_HEAD, NORMS)
 
-_INDEX = re.compile(r"\.\d+(?=\.|$)")
 
 
 @dataclass(frozen=True)
@@ -119,11 +118,6 @@ def module_stack(node: torch.fx.Node) -> list[tuple[str, str]]:
             kind = value[1] if isinstance(value[1], str) else getattr(value[1], "__name__", str(value[1]))
             out.append((str(value[0]), kind.rsplit(".", 1)[-1]))
     return out
-
-
-def wildcard(path: str) -> str:
-    """``layers.3.mlp`` → ``layers.*.mlp``."""
-    return _INDEX.sub(".*", path)
 
 
 def expert_container_names(program: Program) -> tuple[str, ...]:

@@ -60,7 +60,6 @@ kernels, FLOPs —, ``seconds`` one time per repeat).
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
@@ -75,7 +74,9 @@ from ...atomic_files import write_text
 from ...units import format_bytes
 from ...errors import WorkbenchError
 from ...file_reading import parse_json, read_regular_file
-from ..cost_model import DTYPE_CLASSES, MEASURED_PREFIX, CostModel, is_plain_name, measured_dir, op_cost
+from ...json_fields import dataclass_fields_of
+from ..cost_model import DTYPE_CLASSES, MEASURED_PREFIX, CostModel, measured_dir, op_cost
+from ...plain_names import PLAIN_NAME_RULE, is_plain_name
 from .probes import COPY_PATHS, CudaProbe, Probe, SimProbe, matmul_args, meta_tensor, TINY_ELEMENTS
 from ..default_model import choose_default_cost_model, default_cost_model
 
@@ -356,7 +357,7 @@ class Calibration:
                 date=str(data["date"]),
                 machine=dict(data["machine"]),
                 model=CostModel.from_dict(data["cost_model"]),
-                fits={k: Fit(**v) for k, v in data["fits"].items()},
+                fits={k: Fit(**dataclass_fields_of(Fit, v, f"{path}: fit {k!r}", CalibrationError)) for k, v in data["fits"].items()},
                 samples=tuple(Sample(s["probe"], int(s["size"]), float(s["work"]), tuple(s["seconds"])) for s in data["samples"]),
                 not_measured=tuple(data.get("not_measured", ())),
                 plan=dict(data.get("plan", {})),
@@ -398,8 +399,8 @@ def measure(
     samples = run_probes(probe, plan)
     machine = probe.machine()  # after the copies: the link has trained up (rule 8)
     label = name if name is not None else probe.name()
-    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", label):
-        raise CalibrationError(f"name must be lowercase letters, digits, '_', '.', '-', got {label!r}")
+    if not is_plain_name(label):
+        raise CalibrationError(f"name must be a plain name ({PLAIN_NAME_RULE}), got {label!r}")
     if cost_model is not None:
         base = cost_model
     else:  # a measurement never rests on an earlier one: the datasheet figures fill its gaps
