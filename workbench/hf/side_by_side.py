@@ -97,7 +97,7 @@ def side_by_side(
         strategies: default: every strategy with the skip flags on, and
             ``all_on_device`` with them off (so the caches cross the link).
         link, device_preset: the cost model of the modeled tokens/s (device preset None:
-            the default model's, ``runtime.default_model``).
+            the default model's, ``machine.default_model``).
         algorithm: the memory planner.
         seed: weights of both models.
     """

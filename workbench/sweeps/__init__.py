@@ -223,7 +223,7 @@ def sweep(
         strategies: ``{name: {param: values}}`` or a list of ``StrategySpec``
             (default ``default_grid(config)``).
         executor: any ``concurrent.futures.Executor`` (rule 2).
-        cost_model: device and host figures (default ``runtime.default_model``'s: the
+        cost_model: device and host figures (default ``machine.default_model``'s: the
             measured preset of the GPU at hand, else the datasheet H200); its link is
             replaced by each of ``links``.
         algorithm: memory-planning algorithm.
