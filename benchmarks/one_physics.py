@@ -20,8 +20,11 @@ walkthrough and the sweep time them on (the deployment runtime on each link), it
   caller's in a decode token);
 - ``ratio_after_effects``: sim against the timer with those effects set beside it.
 
-Its last lines: ``max |ratio-1|`` before the effects, then ``max |ratio-1| = X`` after
-them — the share of a step the two disagree on as physics.
+Every figure is modeled (the deployment cost model's parts and runtime profile; the
+prefetch hit rate is measured on random weights). Its last lines: the work ratio and the
+ratio after the named effects (what is left when only the costs are compared: 1 when the
+two charge the same costs), then ``max |ratio-1| = X``, the raw ratio of the two step
+times — the schedule's overlap the timer's rule does not see included.
 
 ``--quick`` checks the walkthrough's strategies on one link (a minute on a laptop CPU);
 the whole run takes a few minutes.
@@ -96,8 +99,11 @@ def main() -> None:
         write_csv(table, args.out)
     print(f"{len(rows)} layouts checked in {time.perf_counter() - started:.0f} s")
     print(f"median ratio {table['ratio'].median():.3f}; median after effects {table['ratio_after_effects'].median():.4f}")
-    print(f"max |ratio-1| before the named effects = {(table['ratio'] - 1).abs().max():.4f}")
-    print(f"max |ratio-1| = {(table['ratio_after_effects'] - 1).abs().max():.4f}")
+    # With the named effects set beside the timer, what is left is the work the two charge
+    # differently (agreement rule 4): 0 when they charge the same costs.
+    print(f"max |work ratio-1| = {(table['work_ratio'] - 1).abs().max():.4f}; "
+          f"max |ratio after the named effects - 1| = {(table['ratio_after_effects'] - 1).abs().max():.4f}")
+    print(f"max |ratio-1| = {(table['ratio'] - 1).abs().max():.4f}")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,7 @@ __all__ = [
     "reuse_cost",
     "scaled",
     "step_dtype",
+    "step_work",
 ]
 
 #: A step's cost, computed when the clock places it: (µs, bytes, flops).
@@ -468,12 +469,10 @@ def _schedule(plan: MemoryPlan, model: CostModel, workload: Workload, in_place_w
             uncaptured = graph_segments(plan, steps).uncaptured | {w.step.name for w in state_writes(plan, steps)}
     clock = SimClock(model, uncaptured)
     nodes = {node.name: node for node in plan.device_graph.graph.nodes}
-    facts = _plan_facts(plan)
-    works = _plan_works(plan)
     events = {s.name: s for s in steps.steps if s.event is not None}
     for step in steps.steps:  # one step per node, in order
         if step.event is not None:
-            clock.add(step, _static_cost(model, workload, step, nodes[step.name], uncounted, facts, events, works))
+            clock.add(step, _static_cost(model, workload, step, nodes[step.name], uncounted, plan, events))
             if step.slot_write == "copy" and not in_place_writes:
                 clock.add_slot_copy(step, step.slot_copy_bytes)
     for write in state_writes(plan, steps):  # a program's state, written back after the call
@@ -506,8 +505,24 @@ def _plan_works(plan: MemoryPlan) -> dict[str, OpWork]:
         return _WORKS.setdefault(plan, {})
 
 
+def step_work(plan: MemoryPlan, step: Step, node: torch.fx.Node, events: Mapping[str, Step]) -> tuple[OpFacts, OpWork]:
+    """Rules 10, 12: the ``op_facts`` and ``OpWork`` of op step ``step`` (of ``node``) of
+    ``plan``, counted once per plan whatever the machine; ``events``: the plan's event steps
+    by name. The simulator's estimate and a planned graph's decode layout both read them."""
+    facts, works = _plan_facts(plan), _plan_works(plan)
+    found = facts.get(step.name)
+    if found is None:
+        args = torch.fx.node.map_arg(node.args, value_of)
+        kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
+        found = facts[step.name] = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node), stored_of(node))
+    work = works.get(step.name)
+    if work is None:
+        work = works[step.name] = op_work(node, found[0], found[1], events)
+    return found, work
+
+
 def _static_cost(model: CostModel, workload: Workload, step: Step, node: torch.fx.Node, uncounted: UncountedOps,
-                 facts: dict[str, OpFacts], events: Mapping[str, Step], works: dict[str, OpWork]) -> CostFn:
+                 plan: MemoryPlan, events: Mapping[str, Step]) -> CostFn:
     if node.op == "placeholder":
         return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
     if step.copy is not None:  # its copy variant says what it costs (rule 1)
@@ -518,15 +533,8 @@ def _static_cost(model: CostModel, workload: Workload, step: Step, node: torch.f
     share = 1.0 if step.share is None else step.share.expected_share(workload.prefetch_hit_rate)  # rule 9
 
     def cost() -> tuple[float, int, int]:
-        found = facts.get(step.name)
-        if found is None:  # rule 10
-            args = torch.fx.node.map_arg(node.args, value_of)
-            kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
-            found = facts[step.name] = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node), stored_of(node))
+        found, work = step_work(plan, step, node, events)
         uncounted.add(node.target, found[0].uncounted)
-        work = works.get(step.name)
-        if work is None:  # rules 10, 12: the weights it reads are the plan's, whatever the machine
-            work = works[step.name] = op_work(node, found[0], found[1], events)
         return scaled(work_cost(model, step, work), share)
 
     return cost

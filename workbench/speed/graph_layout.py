@@ -63,9 +63,9 @@ from ..machine.cost_model import CostModel
 from .layout import DecodeLayout, LayoutError, OpGroup
 from .timer import DecodeTime, time_decode
 from ..machine.default_model import default_cost_model
-from ..runtime.op_work import numel, op_work
+from ..runtime.op_work import numel
 from ..runtime.workload import Workload
-from ..runtime.sim_timing import expected_groups, op_facts, stored_of
+from ..runtime.sim_timing import step_work
 from ..runtime.steps import Step, steps_of
 
 __all__ = ["plan_decode_time", "layout_of"]
@@ -114,11 +114,9 @@ def _groups(found: defaultdict[tuple, float]) -> tuple[OpGroup, ...]:
     return tuple(OpGroup(count, *key) for key, count in sorted(found.items(), key=lambda kv: repr(kv[0])))
 
 
-def _op_step(tally: _Tally, step: Step, node: torch.fx.Node, events: dict[str, Step], on_host: bool, rate: float) -> None:
-    args = torch.fx.node.map_arg(node.args, value_of)
-    kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
-    counted, dtype = op_facts(node.target, args, kwargs, value_of(node), expected_groups(node), stored_of(node))
-    work = op_work(node, counted, dtype, events)
+def _op_step(tally: _Tally, plan: MemoryPlan, step: Step, node: torch.fx.Node, events: dict[str, Step], on_host: bool,
+             rate: float) -> None:
+    _, work = step_work(plan, step, node, events)  # the records the simulator charges
     share = 1.0 if step.share is None else step.share.expected_share(rate)
     key = (share, work.flops, work.bytes, work.fused_bytes, work.dtype_class, work.weights, work.weight_format)
     prefix = "host" if on_host else "device"
@@ -185,7 +183,7 @@ def layout_of(plan: MemoryPlan, *, device: Optional[DeviceLike] = None, prefetch
             tally.device_work()
         elif step.event in ("compute", "host"):
             on_host = step.event == "host" or (step.device is not None and step.device.is_host)
-            _op_step(tally, step, node, events, on_host, workload.prefetch_hit_rate)
+            _op_step(tally, plan, step, node, events, on_host, workload.prefetch_hit_rate)
     s = tally.sums
     weight_bytes = s["host_weight_bytes"] + s["device_weight_bytes"]
     host_format = max(tally.host_formats, key=lambda k: tally.host_formats[k]) if tally.host_formats else ""
