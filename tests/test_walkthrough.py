@@ -123,7 +123,10 @@ def test_prefetch_sensitivity_brackets_plain_streaming():
     assert list(table["link_MiB/token"]) == [round(b / 2**20, 3) for b in (plain, plain + extra, plain + extra / 2, plain)]
     assert res[1].prefetch_hit_rate == 0.5
     assert table["tok/s pcie_gen5"][2] == round(res[1].tokens["pcie_gen5"].tok_s, 2)  # rate 0.5
-    assert table["hidden pcie_gen5"][0] == 0 and table["hidden pcie_gen5"][3] > 0  # only prefetched copies overlap
+    # the schedule decides what hides: every share is a share, and a prefetch that fetches
+    # fewer slabs again (a higher hit rate) is never slower
+    assert all(0 <= h <= 1 for h in table["hidden pcie_gen5"])
+    assert table["tok/s pcie_gen5"][1] <= table["tok/s pcie_gen5"][2] <= table["tok/s pcie_gen5"][3]
     with pytest.raises(ValueError, match=r"expert_streaming\+prefetch\+skip"):
         wt.prefetch_sensitivity(res[:1])
 

@@ -66,12 +66,20 @@ Rules:
     row picks into their readers when ``CostModel.fuses_row_picks`` is 1 (``op_work``
     rule 2). The decode timer charges a planned graph's token from the same records
     (``speed.graph_layout``).
+13. One call's schedule apart from the machine is a ``CallSchedule`` (``call_schedule(plan,
+    prefetch_hit_rate)``): its event steps in program order, each with what it costs on
+    any machine, and the state it writes back. ``replay_call(call, model)`` places them on one
+    ``SimClock``; ``estimate`` is that replay, and the decode timer times a planned
+    graph's token by the same replay (``speed.timer`` rule 6), so a token has one time.
+    ``bind_inputs=False`` leaves the call's inputs in their slots before it starts (a
+    decode loop's are: the caller's), and a step that waits for one waits for nothing.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import torch
@@ -96,6 +104,7 @@ from .steps import Lane, Step, event_of, steps_of
 from .timeline import Event, StreamScheduler, Timeline
 
 __all__ = [
+    "CallSchedule",
     "SimClock",
     "work_cost",
     "cached_op_cost",
@@ -110,6 +119,8 @@ __all__ = [
     "scaled",
     "step_dtype",
     "step_work",
+    "call_schedule",
+    "replay_call",
 ]
 
 #: A step's cost, computed when the clock places it: (µs, bytes, flops).
@@ -329,9 +340,10 @@ def work_cost(model: CostModel, step: Step, work: OpWork) -> tuple[float, int, i
 class SimClock:
     """Modeled time for one call: events placed by a ``StreamScheduler`` (rules 5-7)."""
 
-    def __init__(self, model: CostModel, uncaptured: frozenset[str] = frozenset()) -> None:
+    def __init__(self, model: CostModel, uncaptured: frozenset[str] = frozenset(), in_place: frozenset[str] = frozenset()) -> None:
         self.model = model
         self._uncaptured = uncaptured  # device operations issued on their own in graph mode (rule 6)
+        self._in_place = in_place  # steps whose values are in their slots before the call (rule 13)
         self._scheduler = StreamScheduler()
         self._events: dict[str, Event] = {}
         self._flow_kind: dict[str, str] = {}  # copy step → the kind of flow from it
@@ -401,7 +413,8 @@ class SimClock:
         duration, nbytes, flops = cost()
         # arrows from every copy it reads, not only the latest per lane it waits for
         flows = [(self._events[d], self._flow_kind[d]) for d in step.reads if d in self._flow_kind]
-        return self._place(step, duration, [self._events[d] for d in step.deps], nbytes, flops, "op", flows)
+        deps = [self._events[d] for d in step.deps if d not in self._in_place]
+        return self._place(step, duration, deps, nbytes, flops, "op", flows)
 
     def add_slot_copy(self, step: Step, nbytes: int) -> Event:
         """Schedule the copy of ``step``'s result into its slot, right after the op on the
@@ -418,7 +431,7 @@ class SimClock:
 
 def estimate(
     plan: MemoryPlan, cost_model: Optional[CostModel] = None, *, in_place_writes: bool = False, launch: Optional[str] = None,
-    prefetch_hit_rate: float = 0.0,
+    prefetch_hit_rate: float = 0.0, bind_inputs: bool = True,
 ) -> Timeline:
     """The modeled timeline of one call of ``plan``, from shapes alone.
 
@@ -443,48 +456,92 @@ def estimate(
     session loaded with that launch mode: ``"graph"`` launches each graph segment once
     and the steps between segments one by one (``graph_segments``, rule 6), as
     ``load(plan, "sim", launch="graph")`` does.
+
+    ``bind_inputs=False``: the call's inputs are in their slots when it starts, as a
+    decode loop leaves them (rule 13); by default the call binds them first, as ``run``
+    does.
     """
     if not isinstance(plan, MemoryPlan):
         raise ArgumentTypeError(f"estimate expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
     model = cost_model if cost_model is not None else default_cost_model()
     if not isinstance(model, CostModel):
         raise ArgumentTypeError(f"cost_model must be a CostModel (e.g. CostModel.preset('h200')), got {type(model).__name__}")
-    workload = Workload(prefetch_hit_rate)
     uncounted = UncountedOps()
-    with gc_paused():  # tens of thousands of events and cost records, and no cycles among them
-        timeline = _schedule(plan, model, workload, in_place_writes, launch, uncounted)
-    uncounted.warn("estimate")
-    return timeline
-
-
-def _schedule(plan: MemoryPlan, model: CostModel, workload: Workload, in_place_writes: bool, launch: Optional[str],
-              uncounted: UncountedOps) -> Timeline:
-    """``estimate``'s schedule; ops whose FLOPs cannot be counted go to ``uncounted``."""
-    steps = steps_of(plan)
     uncaptured: frozenset[str] = frozenset()
     if launch is not None:
         mode = check_launch(launch)
         model = model.with_launch_mode(mode)
         if mode == "graph":
+            steps = steps_of(plan)
             uncaptured = graph_segments(plan, steps).uncaptured | {w.step.name for w in state_writes(plan, steps)}
-    clock = SimClock(model, uncaptured)
+    with gc_paused():  # tens of thousands of events and cost records, and no cycles among them
+        timeline = replay_call(call_schedule(plan, prefetch_hit_rate), model, in_place_writes=in_place_writes,
+                          bind_inputs=bind_inputs, uncaptured=uncaptured, uncounted=uncounted)  # fmt: skip
+    uncounted.warn("estimate")
+    return timeline
+
+
+#: What a step costs on a machine: given the machine, and where to name the ops whose
+#: FLOPs cannot be counted (rule 3), its ``CostFn``.
+StepCost = Callable[[CostModel, UncountedOps], CostFn]
+
+
+@dataclass(frozen=True)
+class CallSchedule:
+    """One call of a plan as the simulator schedules it, apart from the machine (rule 13)."""
+
+    steps: tuple[Step, ...]  # the event steps, in program order
+    costs: tuple[StepCost, ...]  # what each costs on a machine
+    inputs: frozenset[str]  # the steps that bind the call's inputs into their slots
+    writes: tuple[tuple[Step, StepCost], ...]  # the program's state, written back after the call
+    prefetch_hit_rate: float  # the workload it was built for (rules 1, 9)
+
+
+def call_schedule(plan: MemoryPlan, prefetch_hit_rate: float = 0.0) -> CallSchedule:
+    """Rule 13: one call of ``plan``, expecting ``prefetch_hit_rate`` of its reuse copies'
+    (and masked shares') rows on the device."""
+    if not isinstance(plan, MemoryPlan):
+        raise ArgumentTypeError(f"call_schedule expects a MemoryPlan from workbench.plan, got {type(plan).__name__}")
+    workload = Workload(prefetch_hit_rate)
+    steps = steps_of(plan)
     nodes = {node.name: node for node in plan.device_graph.graph.nodes}
     events = {s.name: s for s in steps.steps if s.event is not None}
-    for step in steps.steps:  # one step per node, in order
-        if step.event is not None:
-            clock.add(step, _static_cost(model, workload, step, nodes[step.name], uncounted, plan, events))
-            if step.slot_write == "copy" and not in_place_writes:
-                clock.add_slot_copy(step, step.slot_copy_bytes)
-    for write in state_writes(plan, steps):  # a program's state, written back after the call
-        clock.add(write.step, _write_back_cost(model, write.step, write.device, node_nbytes(nodes[write.value], unbounded="hint")))
+    placed = tuple(s for s in steps.steps if s.event is not None)  # one step per node, in order
+    writes = tuple((w.step, _write_back_cost(w.step, w.device, node_nbytes(nodes[w.value], unbounded="hint")))
+                   for w in state_writes(plan, steps))  # fmt: skip
+    return CallSchedule(
+        steps=placed, costs=tuple(_static_cost(workload, s, nodes[s.name], plan, events) for s in placed),
+        inputs=frozenset(s.name for s in placed if s.op == "placeholder"), writes=writes,
+        prefetch_hit_rate=workload.prefetch_hit_rate,
+    )  # fmt: skip
+
+
+def replay_call(call: CallSchedule, model: CostModel, *, in_place_writes: bool = False, bind_inputs: bool = True,
+           uncaptured: frozenset[str] = frozenset(), uncounted: Optional[UncountedOps] = None) -> Timeline:
+    """Rule 13: ``call``'s steps on one ``SimClock`` of ``model`` (``estimate``'s
+    arguments); ops whose FLOPs cannot be counted go to ``uncounted``."""
+    if not isinstance(call, CallSchedule):
+        raise ArgumentTypeError(f"replay_call expects a CallSchedule from call_schedule(plan), got {type(call).__name__}")
+    if not isinstance(model, CostModel):
+        raise ArgumentTypeError(f"cost_model must be a CostModel, got {type(model).__name__}")
+    found = uncounted if uncounted is not None else UncountedOps()
+    clock = SimClock(model, uncaptured, frozenset() if bind_inputs else call.inputs)
+    for step, cost in zip(call.steps, call.costs):
+        if not bind_inputs and step.name in call.inputs:
+            continue
+        clock.add(step, cost(model, found))
+        if step.slot_write == "copy" and not in_place_writes:
+            clock.add_slot_copy(step, step.slot_copy_bytes)
+    for step, cost in call.writes:
+        clock.add(step, cost(model, found))
     return clock.timeline()
 
 
-def _write_back_cost(model: CostModel, step: Step, device: Device, nbytes: int) -> CostFn:
+def _write_back_cost(step: Step, device: Device, nbytes: int) -> StepCost:
     """A state write-back: a host copy on the cpu, an h2d onto a device."""
     if device.is_host:
-        return lambda: bind_cost(model, step, nbytes)
-    return lambda: copy_cost(model, step, nbytes)
+        return lambda model, _: lambda: bind_cost(model, step, nbytes)
+    return lambda model, _: lambda: copy_cost(model, step, nbytes)
 
 
 # Rule 10: per plan, each op step's ``op_facts``, found by its first estimate: a plan
@@ -521,20 +578,26 @@ def step_work(plan: MemoryPlan, step: Step, node: torch.fx.Node, events: Mapping
     return found, work
 
 
-def _static_cost(model: CostModel, workload: Workload, step: Step, node: torch.fx.Node, uncounted: UncountedOps,
-                 plan: MemoryPlan, events: Mapping[str, Step]) -> CostFn:
+def _static_cost(workload: Workload, step: Step, node: torch.fx.Node, plan: MemoryPlan,
+                 events: Mapping[str, Step]) -> StepCost:
     if node.op == "placeholder":
-        return lambda: bind_cost(model, step, node_nbytes(node, unbounded="hint"))
-    if step.copy is not None:  # its copy variant says what it costs (rule 1)
-        return copy_variant(step.copy.role).cost(model, step, node, step.copy, workload)
+        nbytes = node_nbytes(node, unbounded="hint")
+        return lambda model, _: lambda: bind_cost(model, step, nbytes)
+    record = step.copy
+    if record is not None:  # its copy variant says what it costs (rule 1)
+        variant = copy_variant(record.role)
+        return lambda model, _: variant.cost(model, step, node, record, workload)
     if step.stream_bytes is not None:  # rule 8
         moved = step.stream_bytes
-        return lambda: memory_copy_cost(model, step, moved)
+        return lambda model, _: lambda: memory_copy_cost(model, step, moved)
     share = 1.0 if step.share is None else step.share.expected_share(workload.prefetch_hit_rate)  # rule 9
 
-    def cost() -> tuple[float, int, int]:
-        found, work = step_work(plan, step, node, events)
-        uncounted.add(node.target, found[0].uncounted)
-        return scaled(work_cost(model, step, work), share)
+    def cost_on(model: CostModel, uncounted: UncountedOps) -> CostFn:
+        def cost() -> tuple[float, int, int]:
+            found, work = step_work(plan, step, node, events)
+            uncounted.add(node.target, found[0].uncounted)
+            return scaled(work_cost(model, step, work), share)
 
-    return cost
+        return cost
+
+    return cost_on

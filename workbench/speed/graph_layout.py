@@ -41,6 +41,10 @@ Rules:
    as the simulator charges one step (``speed.timer`` rules 2, 3). ``graphs`` counts the
    runs of device work (kernels and copies) between host steps: a replay launches one
    captured graph per run.
+8. ``call`` is the plan's call as the event simulator schedules it
+   (``runtime.sim_timing.call_schedule``): the timer replays it, so a planned token's time is its
+   simulated timeline's span, with the call's inputs already in their slots
+   (``speed.timer`` rule 6).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ from .timer import DecodeTime, time_decode
 from ..machine.default_model import default_cost_model
 from ..runtime.op_work import numel
 from ..runtime.workload import Workload
-from ..runtime.sim_timing import step_work
+from ..runtime.sim_timing import call_schedule, step_work
 from ..runtime.steps import Step, steps_of
 
 __all__ = ["plan_decode_time", "layout_of"]
@@ -201,6 +205,7 @@ def layout_of(plan: MemoryPlan, *, device: Optional[DeviceLike] = None, prefetch
         overlappable=min(1.0, tally.prefetched / link) if link else 1.0, gpu=str(gpu) if gpu is not None else "",
         origin="graph", notes=(f"counted from {len(events)} steps of the plan",),
         kernel_groups=_groups(tally.kernel_groups), host_groups=_groups(tally.host_groups), graphs=max(1.0, s["graphs"]),
+        call=call_schedule(plan, workload.prefetch_hit_rate),
     )  # fmt: skip
 
 

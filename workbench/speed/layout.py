@@ -28,7 +28,8 @@ Rules of ``for_machine``:
    activations and the KV cache), none when ``cache=False``; its hit rate is the
    placement's routing's for the share held (uniform routing: the share). The experts
    not held (``experts_offloaded``) are what a runtime that loads every expert its loop
-   visits copies in instead.
+   visits copies in instead. A cache larger than the model's experts, or than the GPU
+   beside the other weights, and a model without routed experts, are refused.
 4. Each MoE layer whose experts the host computes makes one host call and four copies:
    the hidden state, the routed experts' ids and weights (4 bytes each) to the host, and
    the result back (``activation_bytes`` per element of the hidden state).
@@ -40,12 +41,16 @@ Rules of ``for_machine``:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Protocol, Union, runtime_checkable
+
+import numpy as np
 
 from ..errors import WorkbenchError
 from ..weight_formats import weight_formats
 from ..machine.parts import PartsFile, part_facts, part_names
+from ..runtime.sim_timing import CallSchedule
 
 __all__ = ["CACHE_RESERVE", "PLACEMENT_REGIMES", "CacheRouting", "DecodeLayout", "LayoutError", "ModelFacts", "OpGroup",
            "ExpertPlacement", "UniformRouting", "WeightBits"]  # fmt: skip
@@ -66,12 +71,14 @@ class LayoutError(WorkbenchError, ValueError):
 
 
 def _check_number(name: str, value: Any, low: float, high: float, *, whole: bool = False, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    # any real number — a numpy count as much as a plain int — but never a truth value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise LayoutError(f"{name} must be a finite number, got {value!r}")
-    if (value <= low if low_open else value < low) or value > high or (whole and value != int(value)):
+    number = float(value)
+    if (number <= low if low_open else number < low) or number > high or (whole and number != int(number)):
         kind = "a whole number" if whole else "a number"
         raise LayoutError(f"{name} must be {kind} in {'(' if low_open else '['}{low:g}, {high:g}], got {value!r}")
-    return float(value)
+    return number
 
 
 @dataclass(frozen=True)
@@ -288,6 +295,9 @@ class DecodeLayout:
     kernel_groups: tuple[OpGroup, ...] = ()  # the GPU's kernels
     host_groups: tuple[OpGroup, ...] = ()  # the host's ops
     graphs: float = 1.0  # runs of device work between host work: one captured graph each
+    # A planned graph's call, step by step, as the event simulator schedules it (None for
+    # a layout from facts): the timer replays it on the machine it times (timer rule 6).
+    call: Optional[CallSchedule] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("device_bytes", "device_flops", "host_bytes", "host_weights", "host_dequant_ops", "host_calls",
@@ -302,6 +312,8 @@ class DecodeLayout:
         for group in self.kernel_groups + self.host_groups:
             if not isinstance(group, OpGroup):
                 raise LayoutError(f"a layout's op groups are OpGroup records, got {type(group).__name__}")
+        if self.call is not None and not isinstance(self.call, CallSchedule):
+            raise LayoutError(f"a layout's call is a CallSchedule (runtime.call_schedule(plan)), got {type(self.call).__name__}")
 
     @property
     def parts(self) -> str:
@@ -369,6 +381,8 @@ def _laid_out(gpu: str, host: Optional[str], link: Optional[str], model: ModelFa
         host_share = _host_share(model, placement)
         notes.append(f"host computes {host_share:.3f} of the active expert bytes")
     elif regime == "experts_copied":
+        if not model.num_experts:
+            raise LayoutError(f"model {model.name!r} has no routed experts to copy in: lay a dense model out all_on_gpu")
         link_name = _link_of(gpu, link, parts)
         cache_share = _cache_share(placement, memory, expert_bytes_total, other_bytes_total)
         hit = float(placement.routing.hit_rate(cache_share)) if cache_share > 0 else 0.0
@@ -419,6 +433,12 @@ def _cache_share(placement: ExpertPlacement, memory: Optional[float], expert_byt
         return 0.0
     if placement.resident_expert_bytes is not None:
         held = placement.resident_expert_bytes
+        if held > expert_bytes * (1 + 1e-9):
+            raise LayoutError(f"resident_expert_bytes {held:.4g} exceed the model's {expert_bytes:.4g} bytes of routed "
+                              "experts: a cache cannot hold more than there is; valid: [0, the experts' bytes]")
+        if memory is not None and held + other_bytes > memory:
+            raise LayoutError(f"resident_expert_bytes {held:.4g} and the {other_bytes:.4g} bytes of the other weights "
+                              f"exceed the GPU's {memory:.4g} bytes of memory; valid: at most {max(0.0, memory - other_bytes):.4g}")
     elif memory is not None:
         held = memory * (1 - CACHE_RESERVE) - other_bytes
     else:

@@ -7,12 +7,13 @@ walkthrough's tables, the published-run fits and their validation — is
 (``graph_layout.layout_of``) or from facts (``DecodeLayout.for_machine``). A runtime
 differs from another only by its figures (``CostModel.compose(runtime=...)``: launch
 mode and costs, kernels per layer, per-copy cost, overlap, the host's achieved bandwidth
-and matvec rates); ``estimate`` lays the same graph out op by op on streams, the schedule
-a timeline view shows.
+and matvec rates). A planned graph's token is its simulated timeline: the same
+schedule ``estimate`` lays out op by op on streams, the one a timeline view shows
+(rule 6).
 
 Rules:
 
-1. ``t = gpu + side - overlap × min(gpu, side)``, ``side = host + copy``, ``overlap =
+1. A layout from facts: ``t = gpu + side - overlap × min(gpu, side)``, ``side = host + copy``, ``overlap =
    cost_model.overlap × layout.overlappable``: the runtime's share of the shorter hidden
    under the longer, where the placement lets the work run side by side.
 Every term is a cost function of ``machine.costs`` (the functions the event simulator
@@ -42,14 +43,23 @@ charges each step with), applied to the layout's totals:
 5. The time is a finite number > 0, or a ``DecodeTimeError`` names what made it not one;
    tokens/s is never negative, zero or NaN.
 6. A planned graph's layout on a runtime that launches the graph's own kernels
-   (``kernels_per_layer`` 0) is charged op by op, as the event simulator charges each
-   step (``runtime.sim_timing`` rule 12): the GPU's ``device`` is the sum over its kernel
-   groups of ``count × share × costs.kernel_seconds`` (its FLOPs at its dtype class's
-   peak, its bytes — fused when the runtime fuses row picks — with the one-kernel
-   floor), the host's the sum over its host groups of ``costs.host_op_seconds`` (each op's
-   framework cost, and the runtime's matvec rate for the format of the weights it
-   multiplies), and graph replay launches one graph per run of device work
-   (``graphs``). Rules 2 and 3's totals are for layouts from facts.
+   (``kernels_per_layer`` 0) is timed by the event simulator's schedule: its ``call``
+   (``runtime.sim_timing.call_schedule``) replayed on the cost model
+   (``runtime.sim_timing.replay_call``, kernels writing their planned memory, the call's
+   inputs already in their slots as a decode loop leaves them), so the token's time is its simulated timeline's span — the copies
+   issued ahead of the layers that wait for them, host work beside device work that does
+   not need it and kernel gaps absorbed while a kernel waits all included — and
+   ``hidden`` is the host-or-copy work the token does not wait for beyond the GPU's own
+   time: ``side - min(side, max(0, t - gpu))``, as rule 1's is. The work is charged op by
+   op, as the simulator charges each step (``runtime.sim_timing`` rule 12): the GPU's
+   ``device`` is the sum over its kernel groups of ``count × share ×
+   costs.kernel_seconds`` (its FLOPs at its dtype class's peak, its bytes — fused when
+   the runtime fuses row picks — with the one-kernel floor), the host's the sum over its
+   host groups of ``costs.host_op_seconds`` (each op's framework cost, and the runtime's
+   matvec rate for the format of the weights it multiplies), and graph replay launches
+   one graph per run of device work (``graphs``). Rule 1's overlap and rules 2 and 3's
+   totals are for layouts from facts (no schedule is known), and for a runtime that
+   states its own kernels per layer.
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ from dataclasses import dataclass
 from ..errors import WorkbenchError
 from ..machine import costs
 from ..machine.cost_model import CostModel
+from ..runtime.sim_timing import replay_call
 from .layout import DecodeLayout, OpGroup
 
 __all__ = ["DecodeTime", "DecodeTimeError", "time_decode"]
@@ -79,7 +90,7 @@ class DecodeTime:
     issue: float  # of which the host's launches
     host: float  # the host part (rule 3)
     copy: float  # the copy part (rule 4)
-    hidden: float  # seconds of host-or-copy work hidden beside the GPU (rule 1)
+    hidden: float  # seconds of host-or-copy work hidden beside the GPU (rule 1; a planned graph's: rule 6)
     link_bytes: float  # bytes over the host link per token, experts loaded included (rule 4)
     kernels: float  # device kernels per token
     host_bound: str  # "memory" or "compute" when the host computes, else ""
@@ -148,6 +159,14 @@ def _link_bytes(layout: DecodeLayout, model: CostModel) -> tuple[float, float]:
     return layout.link_bytes + loads * layout.expert_bytes, loads
 
 
+def _scheduled_seconds(layout: DecodeLayout, model: CostModel) -> float | None:
+    """Rule 6: the span of the planned call's replay on ``model``; None without one."""
+    if layout.call is None or not _per_op(layout, model):
+        return None
+    timeline = replay_call(layout.call, model, in_place_writes=True, bind_inputs=False)
+    return max((e.end_us for e in timeline), default=0.0) * 1e-6  # the call starts at 0: its first launch counts
+
+
 def _copy_seconds(layout: DecodeLayout, model: CostModel) -> float:
     nbytes, loads = _link_bytes(layout, model)
     expert_copies = loads * model.copies_per_expert if model.copies_per_expert > 0 else layout.expert_copies * (
@@ -173,8 +192,13 @@ def time_decode(layout: DecodeLayout, cost_model: CostModel) -> DecodeTime:
     host, bound = _host_seconds(layout, cost_model)
     copy = _copy_seconds(layout, cost_model)
     side = host + copy
-    hidden = cost_model.overlap * layout.overlappable * min(gpu, side)
-    seconds = gpu + side - hidden
+    scheduled = _scheduled_seconds(layout, cost_model)
+    if scheduled is not None:  # rule 6: the schedule decides what runs side by side
+        # what of the host-or-copy work the token does not wait for beyond the GPU's own
+        seconds, hidden = scheduled, side - min(side, max(0.0, scheduled - gpu))
+    else:
+        hidden = cost_model.overlap * layout.overlappable * min(gpu, side)
+        seconds = gpu + side - hidden
     if not (math.isfinite(seconds) and seconds > 0):
         raise DecodeTimeError(f"the layout on {cost_model.name!r} gives {seconds!r} s per token (gpu {gpu!r}, host "
                               f"{host!r}, copy {copy!r}): a layout with no bytes and no kernels has no decode time")
