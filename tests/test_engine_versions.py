@@ -3,10 +3,13 @@ the engine as it was when the run was measured, each fact cited, none fitted."""
 
 import dataclasses
 import math
+import re
+import time
 
 import pytest
 
-from workbench.machine.runtime_profiles import RuntimeProfileError, profile_for, runtime_profiles, runtime_profiles_path
+from workbench.machine.runtime_profiles import (MAX_BASE_DEPTH, RuntimeProfileError, profile_for, runtime_profiles,
+                                                runtime_profiles_path)
 from workbench.speed.timer import time_decode
 
 from published_fixtures import model, runs  # noqa: F401  (fixtures)
@@ -110,4 +113,44 @@ def test_a_bad_base_is_refused_by_name(tmp_path, rows, message):
     """An unknown base, a cycle of bases or a derived profile that would share its base's
     names is refused, naming the profile."""
     with pytest.raises(RuntimeProfileError, match=message):
+        _profiles_with(tmp_path, rows)
+
+
+def _chain(depth: int, prefix: str = "v") -> str:
+    """Profiles v1 … v<depth>, each the next version of the one before, v1 of ``imp``."""
+    rows = []
+    for i in range(1, depth + 1):
+        rows.append(f"{prefix}{i},names,{prefix} build {i},t\n{prefix}{i},base,{'imp' if i == 1 else f'{prefix}{i - 1}'},t\n")
+    return "".join(rows)
+
+
+def test_a_chain_of_bases_resolves_in_linear_time_up_to_its_stated_depth(tmp_path):
+    """A chain as deep as the limit resolves, each version keeping the fields of the first
+    base; one level deeper is refused naming the depth and the limit; and a chain of
+    thousands is refused in about the time a table of that many rows takes to read, not in
+    a time that grows with the square or the cube of its depth."""
+    depth = MAX_BASE_DEPTH  # v<depth> follows that many bases down to imp
+    profiles = _profiles_with(tmp_path, _chain(depth))
+    assert profiles[f"v{depth}"].values["kernels_per_layer"] == profiles["imp"].values["kernels_per_layer"]
+    with pytest.raises(RuntimeProfileError, match=rf"chain of bases is {MAX_BASE_DEPTH + 1} deep; at most {MAX_BASE_DEPTH}"):
+        _profiles_with(tmp_path, _chain(depth + 1, "w"))
+    timings = []
+    for n in (750, 3000):
+        started = time.perf_counter()
+        with pytest.raises(RuntimeProfileError, match="deep; at most"):
+            _profiles_with(tmp_path, _chain(n, f"c{n}_"))
+        timings.append(time.perf_counter() - started)
+    assert timings[1] < 10 * timings[0] + 0.5  # four times the rows: linear, not 16× or 64×
+
+
+@pytest.mark.parametrize("rows, phrase", [
+    ("imp_next,names,imp later build|IMP (kekzl/imp,t\nimp_next,base,imp,t\n", "imp (kekzl/imp"),  # its base's
+    ("x_one,names,Some Engine,t\nx_one,base,imp,t\nx_two,names,some   engine,t\nx_two,base,imp,t\n", "some engine"),
+    ("x_one,names,eng+v2,t\nx_one,base,imp,t\nx_two,names,V2 + ENG,t\nx_two,base,imp,t\n", "eng+v2"),
+])  # fmt: skip
+def test_a_phrase_that_names_two_profiles_is_refused_when_the_table_loads(tmp_path, rows, phrase):
+    """Two profiles sharing a name phrase — spelled with other case, spacing or part order
+    — would be picked by row order, or one never: the table is refused naming the phrase
+    and both profiles."""
+    with pytest.raises(RuntimeProfileError, match=rf"name phrase '{re.escape(phrase)}' names profiles"):
         _profiles_with(tmp_path, rows)

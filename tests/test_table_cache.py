@@ -34,9 +34,11 @@ from workbench.weight_formats import WeightFormatError, formats_path, weight_for
 
 
 def _settle(path: Path, seconds_ago: float) -> None:
-    """Give ``path`` a modification time ``seconds_ago`` in the past."""
+    """Give ``path`` a modification time ``seconds_ago`` in the past, and let its status
+    change (which no call can set back) age past the kernel's clock tick."""
     then = time.time() - seconds_ago
     os.utime(path, (then, then))
+    time.sleep(0.06)
 
 
 def _bits_of_bf16(path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -118,9 +120,8 @@ def test_a_relative_path_is_read_in_the_folder_it_is_read_from(name, tmp_path, m
     case = CASES[name]
     first = _copy(case, tmp_path / "a")
     second = _copy(case, tmp_path / "b", _edited(case, case.new))
-    then = time.time() - 100
     for path in (first, second):
-        os.utime(path, (then, then))
+        _settle(path, 100)
     assert first.stat().st_size == second.stat().st_size
     relative = Path(case.shipped.name)
     monkeypatch.chdir(first.parent)
@@ -196,3 +197,32 @@ def test_the_default_cost_model_follows_an_edited_measured_preset(tmp_path, monk
     data["cost_model"]["h2d_bandwidth"] = 1.25e9
     preset.write_text(json.dumps(data))
     assert choose_default_cost_model("NVIDIA H200").h2d_bandwidth == 1.25e9
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("how", ["written in place", "renamed over it", "restored by copy"])
+def test_a_table_replaced_with_the_same_size_and_time_is_read_again(name, how, tmp_path, monkeypatch):
+    """A kept table replaced by another of the same size and the same modification time
+    (``cp -p``, a restore, an editor that keeps the time): the replacement is read, as the
+    kernel's status-change time, which no user call sets back, tells the two apart."""
+    case = CASES[name]
+    path = _copy(case, tmp_path)
+    _settle(path, 100)
+    assert case.read(path, monkeypatch) == case.before
+    assert case.read(path, monkeypatch) == case.before  # kept
+    old = path.stat()
+    edited = _edited(case, case.new)
+    if how == "written in place":
+        path.write_text(edited)
+    elif how == "renamed over it":
+        other = tmp_path / "other.tmp"
+        other.write_text(edited)
+        os.replace(other, path)
+    else:
+        other = tmp_path / "backup" / path.name
+        other.parent.mkdir()
+        other.write_text(edited)
+        shutil.copy2(other, path)
+    os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (old.st_size, old.st_mtime_ns)
+    assert case.read(path, monkeypatch) == case.after

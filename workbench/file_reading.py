@@ -15,12 +15,16 @@ Rules:
 6. A CSV table is read as text cells (empty cells as ""), never as code, and its
    columns must be exactly the ones expected, in order.
 7. A table parsed once is kept (``cached_by_file``) under its file's identity: the
-   resolved absolute path, the modification time in nanoseconds and the size (and the
-   inode). An edited, replaced or truncated file is another key, so it is read and
-   checked again (an edit that breaks it is refused); a relative path is resolved in
-   the folder it is read from; a failed read is never kept. A file modified in the last
-   ``_SETTLE_NS`` is parsed but not kept: file times are as coarse as the kernel's
-   clock tick, so a same-size edit that quick could keep the old identity.
+   resolved absolute path, the modification time in nanoseconds, the size, the inode and
+   the status-change time in nanoseconds. The last is the kernel's own: every write,
+   rename or ``utime`` sets it to now, and no user call can set it back, so a file
+   replaced by another of the same size and modification time (``cp -p``, a restore, an
+   editor that keeps the time) is another key too. An edited, replaced or truncated
+   file is read and checked again (an edit that breaks it is refused); a relative path is
+   resolved in the folder it is read from; a failed read is never kept. A file modified
+   in the last ``_SETTLE_NS``, or whose status changed in the last ``_CHANGE_TICK_NS``,
+   is parsed but not kept: file times are as coarse as the kernel's clock tick, so a
+   same-size edit that quick could keep the old identity.
 """
 
 from __future__ import annotations
@@ -61,9 +65,11 @@ _MAX_TABLE_BYTES = 16 << 20
 _CACHED_TABLES = 8
 #: Rule 7: how long ago a file must have been modified for its parse to be kept.
 _SETTLE_NS = 2_000_000_000
+#: A status change this recent may share its time with the next (a few clock ticks).
+_CHANGE_TICK_NS = 50_000_000
 _T = TypeVar("_T")
 #: Rule 7: (resolved path, mtime in ns, size, inode).
-FileIdentity = tuple[str, int, int, int]
+FileIdentity = tuple[str, int, int, int, int]
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -180,7 +186,7 @@ def finite_number(value: Any) -> Optional[float]:
 
 def file_identity(path: Union[str, os.PathLike]) -> Optional[FileIdentity]:
     """Rule 7: the identity of the regular file at ``path`` — its resolved absolute path,
-    modification time (ns), size and inode — or None when it is missing or not a regular
+    modification time (ns), size, inode and status-change time (ns) — or None when it is missing or not a regular
     file (``stat`` never opens it, so a named pipe cannot block it)."""
     try:
         resolved = Path(path).resolve()
@@ -189,7 +195,7 @@ def file_identity(path: Union[str, os.PathLike]) -> Optional[FileIdentity]:
         return None
     if not stat.S_ISREG(info.st_mode):
         return None
-    return (str(resolved), info.st_mtime_ns, info.st_size, info.st_ino)
+    return (str(resolved), info.st_mtime_ns, info.st_size, info.st_ino, info.st_ctime_ns)
 
 
 def file_version_key(path: Union[str, os.PathLike]) -> FileIdentity:
@@ -197,13 +203,14 @@ def file_version_key(path: Union[str, os.PathLike]) -> FileIdentity:
     for a path that cannot be identified (missing, not a regular file), its absolute name
     with no version, so the reader is asked and refuses it (an error is never cached)."""
     found = file_identity(path)
-    return found if found is not None else (os.path.abspath(path), -1, -1, -1)
+    return found if found is not None else (os.path.abspath(path), -1, -1, -1, -1)
 
 
 def settled(identity: FileIdentity) -> bool:
-    """Rule 7: whether a file of this identity was last modified long enough ago that an
-    edit would change its identity (a result read from it may be kept)."""
-    return identity[1] < time.time_ns() - _SETTLE_NS
+    """Rule 7: whether a file of this identity was last modified and changed long enough
+    ago that an edit would change its identity (a result read from it may be kept)."""
+    now = time.time_ns()
+    return identity[1] < now - _SETTLE_NS and identity[4] < now - _CHANGE_TICK_NS
 
 
 def cached_by_file(parse: Callable[[Path], _T]) -> Callable[[Path], _T]:

@@ -50,10 +50,13 @@ from ..speed.published_runs import (
     RESERVED_SOURCES,
     AnchorError,
     FittedTerm,
+    checked_published_table,
     gpu_part,
     published_decode_runs,
     published_dir,
     published_runs,
+    same_source,
+    source_key,
 )
 
 __all__ = [
@@ -202,7 +205,7 @@ def modeled_vs_published(
     may be any callable returning ``(tok/s or None, why)`` — such as
     ``memory_bound_tok_s`` — or ``(tok/s or None, why, runtime profile, parts[,
     routing])``: then the held-out columns are NaN (that model has no held-out fits)."""
-    table = runs if runs is not None else published_decode_runs()
+    table = checked_published_table(runs, "the runs given") if runs is not None else published_decode_runs()
     shipped = model is None
     fitted = regime_model() if shipped else None
     held: dict[str, OutOfSample] = {o.id: o for o in fitted.out_of_sample} if fitted is not None else {}
@@ -219,6 +222,9 @@ def modeled_vs_published(
         profile, parts_used = (answer[2], answer[3]) if len(answer) >= 4 else ("", "")
         out = held.get(str(run["id"]))
         published = float(run["decode_tok_s"])
+        if out is not None and (same_source(out.source) != same_source(source_key(run["source_url"]))
+                                or out.published != published):
+            out = None  # a row of your own that reuses a shipped id is not the shipped run
         rows.append({"id": run["id"], "regime": run["regime"], "source": out.source if out is not None else "",
                      "published tok/s": published, "modeled tok/s": np.nan if modeled is None else float(modeled),
                      "ratio": np.nan if modeled is None else float(modeled) / published,

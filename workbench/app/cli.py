@@ -170,7 +170,14 @@ def _load_config(option: str, spec: str) -> MoEConfig:
 
 
 def _check_out(option: str, spec: str) -> Path:
-    """An output folder that exists or can be made: not a file, under a writable folder."""
+    """An output folder that exists or can be made: named (an empty or blank name would
+    spill the outputs into whatever folder the command runs in), not a file, under a
+    writable folder."""
+    if not spec.strip():
+        raise UsageError(f"{option}: {spec!r} names no folder; give a folder for the tables, figures and traces "
+                         "('.' for this one)")
+    if "\x00" in spec:
+        raise UsageError(f"{option}: {spec!r} holds a NUL character; give a folder name without one")
     out = Path(spec)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{option}: {spec!r} is a file; give a folder for the tables, figures and traces")

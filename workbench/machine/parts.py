@@ -19,7 +19,9 @@ Rules:
    that name it in free text (``NVIDIA H200|H200``), literal and separated by ``|``.
 2. Every figure has a source; values are finite numbers in their field's range (a
    bandwidth or FLOP rate > 0, a latency or overhead >= 0, a share in [0, 1],
-   ``pageable_factor`` in (0, 1], counts whole and >= 1; ``launch_mode``: a launch mode);
+   ``pageable_factor`` in (0, 1], counts whole and >= 1; ``launch_mode``: a launch mode)
+   and within what hardware can do (``_LIMITS``: rates, sizes, overheads and kernel
+   counts no machine has are refused, whether in the shipped table or a user's file);
    no (kind, name, field) appears twice; a name is a plain identifier. A table that breaks
    a rule is refused with a ``CostModelError`` naming the rows.
 3. The table is data, read and never executed, at most 16 MiB; a measured part
@@ -31,6 +33,7 @@ Rules:
 from __future__ import annotations
 
 import functools
+import math
 import os
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -75,6 +78,21 @@ _SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_
                      "fuses_row_picks"})
 #: Whole counts, with their largest sensible value.
 _COUNTS = {"cores": 4096, "math_cores": 4096, "sockets": 64, "pcie_gen": 8, "pcie_lanes": 32}
+#: What hardware can do (rule 2): each rate, size and count between these, so a figure no
+#: machine has (a typo's 1e30 FLOP/s, 10^12 kernels per layer) is refused, never timed.
+#: The upper limits sit 10× or more above the fastest shipping part of 2026 (a B200's
+#: ~4.5e15 dense fp8 FLOP/s and 8e12 B/s of HBM; a two-socket server's ~1.7e12 B/s of
+#: DDR5; NVLink-C2C's 9e11 B/s); an overhead or latency is under a second.
+_LIMITS: dict[str, tuple[float, float]] = {
+    **{f: (1e8, 1e17) for f in ("device_flops_fp64", "device_flops_fp32", "device_flops_bf16", "device_flops_fp8")},
+    "device_memory_bandwidth": (1e8, 1e14), "host_flops": (1e8, 1e16), "host_memory_bandwidth": (1e7, 1e13),
+    "dram_peak_bandwidth": (1e7, 1e13), "h2d_bandwidth": (1e6, 1e13), "d2h_bandwidth": (1e6, 1e13),
+    "d2d_bandwidth": (1e6, 1e14), "memory_bytes": (1e6, 1e13),
+    **{f: (0.0, 1.0) for f in ("h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "executor_overhead",
+                               "graph_launch_overhead", "kernel_gap", "min_kernel_time", "host_op_overhead",
+                               "copy_overhead")},
+    "kernels_per_layer": (0.0, 1e5), "visited_expert_kernels": (0.0, 1e4), "copies_per_expert": (0.0, 1e3),
+}  # fmt: skip
 
 
 _SHIPPED = Path(__file__).resolve().parents[2] / "data" / "parts" / "parts.csv"
@@ -155,6 +173,9 @@ def _value_problem(field: str, text: str) -> str:
             return f"{field} must be >= 0, got {value:g}"
     elif value <= 0:
         return f"{field} must be > 0, got {value:g}"
+    low, high = _LIMITS.get(field, (-math.inf, math.inf))
+    if not low <= value <= high:
+        return f"{field} {value:g} is outside what hardware can do: valid [{low:g}, {high:g}]"
     return ""
 
 
@@ -237,6 +258,12 @@ def part_phrases(kind: str, parts: PartsFile = None) -> tuple[tuple[str, str], .
     """``(phrase, part name)`` for every phrase that names a part of ``kind`` in free
     text (rule 1's ``names``, and the part's own name), longest phrase first."""
     _check_kind(kind)
+    # a table of runs asks for every row: built once per version of the files
+    return _phrases(kind, None if parts is None else os.fspath(parts), parts_file_key(parts))
+
+
+@functools.lru_cache(maxsize=32)
+def _phrases(kind: str, parts: Optional[str], _key: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
     table = _catalog(parts)
     found = {(name, name) for name in table.loc[table["kind"] == kind, "name"]}
     named = table[(table["kind"] == kind) & (table["field"] == "names")]

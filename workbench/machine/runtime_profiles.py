@@ -17,8 +17,9 @@ Rules:
 1. Every profile sets every field of ``PROFILE_FIELDS``, once, with a source — its own, or
    its ``base``'s: a profile whose ``base`` names another profile (a later version of the
    same engine, say) states its own ``names`` and only the fields that differ, and takes
-   the rest, sources included, from its base (bases may chain; an unknown base, a cycle
-   or a derived profile without its own ``names`` is refused).
+   the rest, sources included, from its base (bases may chain, at most
+   ``MAX_BASE_DEPTH`` deep, and resolve in time linear in the table; an unknown base, a
+   cycle, a deeper chain or a derived profile without its own ``names`` is refused).
 2. A value is a number in its field's range, or ``fit:<term>`` (a term of
    ``fitted_terms.csv``, fitted to published runs by ``speed.regime_model``); ``names`` are the
    phrases (literal, ``|``-separated) that name the runtime in a run's text;
@@ -28,6 +29,9 @@ Rules:
    16 MiB.
 3. ``profile_for(runtime)`` is the profile whose name phrase is found in the runtime's
    text (``run_text.find_name``: literal, the longest phrase first); None when none is.
+   A phrase names one profile: a table in which two profiles share a phrase (case,
+   spacing and the order of ``+``-joined parts aside) is refused when it loads, so which
+   profile a text picks never depends on the order of the rows.
 4. The tables are data: read as text, never executed, read again when edited.
 5. A field that sets one ``CostModel`` figure has that figure's name (``launch_overhead``,
    ``executor_overhead``, ``kernel_gap``, ``copy_overhead``, ``launch_overlap``,
@@ -58,10 +62,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
+
+import numpy as np
 
 from ..file_reading import FileIdentity, file_version_key, read_csv_table
 from .cost_model import LAUNCH_MODES, MEASURED_PREFIX
@@ -84,6 +91,8 @@ _RANGES: dict[str, tuple[float, float]] = {
 }  # fmt: skip
 PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "host_kernels", *_RANGES)
 BASE_FIELD = "base"  # optional: the profile whose fields this one keeps where it states none (rule 1)
+#: Bases a profile's chain may follow (rule 1): versions of an engine, not an unbounded list.
+MAX_BASE_DEPTH = 32
 _COLUMNS = ("profile", "field", "value", "source")
 _MATVEC_COLUMNS = ("kernels", "format", "weights_per_s_per_core", "core_flops", "source")
 _TERM_COLUMNS = ("term", "field", "low", "high", "prior", "source")
@@ -134,10 +143,12 @@ class RuntimeProfile:
             raise RuntimeProfileError(f"profile {self.name!r}: {name} is the fitted term {term!r}, which is not given "
                                       f"(given: {', '.join(sorted(fits)) or 'none'})")
         value = fits[term]
-        low, high = _RANGES[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and low <= value <= high):
+        spec = fitted_terms().get(term)  # a term is searched in its own range: a value outside it no run supports
+        low, high = (spec.low, spec.high) if spec is not None else _RANGES[name]
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (
+                math.isfinite(value) and low <= value <= high):
             raise RuntimeProfileError(f"profile {self.name!r}: fitted term {term!r} = {value!r} is not a number in "
-                                      f"[{low:g}, {high:g}] ({name})")
+                                      f"[{low:g}, {high:g}] ({name}: the term's range in fitted_terms.csv)")
         return float(value)
 
     def resolved(self, fits: Mapping[str, float]) -> "RuntimeProfile":
@@ -323,37 +334,80 @@ def _profiles(key: FileIdentity) -> tuple[RuntimeProfile, ...]:
         rows[row.profile][row.field] = (row.value, row.source)
         if row.field != BASE_FIELD:
             problems += [f"{where}: {p}" for p in _value_problems(row.field, row.value, terms)]
-    merged: dict[str, dict[str, tuple[str, str]]] = {}
-    for name in rows:
-        fields_, problem = _with_base(name, rows)
-        merged[name] = fields_
-        problems += [problem] if problem else []
+    merged, chain_problems = _with_bases(rows)
+    problems += chain_problems
     for name, fields_ in merged.items():
         missing = [f for f in PROFILE_FIELDS if f not in fields_]
         if missing:
             problems.append(f"profile {name!r} lacks {', '.join(missing)}")
+    if not problems:
+        problems += _ambiguous_phrases(merged)
     if problems:
         raise RuntimeProfileError(f"{path}: " + "; ".join(problems[:12]) + (f"; and {len(problems) - 12} more" if len(problems) > 12 else ""))
     return tuple(_profile(name, fields_) for name, fields_ in merged.items())
 
 
-def _with_base(name: str, rows: Mapping[str, dict[str, tuple[str, str]]]) -> tuple[dict[str, tuple[str, str]], str]:
-    """The profile's fields over its chain of bases (rule 1), and what is wrong with the
-    chain ("" when nothing is)."""
-    chain = [name]
-    while BASE_FIELD in rows[chain[-1]]:
-        base = rows[chain[-1]][BASE_FIELD][0].strip()
-        if base not in rows:
-            return rows[name], f"profile {chain[-1]!r}: base {base[:40]!r} is none of {', '.join(rows)}"
-        if base in chain:
-            return rows[name], f"profile {name!r}: bases form a cycle ({' -> '.join((*chain, base))})"
-        chain.append(base)
-    if len(chain) > 1 and "names" not in rows[name]:
-        return rows[name], f"profile {name!r} has a base but no names of its own: two profiles would match one text"
-    fields_: dict[str, tuple[str, str]] = {}
-    for profile in reversed(chain):
-        fields_.update({f: v for f, v in rows[profile].items() if f != BASE_FIELD})
-    return fields_, ""
+def _with_bases(rows: Mapping[str, dict[str, tuple[str, str]]]) -> tuple[dict[str, dict[str, tuple[str, str]]], list[str]]:
+    """Every profile's fields over its chain of bases (rule 1), and what is wrong with the
+    chains. Each profile is resolved once, after its base, so a table of n profiles costs
+    O(n) whatever its chains; a chain deeper than ``MAX_BASE_DEPTH`` is refused."""
+    merged: dict[str, dict[str, tuple[str, str]]] = {}
+    depth: dict[str, int] = {}
+    problems: list[str] = []
+    for name in rows:
+        chain: list[str] = []  # profiles not yet resolved, each the base of the one before
+        walked: set[str] = set()
+        current, problem = name, ""
+        while current not in merged and BASE_FIELD in rows[current]:
+            if current in walked:
+                problem = f"profile {name!r}: bases form a cycle ({' -> '.join(p[:40] for p in (*chain[-8:], current))})"
+                break
+            walked.add(current)
+            chain.append(current)
+            base = rows[current][BASE_FIELD][0].strip()
+            if base not in rows:
+                problem = f"profile {current[:40]!r}: base {base[:40]!r} is none of {', '.join(list(rows)[:20])}"
+                break
+            current = base
+        if not problem and current not in merged:  # a profile without a base: its own fields
+            merged[current], depth[current] = dict(rows[current]), 0
+        if not problem and depth[current] + len(chain) > MAX_BASE_DEPTH:
+            problem = (f"profile {name!r}: its chain of bases is {depth[current] + len(chain)} deep; at most "
+                       f"{MAX_BASE_DEPTH} are followed (a version of a version, not a list)")
+        if problem:
+            problems.append(problem)
+            for profile in chain:  # refused: each keeps its own fields, so nothing after it cascades
+                merged.setdefault(profile, dict(rows[profile]))
+                depth.setdefault(profile, MAX_BASE_DEPTH + 1)
+            continue
+        for profile in reversed(chain):
+            base = rows[profile][BASE_FIELD][0].strip()
+            if "names" not in rows[profile]:
+                problems.append(f"profile {profile!r} has a base but no names of its own: two profiles would match "
+                                "one text")
+            fields_ = {f: v for f, v in merged[base].items() if f != BASE_FIELD}
+            fields_.update({f: v for f, v in rows[profile].items() if f != BASE_FIELD})
+            merged[profile], depth[profile] = fields_, depth[base] + 1
+    return {name: merged[name] for name in rows}, problems
+
+
+def _phrase_key(phrase: str) -> frozenset[str]:
+    """A name phrase as ``find_name`` matches it: its ``+``-joined parts, case and spacing aside."""
+    return frozenset(" ".join(part.lower().split()) for part in phrase.split("+") if part.strip())
+
+
+def _ambiguous_phrases(merged: Mapping[str, dict[str, tuple[str, str]]]) -> list[str]:
+    """Rule 3: a phrase names one profile. Two that share one (a version repeating its
+    base's names, say) would be chosen by their order in the file, or never."""
+    owners: dict[frozenset[str], list[str]] = {}
+    for name, fields_ in merged.items():
+        for phrase in fields_.get("names", ("", ""))[0].split("|"):
+            key = _phrase_key(phrase)
+            if key and name not in owners.setdefault(key, []):
+                owners[key].append(name)
+    return [f"name phrase {'+'.join(sorted(key))[:60]!r} names profiles {', '.join(map(repr, names[:4]))}: a phrase "
+            "names one profile (give a version its own phrase, e.g. the engine and its version joined by '+')"
+            for key, names in owners.items() if len(names) > 1]
 
 
 def _profile(name: str, fields_: dict[str, tuple[str, str]]) -> RuntimeProfile:

@@ -12,12 +12,15 @@ parts and never prose. A row it cannot express keeps why.
 Rules:
 
 1. The table's columns are exactly ``PUBLISHED_COLUMNS``; ids are unique; ``regime`` is
-   one of ``PUBLISHED_REGIMES``; ``decode_tok_s`` is a finite number > 0; a size column,
+   one of ``PUBLISHED_REGIMES``; ``decode_tok_s`` is a number in [``MIN_TOK_S``,
+   ``MAX_TOK_S``]; a size column,
    when given, is a finite number > 0 and active <= total; ``gpu_count`` a whole number
    >= 1; every row names an https source and quotes it (at most 200 characters); no cell
    is longer than 2,000 characters, no file larger than 16 MiB; no row comes from a
-   source in ``RESERVED_SOURCES``. A file that breaks a rule is refused with an
-   ``AnchorError`` naming the rows and what is valid.
+   source in ``RESERVED_SOURCES``, however its URL is spelled (``reserved_source``). A
+   file that breaks a rule is refused with an ``AnchorError`` naming the rows and what
+   is valid. Rows from any origin pass the same checks: a table built in memory
+   (``checked_published_table``), and one row read on its own (``read_run``).
 2. Parts are found by the phrases the parts table names them by, a part's own name
    included (``H200``, ``x86_server``); a parts file of your own (``parts=``) adds parts.
 3. Bits per weight: a file size the run states (all weights alike); else the run's expert
@@ -26,33 +29,44 @@ Rules:
    The experts' format (for the host's matvec rate) is the first format the text names.
 4. A run's ``source`` is its publication: ``owner/repo#N`` for a GitHub issue, pull
    request or discussion, else the page's host and path — what leave-one-source-out
-   holds out together.
+   holds out together. URLs are normalised once (``source_key``: host case, ``www.``,
+   default ports, ``//``, percent-encoding, query and fragment), and two sources are
+   the same when their keys are, case aside (``same_source``).
+5. A table is read in time linear in its rows: a row's parts are read from its free text
+   once per distinct text (and parts and profiles read with), so rows that agree on those
+   columns share the reading; every row's own id, speed and source are its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import io
 import math
+import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import numpy as np
 import pandas as pd
 
-from ..file_reading import read_regular_file
-from ..moe.locality import locality_models, locality_trace, lru_hit_rate
+from ..file_reading import file_version_key, read_regular_file
+from ..moe.locality import locality_models, locality_path, locality_trace, lru_hit_rate
 from ..moe.routing import RoutingTrace
 from .layout import PLACEMENT_REGIMES, CacheRouting, LayoutError, ModelFacts, ExpertPlacement, UniformRouting, WeightBits
-from ..machine.parts import PartsFile, part_phrases
+from ..machine.parts import PartsFile, part_phrases, parts_file_key
 from ..weight_formats import weight_formats
 from . import run_text
 from .model_families import ModelFamily, family_of, model_families
 from .published_errors import AnchorError
 from ..machine.runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
 
-__all__ = ["AnchorError", "FittedTerm", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES", "PublishedRun",
+__all__ = ["AnchorError", "FittedTerm", "MAX_TOK_S", "MIN_TOK_S", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES",
+           "PublishedRun", "checked_published_table", "reserved_source", "same_source",
            "StatedHitRate", "TraceRouting", "gpu_part", "published_decode_runs", "published_dir", "published_runs", "read_run",
            "routing_for", "source_key"]  # fmt: skip
 
@@ -71,6 +85,10 @@ RESERVED_SOURCES = (
     "tt-inference-server/issues/340",
 )  # fmt: skip
 _MAX_QUOTE_CHARS = 200
+#: A batch-1 decode speed some machine can reach, tokens/s (rule 1): from a model read off
+#: storage at a token every thousand seconds to ten times the fastest published
+#: batch-1 figures (wafer-scale engines at a few thousand tokens/s).
+MIN_TOK_S, MAX_TOK_S = 1e-3, 1e5
 #: Numeric columns: (low, low end open, high) when a cell is given.
 _RANGES = {"total_params_b": (0.0, True, 1e6), "active_params_b": (0.0, True, 1e6), "bits_per_weight": (0.0, True, 64.0),
            "gpu_count": (1.0, False, 1024.0), "context_tokens": (0.0, False, 1e8)}  # fmt: skip
@@ -93,14 +111,38 @@ def published_decode_runs(path: Optional[Union[str, Path]] = None) -> pd.DataFra
         table = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise AnchorError(f"{path} is not a readable CSV table: {exc}") from None
+    return checked_published_table(table, str(path))
+
+
+def _cell_text(value: Any) -> str:
+    """A cell of a table given in memory, as the file loader reads it: text, "" for none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)
+
+
+def checked_published_table(table: pd.DataFrame, where: str = "the published runs") -> pd.DataFrame:
+    """Rule 1 for a table from any origin — the shipped file, a file of your own, or a
+    ``DataFrame`` built in memory: its cells read as text (a boolean speed or an id of
+    None is not a number or an id), checked, and the numeric columns parsed. A table that
+    breaks a rule is an ``AnchorError`` naming ``where``, the rows and what is valid."""
+    if not isinstance(table, pd.DataFrame):
+        raise AnchorError(f"{where}: published runs are a table (a pandas DataFrame) of the columns "
+                          f"{', '.join(PUBLISHED_COLUMNS)}, got {type(table).__name__}")
     if tuple(table.columns) != PUBLISHED_COLUMNS:
         missing = [c for c in PUBLISHED_COLUMNS if c not in table.columns]
         extra = [str(c)[:40] for c in table.columns if c not in PUBLISHED_COLUMNS]
-        raise AnchorError(f"{path}: columns differ from the published table's (missing {missing}, unexpected {extra}); "
+        raise AnchorError(f"{where}: columns differ from the published table's (missing {missing}, unexpected {extra}); "
                           f"valid columns, in order: {', '.join(PUBLISHED_COLUMNS)}")
+    flags = pd.Series([any(isinstance(v, (bool, np.bool_)) for v in row) for row in table.itertuples(index=False)],
+                      dtype=bool)
+    table = pd.DataFrame({c: [_cell_text(v) for v in table[c]] for c in PUBLISHED_COLUMNS}, columns=list(PUBLISHED_COLUMNS),
+                         dtype=str)
     problems = _problems(table)
+    if flags.any():
+        problems.append(f"rows {_ids(table, flags.to_numpy())} hold a true/false value where a number or text belongs")
     if problems:
-        raise AnchorError(f"{path}: " + "; ".join(problems))
+        raise AnchorError(f"{where}: " + "; ".join(problems))
     numbers = {c: pd.to_numeric(table[c].where(table[c] != ""), errors="coerce")
                for c in ("total_params_b", "active_params_b", "bits_per_weight", "gpu_count", "context_tokens", "decode_tok_s")}  # fmt: skip
     return table.assign(**numbers)
@@ -124,9 +166,10 @@ def _problems(table: pd.DataFrame) -> list[str]:
     if bad.any():
         problems.append(f"rows {_ids(table, bad)} have a regime outside {', '.join(PUBLISHED_REGIMES)}")
     speed = pd.to_numeric(table["decode_tok_s"], errors="coerce")
-    bad = ~(np.isfinite(speed) & (speed > 0))
+    bad = ~(np.isfinite(speed) & (speed >= MIN_TOK_S) & (speed <= MAX_TOK_S))
     if bad.any():
-        problems.append(f"rows {_ids(table, bad)} have no finite decode_tok_s > 0")
+        problems.append(f"rows {_ids(table, bad)} have no decode_tok_s in [{MIN_TOK_S:g}, {MAX_TOK_S:g}] (a batch-1 "
+                        "decode speed some machine can reach)")
     for column, (low, low_open, high) in _RANGES.items():
         given = table[column].str.strip() != ""
         value = pd.to_numeric(table[column], errors="coerce")
@@ -146,21 +189,51 @@ def _problems(table: pd.DataFrame) -> list[str]:
     bad = quote.str.len() > _MAX_QUOTE_CHARS
     if bad.any():
         problems.append(f"rows {_ids(table, bad)} quote more than {_MAX_QUOTE_CHARS} characters")
-    bad = url.map(lambda u: any(r.lower() in u.lower() for r in RESERVED_SOURCES))
+    bad = url.map(reserved_source)
     if bad.any():
         problems.append(f"rows {_ids(table, bad)} come from a source reserved for validation ({', '.join(RESERVED_SOURCES)})")
     return problems
 
 
+def _normal_url(url: str) -> tuple[str, list[str]]:
+    """Rule 4: a URL's host and path segments, spelled one way: the host lower-cased
+    without ``www.``, a user or a default port; each segment percent-decoded; empty
+    segments (``//``), the query and the fragment dropped."""
+    try:
+        parts = urlsplit(str(url).strip())
+        port = parts.port
+    except ValueError:  # a port that is not a number: the URL is kept as text
+        return str(url).strip().lower(), []
+    host = (parts.hostname or "").lower().rstrip(".")
+    host = host[4:] if host.startswith("www.") else host
+    if port is not None and port not in (80, 443):
+        host = f"{host}:{port}"
+    path = [unquote(p) for p in parts.path.split("/")]
+    return host, [p for p in path if p]
+
+
 def source_key(url: str) -> str:
-    """Rule 4: the publication ``url`` belongs to."""
-    parts = urlsplit(str(url))
-    path = [p for p in parts.path.split("/") if p]
-    if parts.netloc.endswith("github.com") and len(path) >= 4 and path[2] in ("issues", "pull", "discussions"):
+    """Rule 4: the publication ``url`` belongs to, however the URL is spelled."""
+    host, path = _normal_url(url)
+    if host == "github.com" and len(path) >= 4 and path[2] in ("issues", "pull", "discussions"):
         return f"{path[0]}/{path[1]}#{path[3]}"
-    if parts.netloc.endswith("github.com") and len(path) >= 2:
+    if host == "github.com" and len(path) >= 2:
         return f"{path[0]}/{path[1]}"
-    return parts.netloc + "/" + "/".join(path)
+    return host + "/" + "/".join(path)
+
+
+def same_source(source: str) -> str:
+    """Rule 4: what two sources are compared by — their keys, case aside (hosts and
+    GitHub owners and repositories are case-insensitive)."""
+    return source.casefold()
+
+
+def reserved_source(url: object) -> bool:
+    """Rule 1: whether ``url`` is a source reserved for validation, however it is spelled
+    (case, ``//``, an explicit port, percent-encoding, ``www.``)."""
+    host, path = _normal_url(str(url))
+    text = same_source("/".join([host, *path]))
+    return any(same_source(r) in text for r in RESERVED_SOURCES)
 
 
 @dataclass(frozen=True)
@@ -191,7 +264,13 @@ class StatedHitRate:
 
 def routing_for(family: str) -> CacheRouting:
     """The routing a copying run's cache sees: a trace matching the family's published
-    routing statistics (``data/routing/locality.csv``), else uniform routing."""
+    routing statistics (``data/routing/locality.csv``), else uniform routing; made once
+    per family and version of the statistics (a table of runs asks for every row)."""
+    return _routing_for(family, file_version_key(locality_path()))
+
+
+@functools.lru_cache(maxsize=64)
+def _routing_for(family: str, _key: Any) -> CacheRouting:
     if family not in locality_models():
         return UniformRouting(f"uniform routing (no published routing statistics for {family})")
     fit = locality_trace(family, ROUTING_TOKENS, seed=0)
@@ -222,6 +301,7 @@ class PublishedRun:
     pageable: Optional[bool] = None  # its copies from pageable (True) or pinned (False) memory, when stated
     copy_rate: Optional[float] = None  # the host-to-device bytes/s it measured, when stated
     why: str = ""
+    parts: Optional[str] = None  # the parts file of your own its parts were found in (None: the shipped table)
 
 
 def gpu_part(text: object, parts: PartsFile = None) -> Optional[str]:
@@ -275,8 +355,11 @@ def _placement(row: Mapping[str, Any], family: ModelFamily, context: int) -> tup
             return None, why
         return ExpertPlacement(regime, host_layers=layers, context_tokens=context), ""
     if regime == "experts_on_host_compute":
-        return ExpertPlacement(regime, gpu_experts=min(run_text.gpu_experts_text(detail), family.num_experts),
-                         context_tokens=context), ""  # fmt: skip
+        kept = run_text.gpu_experts_text(detail)
+        if kept > family.num_experts:  # never clamped: a figure no such model has
+            return None, (f"{kept} experts per layer kept on the GPU, of the {family.num_experts} a {family.name} layer "
+                          "has: not a placement this model has")
+        return ExpertPlacement(regime, gpu_experts=kept, context_tokens=context), ""
     if regime == "experts_copied":
         if run_text.storage_text(f"{detail} {row.get('runtime', '')}"):
             return None, "experts read from storage: the model has no storage tier"
@@ -288,9 +371,10 @@ def _placement(row: Mapping[str, Any], family: ModelFamily, context: int) -> tup
 
 
 def read_run(row: Mapping[str, Any], parts: PartsFile = None,
-             profiles: Optional[tuple[RuntimeProfile, ...]] = None) -> PublishedRun:
+             profiles: Optional[tuple[RuntimeProfile, ...]] = None, *, _files_key: Optional[tuple] = None) -> PublishedRun:
     """One row of the published table (its cells by column) as structured parts (module
-    doc); a row that names a column the table does not have, or lacks one, is refused."""
+    doc); a row that names a column the table does not have, or lacks one, is refused.
+    ``_files_key``: the parts files' identity when the caller has it (a table asks once)."""
     if not isinstance(row, Mapping):
         raise AnchorError(f"a published run is a mapping of the table's columns, got {type(row).__name__}")
     missing = [c for c in ("id", "regime", "decode_tok_s", "source_url") if c not in row]
@@ -305,13 +389,50 @@ def read_run(row: Mapping[str, Any], parts: PartsFile = None,
         if str(given).strip() != "" and (value is None or (value <= low if low_open else value < low) or value > high):
             raise AnchorError(f"run {str(cells['id'])[:40]!r}: {column} must be a number in {'(' if low_open else '['}"
                               f"{low:g}, {high:g}] or empty, got {str(given)[:40]!r}")
-    tok_s = _finite(cells["decode_tok_s"])
-    if tok_s is None or tok_s <= 0:
-        raise AnchorError(f"run {str(cells['id'])[:40]!r}: decode_tok_s must be a finite number > 0, got {cells['decode_tok_s']!r}")
+    if not isinstance(row["id"], str) or not row["id"].strip():
+        raise AnchorError(f"a published run's id is non-empty text, got {str(row['id'])[:40]!r}")
+    given = row["decode_tok_s"]
+    tok_s = None if isinstance(given, (bool, np.bool_)) else _finite(given)
+    if tok_s is None or not MIN_TOK_S <= tok_s <= MAX_TOK_S:
+        raise AnchorError(f"run {str(cells['id'])[:40]!r}: decode_tok_s must be a number in [{MIN_TOK_S:g}, "
+                          f"{MAX_TOK_S:g}] (a batch-1 decode speed some machine can reach), got {str(given)[:40]!r}")
+    url_text = str(cells["source_url"])
+    if not url_text.startswith("https://") or reserved_source(url_text):
+        raise AnchorError(f"run {str(cells['id'])[:40]!r}: source_url must be an https source not reserved for "
+                          f"validation ({', '.join(RESERVED_SOURCES)}), got {url_text[:80]!r}")
     if cells["regime"] not in PUBLISHED_REGIMES:
         raise AnchorError(f"run {str(cells['id'])[:40]!r}: regime {str(cells['regime'])[:40]!r} is none of {', '.join(PUBLISHED_REGIMES)}")
+    run_id, url = str(cells["id"]), str(cells["source_url"])
+    table = profiles if profiles is not None else runtime_profiles()
+    key = (tuple(str(cells[c]) for c in _INTERPRETED), id(table), _files_key if _files_key is not None else parts_file_key(parts),
+           None if parts is None else os.fspath(parts))  # fmt: skip
+    with _LOCK:
+        kept = _INTERPRETED_RUNS.get(key)
+    if kept is None or kept[0] is not table:
+        try:
+            kept = (table, _interpreted(cells, parts, table))
+        except AnchorError as exc:
+            raise AnchorError(f"run {run_id[:40]!r}: {exc}") from None
+        with _LOCK:
+            _INTERPRETED_RUNS[key] = kept  # holds the profiles it was read with: their id is not reused
+            while len(_INTERPRETED_RUNS) > _KEPT_RUNS:
+                _INTERPRETED_RUNS.popitem(last=False)
+    return dataclasses.replace(kept[1], id=run_id, tok_s=tok_s, source=source_key(url), source_url=url)
+
+
+#: The columns a run's parts are read from (rule 5): rows that agree on them read alike.
+_INTERPRETED = tuple(c for c in PUBLISHED_COLUMNS if c not in ("id", "decode_tok_s", "source_url", "source_kind",
+                                                                "source_date", "quote"))  # fmt: skip
+_KEPT_RUNS = 4096
+_INTERPRETED_RUNS: "OrderedDict[tuple, tuple[tuple[RuntimeProfile, ...], PublishedRun]]" = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def _interpreted(cells: Mapping[str, Any], parts: PartsFile, profiles: tuple[RuntimeProfile, ...]) -> PublishedRun:
+    """Rules 2, 3 and 5: what a row's free text says, as parts (its id, speed and source
+    left for ``read_run`` to set)."""
+    regime = str(cells["regime"])
     profile = profile_for(cells["runtime"], profiles)
-    run_id, regime, url = str(cells["id"]), str(cells["regime"]), str(cells["source_url"])
     family = family_of(cells["model"], model_families())
     detail = f"{cells['offload_detail']} {cells['runtime']}"
     why, model, bits = _model_and_bits(cells, family)
@@ -329,11 +450,12 @@ def read_run(row: Mapping[str, Any], parts: PartsFile = None,
         stated = str(cells["cpu"])
         why = why or f"host CPU {'not a part: ' + repr(stated[:80]) if stated else 'not stated'}"
     link = run_text.find_name(cells["link"], part_phrases("link", parts))
-    return PublishedRun(run_id, regime, tok_s, source_key(url), url, profile.name if profile is not None else "",
+    return PublishedRun("", regime, 0.0, "", "", profile.name if profile is not None else "",
                         family.name if family is not None else "", model, bits, placement, gpu, host, link,
                         threads=run_text.threads_text(detail), sockets=run_text.sockets_text(detail),
                         pageable=run_text.pageable_text(detail) if regime == "experts_copied" else None,
-                        copy_rate=run_text.copy_rate_text(f"{cells['link']} {detail}"), why=why)  # fmt: skip
+                        copy_rate=run_text.copy_rate_text(f"{cells['link']} {detail}"), why=why,
+                        parts=None if parts is None else os.fspath(parts))  # fmt: skip
 
 
 def _model_and_bits(cells: Mapping[str, Any], family: Optional[ModelFamily]) -> tuple[str, Optional[ModelFacts], Optional[WeightBits]]:
@@ -346,7 +468,7 @@ def _model_and_bits(cells: Mapping[str, Any], family: Optional[ModelFamily]) -> 
         model = ModelFacts(family.name, family.layers, total * 1e9, active * 1e9, family.num_experts, family.top_k,
                            float(family.expert_params), family.first_dense, family.hidden, family.kv_bytes_per_token)  # fmt: skip
     except LayoutError as exc:
-        raise AnchorError(f"run {str(cells['id'])[:40]!r}: {exc}") from None
+        raise AnchorError(str(exc)) from None
     bits = _bits(cells, family, model)
     if bits is None:
         return "bits per weight not stated (no file size, no known format)", model, None
@@ -359,7 +481,8 @@ def published_runs(path: Optional[Union[str, Path]] = None, parts: PartsFile = N
     ``PublishedRun`` (module doc); ``parts``: a parts file of your own."""
     table = published_decode_runs(path)
     profiles = profiles if profiles is not None else runtime_profiles()
-    return tuple(read_run(row, parts, profiles) for row in table.to_dict("records"))
+    files = parts_file_key(parts)  # one look at the files for the whole table (rule 5)
+    return tuple(read_run(row, parts, profiles, _files_key=files) for row in table.to_dict("records"))
 
 
 @dataclass(frozen=True)

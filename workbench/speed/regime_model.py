@@ -31,7 +31,14 @@ Rules:
 4. Leave-one-source-out (the headline): for each source, every term refitted on the
    other sources' runs (rule 2), and that source's runs predicted. A regime's interval is
    the factor ``exp(q)``, q the 90th percentile of ``|log(predicted / published)|`` over
-   its out-of-sample predictions (over every regime's when it has fewer than 4).
+   its out-of-sample predictions (over every regime's when it has fewer than 4; none, and
+   the prediction says so, when even those are fewer than 4). Sources are compared as
+   ``published_runs.same_source`` does: one source however its URL is spelled.
+5. The runs given — the shipped table, a table in memory or a sequence of runs — pass
+   the published table's one validation path (``published_runs`` rule 1) with unique
+   ids; a fit on fewer than 3 runs the model can express is refused (every term would
+   keep its prior). A run read with a parts file of your own (``read_run(row,
+   parts=...)``) is laid out and timed on those parts.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
@@ -50,8 +58,9 @@ from ..machine.cost_model import CostModel
 from .layout import DecodeLayout, LayoutError, ModelFacts, ExpertPlacement, WeightBits
 from .timer import DecodeTimeError, time_decode
 from ..machine.op_cost import CostModelError
-from ..machine.parts import PartsFile, parts_path
-from .published_runs import AnchorError, FittedTerm, PublishedRun, published_dir, published_runs, read_run
+from ..machine.parts import PartsFile, parts_file_key, parts_path
+from .published_runs import (AnchorError, FittedTerm, PublishedRun, checked_published_table, published_dir, published_runs,
+                             read_run, same_source)
 from ..machine.runtime_profiles import FittedTermSpec, RuntimeProfile, RuntimeProfileError, fitted_terms, runtime_profiles, runtime_profiles_path
 
 __all__ = ["INTERVAL_QUANTILE", "DecodePrediction", "OutOfSample", "RegimeModel", "fit_regime_model",
@@ -86,7 +95,7 @@ class DecodePrediction:
     def __str__(self) -> str:
         if self.tok_s is None:
             return f"not modeled: {self.why}"
-        band = f" (×/÷ {self.interval:.2f})" if math.isfinite(self.interval) else ""
+        band = f" (×/÷ {self.interval:.2f})" if math.isfinite(self.interval) else " (no interval: too few held-out runs)"
         return f"{self.tok_s:.3g} tok/s{band}"
 
 
@@ -115,22 +124,28 @@ def _as_run(run: Union[PublishedRun, Mapping[str, Any]]) -> PublishedRun:
     return run if isinstance(run, PublishedRun) else read_run(run)
 
 
-@functools.lru_cache(maxsize=4096)
 def _layout(run: PublishedRun) -> tuple[Optional[DecodeLayout], str]:
+    """The run's layout on its parts (the parts file it was read with, if any: a user's
+    part is never replaced by a shipped one of the same name), or why there is none."""
+    return _cached_layout(run, parts_file_key(run.parts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_layout(run: PublishedRun, _parts_key: Any) -> tuple[Optional[DecodeLayout], str]:
     if run.why:
         return None, run.why
     assert run.model is not None and run.formats is not None and run.placement is not None and run.gpu is not None
     try:
         return DecodeLayout.for_machine(gpu=run.gpu, host=run.host, link=run.link, model=run.model,
-                                        formats=run.formats, placement=run.placement), ""  # fmt: skip
+                                        formats=run.formats, placement=run.placement, parts=run.parts), ""  # fmt: skip
     except LayoutError as exc:
         return None, str(exc)
 
 
-def _machine(run: PublishedRun, layout: DecodeLayout, profile: RuntimeProfile, parts: PartsFile = None) -> CostModel:
+def _machine(run: PublishedRun, layout: DecodeLayout, profile: RuntimeProfile) -> CostModel:
     return CostModel.compose(gpu=layout.gpu, host=layout.host or "x86_server", link=layout.link or "pcie_gen4",
                              runtime=profile.with_settings(run.threads, run.sockets, pageable=run.pageable,
-                                                           copy_rate=run.copy_rate), parts=parts)  # fmt: skip
+                                                           copy_rate=run.copy_rate), parts=run.parts)  # fmt: skip
 
 
 def _timed(layout: DecodeLayout, model: CostModel, profile: RuntimeProfile, terms: tuple[str, ...], routing: str,
@@ -153,6 +168,18 @@ class RegimeModel:
     profiles: tuple[RuntimeProfile, ...]
     intervals: Mapping[str, float] = field(default_factory=dict)  # regime -> ×/÷ factor
     out_of_sample: tuple[OutOfSample, ...] = ()
+
+    def __post_init__(self) -> None:
+        specs = fitted_terms()
+        for term, value in self.fits.items():  # a term outside its range is no machine (a kernel time of 0)
+            spec = specs.get(term)
+            if spec is None:
+                raise RuntimeProfileError(f"fitted term {str(term)[:40]!r} is none of fitted_terms.csv's "
+                                          f"({', '.join(sorted(specs))})")
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (
+                    math.isfinite(value) and spec.low <= value <= spec.high):
+                raise RuntimeProfileError(f"fitted term {term!r} = {value!r} is not a number in [{spec.low:g}, "
+                                          f"{spec.high:g}] ({spec.field}: the term's range in fitted_terms.csv)")
 
     def _profile(self, name: str) -> Optional[RuntimeProfile]:
         return next((p for p in self.profiles if p.name == name), None)
@@ -325,11 +352,24 @@ def _order(profiles: Iterable[RuntimeProfile]) -> list[str]:
 
 
 def _runs(runs: Union[None, pd.DataFrame, Sequence[PublishedRun]], profiles: tuple[RuntimeProfile, ...]) -> tuple[PublishedRun, ...]:
+    """The runs a fit or a hold-out is given, through the published table's one validation
+    path (``published_runs`` rule 1) whatever their origin; ids unique."""
     if runs is None:
         return published_runs(profiles=profiles)
     if isinstance(runs, pd.DataFrame):
-        return tuple(read_run(r, profiles=profiles) for r in runs.to_dict("records"))
-    return tuple(_as_run(r) for r in runs)
+        table = checked_published_table(runs, "the runs given")
+        files = parts_file_key(None)
+        return tuple(read_run(r, profiles=profiles, _files_key=files) for r in table.to_dict("records"))
+    if isinstance(runs, (str, bytes, Mapping)) or not isinstance(runs, Sequence):
+        raise AnchorError(f"runs are a DataFrame of the published table's columns or a sequence of PublishedRun, got "
+                          f"{type(runs).__name__}")
+    found = tuple(_as_run(r) for r in runs)
+    seen: set[str] = set()
+    twice = [r.id for r in found if r.id in seen or seen.add(r.id)]  # type: ignore[func-returns-value]
+    if twice:
+        raise AnchorError(f"run ids {sorted(set(twice))[:10]} are given more than once: each run is one published "
+                          "figure, with an id of its own")
+    return found
 
 
 def fit_regime_model(runs: Union[None, pd.DataFrame, Sequence[PublishedRun]] = None,
@@ -338,7 +378,11 @@ def fit_regime_model(runs: Union[None, pd.DataFrame, Sequence[PublishedRun]] = N
     published table), each term with its leave-one-out errors (rules 2, 3); no
     intervals (``regime_model()`` adds the out-of-sample ones)."""
     profiles = profiles if profiles is not None else runtime_profiles()
-    data = _Rows(_runs(runs, profiles), profiles, fitted_terms())
+    given = _runs(runs, profiles)
+    data = _Rows(given, profiles, fitted_terms())
+    if len(data.rows) < _MIN_FIT_ROWS:
+        raise AnchorError(f"a fit needs at least {_MIN_FIT_ROWS} runs the model can express; of the {len(given)} given, "
+                          f"{len(data.rows)} are: with fewer every term would stay at its prior, a fit in name only")
     fits, terms = _fit(data, _order(profiles), loo)
     return RegimeModel(fits, tuple(terms), profiles)
 
@@ -352,16 +396,16 @@ def leave_one_source_out(runs: Union[None, pd.DataFrame, Sequence[PublishedRun]]
     specs = fitted_terms()
     order = _order(profiles)
     out: list[OutOfSample] = []
-    for source in dict.fromkeys(r.source for r in every):
-        held = [r for r in every if r.source == source]
-        fits, _ = _fit(_Rows([r for r in every if r.source != source], profiles, specs), order, loo=False)
+    for source in dict.fromkeys(same_source(r.source) for r in every):  # one source, however spelled
+        held = [r for r in every if same_source(r.source) == source]
+        fits, _ = _fit(_Rows([r for r in every if same_source(r.source) != source], profiles, specs), order, loo=False)
         model = RegimeModel(fits, (), profiles)
         for run in held:
             p = model.predict(run)
             placement = run.placement.regime if run.placement is not None else ""
             if run.placement is not None and run.placement.host_layers is not None:
                 placement += f" {run.placement.host_layers}"
-            out.append(OutOfSample(run.id, run.regime, source, run.tok_s, p.tok_s, p.why, run.runtime, run.gpu or "",
+            out.append(OutOfSample(run.id, run.regime, run.source, run.tok_s, p.tok_s, p.why, run.runtime, run.gpu or "",
                                    run.host or "", run.family, placement))  # fmt: skip
     order_ids = {r.id: i for i, r in enumerate(every)}
     return tuple(sorted(out, key=lambda o: order_ids[o.id]))
@@ -375,7 +419,7 @@ def interval_factors(predictions: Sequence[OutOfSample]) -> dict[str, float]:
     for regime in dict.fromkeys(o.regime for o in predictions):
         own = [logs[o.id] for o in predictions if o.regime == regime and o.id in logs]
         chosen = own if len(own) >= _MIN_REGIME_ROWS else pooled
-        if chosen:
+        if len(chosen) >= _MIN_REGIME_ROWS:  # a quantile of fewer held-out errors is no interval
             factors[regime] = float(math.exp(np.quantile(chosen, INTERVAL_QUANTILE)))
     return factors
 
