@@ -287,3 +287,21 @@ def test_a_fitted_term_outside_its_range_is_refused():
             predict_decode(row, {**fits, term: value})
     assert predict_decode(row, {**fits, "kernel_time": np.float64(fits["kernel_time"])}).tok_s is not None
     assert dataclasses.is_dataclass(PublishedRun)
+
+
+@pytest.mark.parametrize("regime", ["all_on_gpu", "experts_on_host_compute", "experts_copied"])
+def test_a_speed_beyond_the_machine_is_neither_modeled_nor_fitted(regime):
+    """A published speed more than twice the machine's ceiling (every active byte read once,
+    its memories at their peaks side by side) is no batch-1 decode: not modeled, saying
+    why, and left out of a fit; a speed below it is modeled as before."""
+    model = regime_model()
+    row = _first_modeled_row(regime)
+    layout, machine = model.machine(row)
+    bandwidth = machine.device_memory_bandwidth + (machine.host_memory_bandwidth if layout.host_bytes > 0 else 0.0)
+    ceiling = bandwidth / (layout.device_bytes + layout.host_bytes)
+    too_fast = model.predict(dict(row, decode_tok_s=str(3 * ceiling)))
+    assert too_fast.tok_s is None and "the machine's ceiling" in too_fast.why
+    assert model.predict(dict(row, decode_tok_s=str(1.5 * ceiling))).tok_s is not None
+    runs = [read_run(r) for r in published_decode_runs().to_dict("records")]
+    fast = [dataclasses.replace(r, tok_s=3 * ceiling) if r.id == row["id"] else r for r in runs]
+    assert fit_regime_model(fast, loo=False).fits == fit_regime_model([r for r in runs if r.id != row["id"]], loo=False).fits

@@ -39,6 +39,9 @@ Rules:
    ids; a fit on fewer than 3 runs the model can express is refused (every term would
    keep its prior). A run read with a parts file of your own (``read_run(row,
    parts=...)``) is laid out and timed on those parts.
+6. A run whose published speed is more than ``CEILING_SLACK`` times its machine's ceiling
+   (every active byte read once, the GPU's and the host's memories at their peaks side
+   by side) is not modeled and not fitted to: it says why.
 """
 
 from __future__ import annotations
@@ -148,6 +151,26 @@ def _machine(run: PublishedRun, layout: DecodeLayout, profile: RuntimeProfile) -
                                                            copy_rate=run.copy_rate), parts=run.parts)  # fmt: skip
 
 
+#: A published speed above this many times its machine's ceiling (rule 6) is no batch-1 decode.
+CEILING_SLACK = 2.0
+
+
+def _beyond_the_machine(run: PublishedRun, layout: DecodeLayout, machine: CostModel) -> str:
+    """Rule 6: why ``run``'s published speed is beyond what its machine can do, or "".
+    The ceiling reads every active byte once with the GPU's and the host's memories both
+    at their peaks, side by side: no placement, runtime or cache does better."""
+    bandwidth = machine.device_memory_bandwidth + (machine.host_memory_bandwidth if layout.host_bytes > 0 else 0.0)
+    active = layout.device_bytes + layout.host_bytes
+    if active <= 0:
+        return ""
+    ceiling = bandwidth / active
+    if run.tok_s > CEILING_SLACK * ceiling:
+        return (f"published {run.tok_s:.4g} tok/s is more than {CEILING_SLACK:g}× the machine's ceiling of {ceiling:.4g} "
+                f"tok/s (its {active / 1e9:.3g} GB of active bytes read once at {bandwidth / 1e9:.4g} GB/s): not a "
+                "batch-1 decode this machine can run")
+    return ""
+
+
 def _timed(layout: DecodeLayout, model: CostModel, profile: RuntimeProfile, terms: tuple[str, ...], routing: str,
            regime: str, interval: float) -> DecodePrediction:
     try:
@@ -209,7 +232,11 @@ class RegimeModel:
         used = tuple(sorted(set(profile.fitted.values())))
         assert run.placement is not None
         routing = run.placement.routing.label if run.regime == "experts_copied" and layout.cache_share > 0 else ""
-        return _timed(layout, _machine(run, layout, resolved), resolved, used, routing, run.regime,
+        machine = _machine(run, layout, resolved)
+        impossible = _beyond_the_machine(run, layout, machine)
+        if impossible:
+            return DecodePrediction(None, impossible, profile.name, layout.parts, regime=run.regime)
+        return _timed(layout, machine, resolved, used, routing, run.regime,
                       self.intervals.get(run.regime, math.nan))  # fmt: skip
 
     def predict_machine(self, *, gpu: str, model: ModelFacts, formats: Union[WeightBits, Mapping[str, Any], str, float],
@@ -256,7 +283,8 @@ class _Rows:
         for run in runs:
             profile = self.profiles.get(run.runtime)
             layout = _layout(run)[0] if profile is not None else None
-            if profile is None or layout is None or self.tok_s(run, layout, profile, priors) is None:
+            if profile is None or layout is None or self.tok_s(run, layout, profile, priors) is None or \
+                    _beyond_the_machine(run, layout, _machine(run, layout, profile.resolved(priors))):
                 continue
             self.rows.append((run, layout, profile, self._depends(run, layout, profile, priors)))
 
