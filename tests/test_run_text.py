@@ -106,3 +106,14 @@ def test_a_bad_model_facts_file_is_refused_by_family_and_field(tmp_path, familie
     with pytest.raises(AnchorError, match=message):
         model_families(_facts(tmp_path, families))
     assert model_families(_facts(tmp_path, [GOOD]))[0].moe_layers == 4
+
+
+def test_a_tie_between_two_names_names_neither_whatever_their_order():
+    """Two names whose phrases match equally many characters (and none more): the text is
+    ambiguous and names neither, in either order of the phrases; a longer match still wins."""
+    phrases = [("vllm+cuda", "a"), ("vllm+v0.9", "b")]
+    for order in (phrases, phrases[::-1]):
+        assert run_text.find_name("vLLM v0.9 on CUDA", order) is None
+        assert run_text.find_name("vLLM v0.9 on CUDA 12", [*order, ("vllm+v0.9+cuda", "c")]) == "c"
+    assert run_text.find_name("vLLM on CUDA", phrases) == "a"
+    assert run_text.find_name("vLLM on CUDA", [("vllm+cuda", "a"), ("VLLM + CUDA", "a")]) == "a"  # one name, two spellings

@@ -10,6 +10,8 @@ Rules:
    ``D``, ``Mobile``, ``Laptop``, ``Max-Q``: another part).
 2. Every text read is at most ``MAX_CELL_CHARS`` characters; matching is linear in the
    text's length times the phrases tried.
+3. The order the phrases are given in never decides: when two names match equally many
+   characters and none matches more, the text names neither (None: it is ambiguous).
 """
 
 from __future__ import annotations
@@ -60,13 +62,16 @@ def find_name(value: object, phrases: Iterable[tuple[str, str]]) -> Optional[str
     text = _text(value)
     lowered = text.lower()
     best: tuple[int, str] = (0, "")
+    tied = False
     for phrase, name in phrases:
         parts = phrase.split("+")
         if all(_found(text, lowered, p) for p in parts):
             score = sum(len(p.strip()) for p in parts)
             if score > best[0]:
-                best = (score, name)
-    return best[1] or None
+                best, tied = (score, name), False
+            elif score == best[0] and name != best[1]:
+                tied = True  # rule 3
+    return None if tied else (best[1] or None)
 
 
 def words(value: object) -> list[str]:
