@@ -44,8 +44,9 @@ def _row(**changes):
     "changes, message",
     [
         ({"regime": "on_the_moon"}, r"regime outside all_on_gpu"),
-        ({"decode_tok_s": -3}, r"no finite decode_tok_s > 0"),
-        ({"decode_tok_s": "fast"}, r"no finite decode_tok_s > 0"),
+        ({"decode_tok_s": -3}, r"have no decode_tok_s in \[0.001, 100000\]"),
+        ({"decode_tok_s": "fast"}, r"have no decode_tok_s in \[0.001, 100000\]"),
+        ({"decode_tok_s": "1e308"}, r"have no decode_tok_s in \[0.001, 100000\]"),
         ({"bits_per_weight": 1e9}, r"bits_per_weight is not a number in \(0, 64\]"),
         ({"total_params_b": "many"}, r"total_params_b is not a number"),
         ({"total_params_b": 3, "active_params_b": 30}, r"active_params_b exceeds total_params_b"),
