@@ -196,17 +196,17 @@ def test_the_expert_cache_names_its_routing_and_a_recorded_trace_plugs_in(runs, 
 
 def test_held_out_predictions_never_see_their_own_source(runs):
     """Leave-one-source-out: a source's runs are predicted by terms fitted without any of
-    them — multiplying every published speed of one source by ten leaves their held-out
+    them — dividing every published speed of one source by ten leaves their held-out
     predictions unchanged, while every other source's may move."""
     chosen = next(s for s in dict.fromkeys(r.source for r in runs.values())
                   if sum(1 for r in runs.values() if r.source == s and not r.why) >= 3)  # fmt: skip
     base = {o.id: o for o in leave_one_source_out(list(runs.values()))}
-    scaled = [dataclasses.replace(r, tok_s=10 * r.tok_s) if r.source == chosen else r for r in runs.values()]
+    scaled = [dataclasses.replace(r, tok_s=r.tok_s / 10) if r.source == chosen else r for r in runs.values()]
     moved = {o.id: o for o in leave_one_source_out(scaled)}
     for run_id, o in base.items():
         if o.source == chosen and o.predicted is not None:
             assert moved[run_id].predicted == pytest.approx(o.predicted)
-            assert moved[run_id].ratio == pytest.approx(o.ratio / 10)
+            assert moved[run_id].ratio == pytest.approx(o.ratio * 10)
 
 
 def test_an_interval_is_the_quantile_of_the_regimes_held_out_errors():
@@ -251,7 +251,7 @@ def test_facts_with_impossible_sizes_and_bad_runs_are_refused_by_name(table, mod
     row = _row(table, "llmfit778_dscoderv2lite_2080_ncmoe16")
     with pytest.raises(AnchorError, match="active parameters .* exceed the total"):
         read_run(row | {"active_params_b": 400.0})
-    with pytest.raises(AnchorError, match="decode_tok_s must be a finite number > 0"):
+    with pytest.raises(AnchorError, match="decode_tok_s must be a number in"):
         read_run(row | {"decode_tok_s": "fast"})
     with pytest.raises(AnchorError, match=r"lacks \['regime'\]"):
         read_run({k: v for k, v in row.items() if k != "regime"})
