@@ -21,14 +21,11 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from workbench.machine.runtime_profiles import runtime_profiles  # noqa: E402
-from workbench.speed.published_runs import checked_published_table, published_decode_runs, read_run  # noqa: E402
-from workbench.machine.parts import parts_file_key  # noqa: E402
+from workbench.speed.published_runs import published_decode_runs, read_runs  # noqa: E402
 
 
 def _read(table: pd.DataFrame) -> int:
-    profiles, files = runtime_profiles(), parts_file_key(None)
-    checked = checked_published_table(table, "the benchmark's table")
-    return len([read_run(r, profiles=profiles, _files_key=files) for r in checked.to_dict("records")])
+    return len(read_runs(table, profiles=runtime_profiles()))
 
 
 def main() -> None:

@@ -4,7 +4,6 @@ the engine as it was when the run was measured, each fact cited, none fitted."""
 import dataclasses
 import math
 import re
-import time
 
 import pytest
 
@@ -124,23 +123,17 @@ def _chain(depth: int, prefix: str = "v") -> str:
     return "".join(rows)
 
 
-def test_a_chain_of_bases_resolves_in_linear_time_up_to_its_stated_depth(tmp_path):
+def test_a_chain_of_bases_resolves_up_to_its_stated_depth(tmp_path):
     """A chain as deep as the limit resolves, each version keeping the fields of the first
-    base; one level deeper is refused naming the depth and the limit; and a chain of
-    thousands is refused in about the time a table of that many rows takes to read, not in
-    a time that grows with the square or the cube of its depth."""
+    base; one level deeper, or thousands deep, is refused naming the depth and the limit
+    (``benchmarks/profile_chains.py`` times chains of growing depth)."""
     depth = MAX_BASE_DEPTH  # v<depth> follows that many bases down to imp
     profiles = _profiles_with(tmp_path, _chain(depth))
     assert profiles[f"v{depth}"].values["kernels_per_layer"] == profiles["imp"].values["kernels_per_layer"]
     with pytest.raises(RuntimeProfileError, match=rf"chain of bases is {MAX_BASE_DEPTH + 1} deep; at most {MAX_BASE_DEPTH}"):
         _profiles_with(tmp_path, _chain(depth + 1, "w"))
-    timings = []
-    for n in (750, 3000):
-        started = time.perf_counter()
-        with pytest.raises(RuntimeProfileError, match="deep; at most"):
-            _profiles_with(tmp_path, _chain(n, f"c{n}_"))
-        timings.append(time.perf_counter() - started)
-    assert timings[1] < 10 * timings[0] + 0.5  # four times the rows: linear, not 16× or 64×
+    with pytest.raises(RuntimeProfileError, match=rf"is {MAX_BASE_DEPTH + 1} deep; at most {MAX_BASE_DEPTH}"):
+        _profiles_with(tmp_path, _chain(3000, "c"))
 
 
 @pytest.mark.parametrize("rows, phrase", [

@@ -34,7 +34,7 @@ from workbench.machine.cost_model import CostModel
 from workbench.machine.op_cost import CostModelError
 from workbench.machine.parts import parts_path
 from workbench.speed.layout import DecodeLayout, ExpertPlacement, LayoutError, ModelFacts
-from workbench.speed.published_runs import (AnchorError, PublishedRun, checked_published_table, published_decode_runs,
+from workbench.speed.published_runs import (AnchorError, checked_published_table, published_decode_runs,
                                             read_run, reserved_source, source_key)
 from workbench.speed.regime_model import (OutOfSample, fit_regime_model, interval_factors, leave_one_source_out,
                                           predict_decode, regime_model)
@@ -286,7 +286,6 @@ def test_a_fitted_term_outside_its_range_is_refused():
         with pytest.raises(WorkbenchError, match=rf"fitted term '{term}' = .* is not a number in \["):
             predict_decode(row, {**fits, term: value})
     assert predict_decode(row, {**fits, "kernel_time": np.float64(fits["kernel_time"])}).tok_s is not None
-    assert dataclasses.is_dataclass(PublishedRun)
 
 
 @pytest.mark.parametrize("regime", ["all_on_gpu", "experts_on_host_compute", "experts_copied"])
@@ -304,4 +303,5 @@ def test_a_speed_beyond_the_machine_is_neither_modeled_nor_fitted(regime):
     assert model.predict(dict(row, decode_tok_s=str(1.5 * ceiling))).tok_s is not None
     runs = [read_run(r) for r in published_decode_runs().to_dict("records")]
     fast = [dataclasses.replace(r, tok_s=3 * ceiling) if r.id == row["id"] else r for r in runs]
-    assert fit_regime_model(fast, loo=False).fits == fit_regime_model([r for r in runs if r.id != row["id"]], loo=False).fits
+    without = fit_regime_model([r for r in runs if r.id != row["id"]], loo=False).fits
+    assert fit_regime_model(fast, loo=False).fits == pytest.approx(without)

@@ -77,8 +77,8 @@ from ..weight_formats import weight_formats
 from ..name_phrases import MAX_CELL_CHARS, find_name
 from ..plain_names import PLAIN_NAME_RULE, is_plain_name
 
-__all__ = ["BASE_FIELD", "FIT_PREFIX", "PROFILE_FIELDS", "FittedTermSpec", "RuntimeProfile", "RuntimeProfileError", "fitted_terms",
-           "host_matvec", "profile_for", "runtime_profiles", "runtime_profiles_path"]  # fmt: skip
+__all__ = ["BASE_FIELD", "FIT_PREFIX", "PROFILE_FIELDS", "FittedTermSpec", "RuntimeProfile", "RuntimeProfileError", "checked_fit",
+           "fitted_terms", "host_matvec", "profile_for", "runtime_profiles", "runtime_profiles_path"]  # fmt: skip
 
 FIT_PREFIX = "fit:"
 #: Numeric fields and their valid range (low, high), both inclusive.
@@ -142,14 +142,7 @@ class RuntimeProfile:
         if term not in fits:
             raise RuntimeProfileError(f"profile {self.name!r}: {name} is the fitted term {term!r}, which is not given "
                                       f"(given: {', '.join(sorted(fits)) or 'none'})")
-        value = fits[term]
-        spec = fitted_terms().get(term)  # a term is searched in its own range: a value outside it no run supports
-        low, high = (spec.low, spec.high) if spec is not None else _RANGES[name]
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (
-                math.isfinite(value) and low <= value <= high):
-            raise RuntimeProfileError(f"profile {self.name!r}: fitted term {term!r} = {value!r} is not a number in "
-                                      f"[{low:g}, {high:g}] ({name}: the term's range in fitted_terms.csv)")
-        return float(value)
+        return checked_fit(term, fits[term], f"profile {self.name!r}: ")
 
     def resolved(self, fits: Mapping[str, float]) -> "RuntimeProfile":
         """This profile with its fitted fields set from ``fits`` (each source names the
@@ -305,6 +298,21 @@ def _terms(key: FileIdentity) -> dict[str, FittedTermSpec]:
     if problems:
         raise RuntimeProfileError(f"{key[0]}: " + "; ".join(problems[:12]))
     return found
+
+
+def checked_fit(term: str, value: object, where: str = "") -> float:
+    """The value of the fitted term ``term`` as a float, or a ``RuntimeProfileError``: an
+    unknown term, or a value that is not a real number in the term's range in
+    ``fitted_terms.csv`` (a kernel time of 0 is no machine; no run supports it)."""
+    spec = fitted_terms().get(term)
+    if spec is None:
+        raise RuntimeProfileError(f"{where}fitted term {str(term)[:40]!r} is none of fitted_terms.csv's "
+                                  f"({', '.join(sorted(fitted_terms()))})")
+    number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else math.nan
+    if not (math.isfinite(number) and spec.low <= number <= spec.high):
+        raise RuntimeProfileError(f"{where}fitted term {term!r} = {value!r} is not a number in [{spec.low:g}, "
+                                  f"{spec.high:g}] ({spec.field}: the term's range in fitted_terms.csv)")
+    return number
 
 
 def runtime_profiles(path: Optional[Union[str, Path]] = None) -> tuple[RuntimeProfile, ...]:

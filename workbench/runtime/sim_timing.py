@@ -494,7 +494,6 @@ class CallSchedule:
     costs: tuple[StepCost, ...]  # what each costs on a machine
     inputs: frozenset[str]  # the steps that bind the call's inputs into their slots
     writes: tuple[tuple[Step, StepCost], ...]  # the program's state, written back after the call
-    prefetch_hit_rate: float  # the workload it was built for (rules 1, 9)
 
 
 def call_schedule(plan: MemoryPlan, prefetch_hit_rate: float = 0.0) -> CallSchedule:
@@ -512,7 +511,6 @@ def call_schedule(plan: MemoryPlan, prefetch_hit_rate: float = 0.0) -> CallSched
     return CallSchedule(
         steps=placed, costs=tuple(_static_cost(workload, s, nodes[s.name], plan, events) for s in placed),
         inputs=frozenset(s.name for s in placed if s.op == "placeholder"), writes=writes,
-        prefetch_hit_rate=workload.prefetch_hit_rate,
     )  # fmt: skip
 
 

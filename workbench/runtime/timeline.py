@@ -192,6 +192,12 @@ class Timeline:
             return 0.0
         return max(e.end_us for e in self.events) - min(e.start_us for e in self.events)
 
+    @property
+    def end_us(self) -> float:
+        """The last event's end (0.0 when empty): a call that starts at 0 spans this long,
+        its first launch included."""
+        return max((e.end_us for e in self.events), default=0.0)
+
     def streams(self) -> list[tuple[Device, str]]:
         """The (device, stream) lanes, sorted by device (cpu, cuda:0, cuda:1, ...) then stream."""
         lanes = {(e.device, e.stream) for e in self.events}

@@ -39,7 +39,6 @@ from ..errors import ArgumentTypeError
 from ..machine.cost_model import CostModel
 from ..planning.memory_plan import MemoryPlan
 from ..runtime.sim_timing import estimate
-from ..runtime.timeline import Timeline
 from .graph_layout import layout_of
 from .timer import time_decode
 
@@ -77,10 +76,6 @@ class PhysicsAgreement:
         return self.totals_us - self.timer_us
 
 
-def _span(timeline: Timeline) -> float:
-    return max((e.end_us for e in timeline), default=0.0)  # the call starts at 0: its first launch counts
-
-
 def agreement(plan: MemoryPlan, cost_model: CostModel, *, prefetch_hit_rate: float = 0.0) -> PhysicsAgreement:
     """``plan``'s token on ``cost_model``, simulated and timed (module rules);
     ``prefetch_hit_rate``: the share of a reuse copy's (or a cache's) rows expected on the
@@ -98,7 +93,7 @@ def agreement(plan: MemoryPlan, cost_model: CostModel, *, prefetch_hit_rate: flo
     work = sum(e.duration_us for e in timeline if e.kind in ("compute", "host", *_COPIES))
     timer_work = (token.device + token.host + token.copy - token.kernels * model.kernel_gap) * 1e6
     return PhysicsAgreement(
-        cost_model=model.name, launch_mode=model.launch_mode, sim_us=_span(timeline), timer_us=token.seconds * 1e6,
+        cost_model=model.name, launch_mode=model.launch_mode, sim_us=timeline.end_us, timer_us=token.seconds * 1e6,
         totals_us=totals.seconds * 1e6, sim_work_us=work, timer_work_us=timer_work,
-        binding_us=_span(bound) - _span(timeline),
+        binding_us=bound.end_us - timeline.end_us,
     )  # fmt: skip

@@ -66,7 +66,7 @@ from .published_errors import AnchorError
 from ..machine.runtime_profiles import RuntimeProfile, profile_for, runtime_profiles
 
 __all__ = ["AnchorError", "FittedTerm", "MAX_TOK_S", "MIN_TOK_S", "PUBLISHED_COLUMNS", "PUBLISHED_REGIMES", "RESERVED_SOURCES",
-           "PublishedRun", "checked_published_table", "reserved_source", "same_source",
+           "PublishedRun", "checked_published_table", "read_runs", "reserved_source", "same_source",
            "StatedHitRate", "TraceRouting", "gpu_part", "published_decode_runs", "published_dir", "published_runs", "read_run",
            "routing_for", "source_key"]  # fmt: skip
 
@@ -371,10 +371,30 @@ def _placement(row: Mapping[str, Any], family: ModelFamily, context: int) -> tup
 
 
 def read_run(row: Mapping[str, Any], parts: PartsFile = None,
-             profiles: Optional[tuple[RuntimeProfile, ...]] = None, *, _files_key: Optional[tuple] = None) -> PublishedRun:
+             profiles: Optional[tuple[RuntimeProfile, ...]] = None) -> PublishedRun:
     """One row of the published table (its cells by column) as structured parts (module
-    doc); a row that names a column the table does not have, or lacks one, is refused.
-    ``_files_key``: the parts files' identity when the caller has it (a table asks once)."""
+    doc); a row that names a column the table does not have, or lacks one, is refused."""
+    return _read_row(row, parts, profiles, parts_file_key(parts))
+
+
+def read_runs(table: pd.DataFrame, parts: PartsFile = None,
+              profiles: Optional[tuple[RuntimeProfile, ...]] = None) -> tuple[PublishedRun, ...]:
+    """Every row of a table of published runs from any origin, checked as the shipped file
+    is (``checked_published_table``), as ``PublishedRun``s (rule 5: the parts files are
+    looked at once for the whole table)."""
+    checked = checked_published_table(table, "the runs given")
+    return _read_rows(checked, parts, profiles)
+
+
+def _read_rows(table: pd.DataFrame, parts: PartsFile, profiles: Optional[tuple[RuntimeProfile, ...]]) -> tuple[PublishedRun, ...]:
+    profiles = profiles if profiles is not None else runtime_profiles()
+    files = parts_file_key(parts)
+    return tuple(_read_row(row, parts, profiles, files) for row in table.to_dict("records"))
+
+
+def _read_row(row: Mapping[str, Any], parts: PartsFile, profiles: Optional[tuple[RuntimeProfile, ...]],
+              files: tuple[Any, ...]) -> PublishedRun:
+    """``read_run``, the parts files' identity ``files`` given (rule 5)."""
     if not isinstance(row, Mapping):
         raise AnchorError(f"a published run is a mapping of the table's columns, got {type(row).__name__}")
     missing = [c for c in ("id", "regime", "decode_tok_s", "source_url") if c not in row]
@@ -404,8 +424,7 @@ def read_run(row: Mapping[str, Any], parts: PartsFile = None,
         raise AnchorError(f"run {str(cells['id'])[:40]!r}: regime {str(cells['regime'])[:40]!r} is none of {', '.join(PUBLISHED_REGIMES)}")
     run_id, url = str(cells["id"]), str(cells["source_url"])
     table = profiles if profiles is not None else runtime_profiles()
-    key = (tuple(str(cells[c]) for c in _INTERPRETED), id(table), _files_key if _files_key is not None else parts_file_key(parts),
-           None if parts is None else os.fspath(parts))  # fmt: skip
+    key = (tuple(str(cells[c]) for c in _INTERPRETED), id(table), files, None if parts is None else os.fspath(parts))
     with _LOCK:
         kept = _INTERPRETED_RUNS.get(key)
     if kept is None or kept[0] is not table:
@@ -479,10 +498,7 @@ def published_runs(path: Optional[Union[str, Path]] = None, parts: PartsFile = N
                    profiles: Optional[tuple[RuntimeProfile, ...]] = None) -> tuple[PublishedRun, ...]:
     """Every row of the published table at ``path`` (default: the shipped one) as a
     ``PublishedRun`` (module doc); ``parts``: a parts file of your own."""
-    table = published_decode_runs(path)
-    profiles = profiles if profiles is not None else runtime_profiles()
-    files = parts_file_key(parts)  # one look at the files for the whole table (rule 5)
-    return tuple(read_run(row, parts, profiles, _files_key=files) for row in table.to_dict("records"))
+    return _read_rows(published_decode_runs(path), parts, profiles)
 
 
 @dataclass(frozen=True)

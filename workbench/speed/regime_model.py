@@ -49,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import numbers
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
@@ -62,9 +61,9 @@ from .layout import DecodeLayout, LayoutError, ModelFacts, ExpertPlacement, Weig
 from .timer import DecodeTimeError, time_decode
 from ..machine.op_cost import CostModelError
 from ..machine.parts import PartsFile, parts_file_key, parts_path
-from .published_runs import (AnchorError, FittedTerm, PublishedRun, checked_published_table, published_dir, published_runs,
-                             read_run, same_source)
-from ..machine.runtime_profiles import FittedTermSpec, RuntimeProfile, RuntimeProfileError, fitted_terms, runtime_profiles, runtime_profiles_path
+from .published_runs import (AnchorError, FittedTerm, PublishedRun, published_dir, published_runs, read_run, read_runs,
+                             same_source)
+from ..machine.runtime_profiles import FittedTermSpec, checked_fit, RuntimeProfile, RuntimeProfileError, fitted_terms, runtime_profiles, runtime_profiles_path
 
 __all__ = ["INTERVAL_QUANTILE", "DecodePrediction", "OutOfSample", "RegimeModel", "fit_regime_model",
            "leave_one_source_out", "predict_decode", "regime_model", "regime_model_tok_s", "runtime_profile"]  # fmt: skip
@@ -193,16 +192,8 @@ class RegimeModel:
     out_of_sample: tuple[OutOfSample, ...] = ()
 
     def __post_init__(self) -> None:
-        specs = fitted_terms()
         for term, value in self.fits.items():  # a term outside its range is no machine (a kernel time of 0)
-            spec = specs.get(term)
-            if spec is None:
-                raise RuntimeProfileError(f"fitted term {str(term)[:40]!r} is none of fitted_terms.csv's "
-                                          f"({', '.join(sorted(specs))})")
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (
-                    math.isfinite(value) and spec.low <= value <= spec.high):
-                raise RuntimeProfileError(f"fitted term {term!r} = {value!r} is not a number in [{spec.low:g}, "
-                                          f"{spec.high:g}] ({spec.field}: the term's range in fitted_terms.csv)")
+            checked_fit(term, value)
 
     def _profile(self, name: str) -> Optional[RuntimeProfile]:
         return next((p for p in self.profiles if p.name == name), None)
@@ -385,9 +376,7 @@ def _runs(runs: Union[None, pd.DataFrame, Sequence[PublishedRun]], profiles: tup
     if runs is None:
         return published_runs(profiles=profiles)
     if isinstance(runs, pd.DataFrame):
-        table = checked_published_table(runs, "the runs given")
-        files = parts_file_key(None)
-        return tuple(read_run(r, profiles=profiles, _files_key=files) for r in table.to_dict("records"))
+        return read_runs(runs, profiles=profiles)
     if isinstance(runs, (str, bytes, Mapping)) or not isinstance(runs, Sequence):
         raise AnchorError(f"runs are a DataFrame of the published table's columns or a sequence of PublishedRun, got "
                           f"{type(runs).__name__}")

@@ -163,8 +163,7 @@ def _scheduled_seconds(layout: DecodeLayout, model: CostModel) -> float | None:
     """Rule 6: the span of the planned call's replay on ``model``; None without one."""
     if layout.call is None or not _per_op(layout, model):
         return None
-    timeline = replay_call(layout.call, model, in_place_writes=True, bind_inputs=False)
-    return max((e.end_us for e in timeline), default=0.0) * 1e-6  # the call starts at 0: its first launch counts
+    return replay_call(layout.call, model, in_place_writes=True, bind_inputs=False).end_us * 1e-6
 
 
 def _copy_seconds(layout: DecodeLayout, model: CostModel) -> float:
