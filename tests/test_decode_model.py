@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from workbench.app.anchors import MODELED_COLUMNS, PUBLISHED_REGIMES, AnchorError, modeled_vs_published, published_decode_runs
+from workbench.speed.evidence import regime_factors
 from workbench.speed.regime_model import (
     fit_regime_model,
-    interval_factors,
     leave_one_source_out,
     predict_decode,
     regime_model,
@@ -209,18 +209,20 @@ def test_held_out_predictions_never_see_their_own_source(runs):
             assert moved[run_id].ratio == pytest.approx(o.ratio * 10)
 
 
-def test_an_interval_is_the_quantile_of_the_regimes_held_out_errors():
-    """A regime's factor is exp of the 90th percentile of |log(predicted / published)| over
-    its held-out runs; a regime with fewer than four takes every regime's errors."""
+def test_a_regimes_factor_is_the_conformal_quantile_of_its_held_out_errors():
+    """A regime's factor at the nominal 80% is exp of the ⌈(n + 1)·0.8⌉-th smallest
+    |log(predicted / published)| of its n held-out runs; a regime whose own errors are too
+    few for that rank takes every regime's errors."""
     from workbench.speed.regime_model import OutOfSample
 
     ratios = [1.0, 1.1, 0.8, 2.0, 1.25]
     made = [OutOfSample(f"r{i}", "all_on_gpu", f"s{i}", 10.0, 10.0 * q) for i, q in enumerate(ratios)]
     made.append(OutOfSample("x", "experts_copied", "sx", 10.0, 40.0))
-    factors = interval_factors(made)
-    own = np.abs(np.log(ratios))
-    assert factors["all_on_gpu"] == pytest.approx(math.exp(np.quantile(own, 0.9)))
-    assert factors["experts_copied"] == pytest.approx(math.exp(np.quantile(np.append(own, math.log(4)), 0.9)))
+    factors = regime_factors(made)
+    own = sorted(np.abs(np.log(ratios)))
+    assert factors["all_on_gpu"] == pytest.approx(math.exp(own[math.ceil(6 * 0.8) - 1]))  # the 5th of 5: log 2
+    pooled = sorted([*own, math.log(4)])
+    assert factors["experts_copied"] == pytest.approx(math.exp(pooled[math.ceil(7 * 0.8) - 1]))
 
 
 def test_a_machine_of_your_own_is_predicted_from_parts(tmp_path, runs, model):
@@ -230,7 +232,7 @@ def test_a_machine_of_your_own_is_predicted_from_parts(tmp_path, runs, model):
     own = model.predict_machine(gpu=run.gpu, host=run.host, model=run.model, formats=run.formats, placement=run.placement,
                                 runtime=run.runtime)  # fmt: skip
     assert own.tok_s == pytest.approx(model.predict(run).tok_s) and math.isfinite(own.interval)
-    assert "×/÷" in str(own)
+    assert "80% interval" in str(own) and own.evidence in str(own) and own.low < own.tok_s < own.high
     h200 = model.predict_machine(gpu="h200", host="x86_server", link="pcie_gen5", model=run.model, formats="q4_k",
                                  placement=ExpertPlacement("experts_on_host_compute"), runtime="ggml")  # fmt: skip
     assert h200.tok_s > 0 and "host=x86_server" in h200.parts

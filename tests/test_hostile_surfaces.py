@@ -36,8 +36,8 @@ from workbench.machine.parts import parts_path
 from workbench.speed.layout import DecodeLayout, ExpertPlacement, LayoutError, ModelFacts
 from workbench.speed.published_runs import (AnchorError, checked_published_table, published_decode_runs,
                                             read_run, reserved_source, source_key)
-from workbench.speed.regime_model import (OutOfSample, fit_regime_model, interval_factors, leave_one_source_out,
-                                          predict_decode, regime_model)
+from workbench.speed.evidence import regime_factors
+from workbench.speed.regime_model import OutOfSample, fit_regime_model, leave_one_source_out, predict_decode, regime_model
 
 
 def _row(run_id: str) -> dict:
@@ -260,17 +260,17 @@ def test_duplicate_ids_are_refused_and_a_reused_shipped_id_is_not_the_shipped_ru
 
 def test_a_fit_on_too_few_runs_is_refused_and_no_interval_is_built_from_too_few():
     """Fewer than three runs the model can express give no fit (every term would keep its
-    prior); a regime's interval needs at least four held-out errors, and a prediction
-    without one says so."""
+    prior); a regime's interval needs enough held-out errors to bound its level (four at
+    80%), and a prediction without one says so."""
     table = published_decode_runs()
     for n in (0, 1, 2):
         with pytest.raises(AnchorError, match="a fit needs at least 3 runs"):
             fit_regime_model(table.head(0) if n == 0 else table[table["id"].isin(
                 [r["id"] for r in table.to_dict("records") if regime_model().predict(r).tok_s is not None][:n])])
-    few = [OutOfSample(f"r{i}", "all_on_gpu", f"s{i}", 10.0, 12.0) for i in range(2)]
-    assert interval_factors(few) == {}
-    enough = [OutOfSample(f"r{i}", "all_on_gpu", f"s{i}", 10.0, 10.0 + i) for i in range(5)]
-    assert interval_factors(enough)["all_on_gpu"] > 1
+    few = [OutOfSample(f"r{i}", "all_on_gpu", f"s{i}", 10.0, 12.0) for i in range(3)]
+    assert regime_factors(few) == {}
+    enough = [OutOfSample(f"r{i}", "all_on_gpu", f"s{i}", 10.0, 10.0 + i) for i in range(4)]
+    assert regime_factors(enough)["all_on_gpu"] > 1
     prediction = predict_decode(_first_modeled_row("all_on_gpu"), regime_model().fits)
     assert "no interval" in str(prediction)
 

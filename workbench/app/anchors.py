@@ -187,7 +187,8 @@ def memory_bound_tok_s(row: Union[pd.Series, Mapping[str, Any]]) -> tuple[Option
 
 #: The columns of a ``modeled_vs_published`` table.
 MODELED_COLUMNS = ("id", "regime", "source", "published tok/s", "modeled tok/s", "ratio", "held-out tok/s", "held-out ratio",
-                   "interval ×/÷", "not modeled because", "runtime profile", "parts", "routing")  # fmt: skip
+                   "LORO tok/s", "LORO ratio", "interval ×/÷", "low tok/s", "high tok/s", "evidence", "not modeled because",
+                   "runtime profile", "parts", "routing")  # fmt: skip
 ModelAnswer = Union[tuple[Optional[float], str], tuple[Optional[float], str, str, str],
                     tuple[Optional[float], str, str, str, str]]
 
@@ -197,9 +198,11 @@ def modeled_vs_published(
     model: Optional[Callable[[pd.Series], ModelAnswer]] = None,
 ) -> pd.DataFrame:
     """One row per published run: its source, published tok/s, the model's tok/s in sample
-    and held out (fitted without the run's source; NaN when not modeled), their ratios
-    over the published, the regime's interval factor, why a row is not modeled, the
-    runtime profile and parts used, and the routing its expert cache's hit rate assumed.
+    and held out (fitted without the run's source, and without its engine — LORO; NaN
+    when not modeled), their ratios over the published, the interval the prediction
+    earned (``speed.evidence``: ×/÷, low and high tok/s, and the evidence label), why a
+    row is not modeled, the runtime profile and parts used, and the routing its expert
+    cache's hit rate assumed.
 
     ``model`` defaults to the shipped regime model (``decode_model.regime_model()``); it
     may be any callable returning ``(tok/s or None, why)`` — such as
@@ -209,15 +212,17 @@ def modeled_vs_published(
     shipped = model is None
     fitted = regime_model() if shipped else None
     held: dict[str, OutOfSample] = {o.id: o for o in fitted.out_of_sample} if fitted is not None else {}
+    unseen: dict[str, OutOfSample] = {o.id: o for o in fitted.out_of_runtime} if fitted is not None else {}
     rows = []
     for run in table.to_dict("records"):
+        band: tuple[float, float, float, str] = (np.nan, np.nan, np.nan, "")
         if fitted is not None:
             p = fitted.predict(run)
             answer: tuple = (p.tok_s, p.why, p.profile, p.parts, p.routing)
-            interval = p.interval
+            band = (p.interval, p.low, p.high, p.evidence)
         else:
             assert model is not None
-            answer, interval = tuple(model(pd.Series(run))), float("nan")
+            answer = tuple(model(pd.Series(run)))
         modeled, why = answer[0], answer[1]
         profile, parts_used = (answer[2], answer[3]) if len(answer) >= 4 else ("", "")
         out = held.get(str(run["id"]))
@@ -225,12 +230,16 @@ def modeled_vs_published(
         if out is not None and (same_source(out.source) != same_source(source_key(run["source_url"]))
                                 or out.published != published):
             out = None  # a row of your own that reuses a shipped id is not the shipped run
+        loro = unseen.get(str(run["id"])) if out is not None else None
         rows.append({"id": run["id"], "regime": run["regime"], "source": out.source if out is not None else "",
                      "published tok/s": published, "modeled tok/s": np.nan if modeled is None else float(modeled),
                      "ratio": np.nan if modeled is None else float(modeled) / published,
                      "held-out tok/s": np.nan if out is None or out.predicted is None else out.predicted,
                      "held-out ratio": np.nan if out is None or out.predicted is None else out.ratio,
-                     "interval ×/÷": interval, "not modeled because": why, "runtime profile": profile,
+                     "LORO tok/s": np.nan if loro is None or loro.predicted is None else loro.predicted,
+                     "LORO ratio": np.nan if loro is None or loro.predicted is None else loro.ratio,
+                     "interval ×/÷": band[0] if modeled is not None else np.nan, "low tok/s": band[1], "high tok/s": band[2],
+                     "evidence": band[3], "not modeled because": why, "runtime profile": profile,
                      "parts": parts_used, "routing": answer[4] if len(answer) == 5 else ""})  # fmt: skip
     return pd.DataFrame(rows, columns=list(MODELED_COLUMNS))
 

@@ -57,6 +57,8 @@ from ..runtime.tensors import stage_inputs, to_host
 from ..moe.strategies import Strategy, expert_streaming, strategy_variants
 from ..sweeps import InlineExecutor, ConfigSource, SweepResult, default_grid, quick_grid, sweep
 from ..sweeps.reuse import laid_out, planned
+from ..speed.evidence import EarnedInterval
+from ..speed.layout import PLACEMENT_REGIMES
 from ..speed.regime_model import regime_model, runtime_profile
 
 __all__ = [
@@ -457,14 +459,18 @@ def strategy_regime(strategy: str, on_miss: Any = None) -> str:
     return STRATEGY_REGIMES.get(strategy, "")
 
 
-def answer_table(result: SweepResult, intervals: Optional[Mapping[str, float]] = None) -> pd.DataFrame:
+def answer_table(result: SweepResult, intervals: Optional[Mapping[str, EarnedInterval]] = None) -> pd.DataFrame:
     """One row per (budget, link) of a ``capacity_sweep``: the best strategy, its
-    parameters, tokens/s and its interval (``×/÷``: the out-of-sample error factor of the
-    strategy's regime, ``intervals``, default the shipped decode model's), MiB over the
-    link per token, device GiB used, where its hit rate comes from ("" when it has none),
-    and the strategies it ties with (tokens/s within ``sweeps.TIE_RTOL``; a tie goes to
-    the simpler strategy, ``sweeps.SIMPLICITY``)."""
-    factors = intervals if intervals is not None else regime_model().intervals
+    parameters, tokens/s and its interval (``×/÷`` at the nominal level, and the
+    ``evidence`` it is earned on: ``intervals`` by regime, default what the shipped decode
+    model gives the deployment runtime, ``DEPLOYMENT_RUNTIME``), MiB over the link per
+    token, device GiB used, where its hit rate comes from ("" when it has none), and the
+    strategies it ties with (tokens/s within ``sweeps.TIE_RTOL``; a tie goes to the
+    simpler strategy, ``sweeps.SIMPLICITY``)."""
+    if intervals is None:
+        model = regime_model()
+        earned = {r: model.interval(DEPLOYMENT_RUNTIME, r) for r in PLACEMENT_REGIMES}
+        intervals = {r: e for r, e in earned.items() if e is not None}
     best = result.best
     params = [c for c in best.columns if c.startswith("param.")]
 
@@ -474,6 +480,10 @@ def answer_table(result: SweepResult, intervals: Optional[Mapping[str, float]] =
 
         return ", ".join(f"{c.removeprefix('param.')}={text(row[c])}" for c in params if pd.notna(row[c]))
 
+    on_miss = best.get("param.on_miss", pd.Series(dtype=object))
+    earned_rows = [intervals.get(strategy_regime(st, on_miss.get(i))) if fit else None
+                   for i, st, fit in zip(best.index, best["strategy"], best["fits"])]  # fmt: skip
+
     return pd.DataFrame(
         {
             "budget_GiB": best["budget_GiB"],
@@ -481,8 +491,8 @@ def answer_table(result: SweepResult, intervals: Optional[Mapping[str, float]] =
             "best": best["strategy"].where(best["fits"], "(nothing fits)"),
             "parameters": best.apply(parameters, axis=1).where(best["fits"], ""),
             "tok/s": best["tok/s"],
-            "×/÷": [round(factors.get(strategy_regime(st, best.get("param.on_miss", pd.Series(dtype=object)).get(i)), float("nan")), 2)
-                    if fit else float("nan") for i, st, fit in zip(best.index, best["strategy"], best["fits"])],
+            "×/÷": [round(e.factor, 2) if e is not None else float("nan") for e in earned_rows],
+            "evidence": [e.evidence if e is not None else "" for e in earned_rows],
             "MiB/token": best["link_MiB/token"],
             "device_GiB": best["device_GiB"],
             "hit_rate": best["expected_hit_rate"].round(3),

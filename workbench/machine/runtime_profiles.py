@@ -55,6 +55,9 @@ Rules:
    and ``min_kernel_time`` = 0 (``kernel_gap`` holds a kernel's fixed cost, fitted or cited:
    a floor beside it would count that time twice). A run's own settings (``with_settings``) come last: the copies'
    staging it states, and a copy rate it measured (the h2d bandwidth, as reached).
+6. ``engine`` names the engine a profile is one version, build or launch mode of (a plain
+   name; a version takes its base's): leave-one-runtime-out holds out every profile of
+   one engine together, since a new engine arrives with none of its siblings' runs.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "numa_aware": (0.0, 1.0), "copy_overhead": (0.0, 1.0), "copies_per_expert": (0.0, 1e3),
     "pageable_copies": (0.0, 1.0), "loads_all_experts": (0.0, 1.0), "overlap": (0.0, 1.0),
 }  # fmt: skip
-PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "host_kernels", *_RANGES)
+PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "engine", "host_kernels", *_RANGES)
 BASE_FIELD = "base"  # optional: the profile whose fields this one keeps where it states none (rule 1)
 #: Bases a profile's chain may follow (rule 1): versions of an engine, not an unbounded list.
 MAX_BASE_DEPTH = 32
@@ -131,6 +134,12 @@ class RuntimeProfile:
     sockets: Optional[int] = None  # sockets whose memory a run's threads use, when it states them
     pageable: Optional[bool] = None  # a run's copies from pageable (True) or pinned (False) memory, when stated
     copy_rate: Optional[float] = None  # host-to-device bytes/s a run measured, when stated
+    engine: str = ""  # the engine whose version, build or mode this is: held out together (rule 6); "": its own name
+
+    @property
+    def engine_name(self) -> str:
+        """The engine this profile is one version, build or mode of (rule 6)."""
+        return self.engine or self.name
 
     def value(self, name: str, fits: Mapping[str, float]) -> float:
         """The field ``name``, its fitted term taken from ``fits`` when it is fitted."""
@@ -429,13 +438,16 @@ def _profile(name: str, fields_: dict[str, tuple[str, str]]) -> RuntimeProfile:
         else:
             values[f] = float(text)
     return RuntimeProfile(name, fields_["names"][0], fields_["launch_mode"][0].strip(), fields_["host_kernels"][0].strip(),
-                          values, fitted, {f: s for f, (_, s) in fields_.items()})  # fmt: skip
+                          values, fitted, {f: s for f, (_, s) in fields_.items()},
+                          engine=fields_["engine"][0].strip())  # fmt: skip
 
 
 def _value_problems(name: str, text: str, terms: Mapping[str, FittedTermSpec]) -> list[str]:
     text = text.strip()
     if name == "names":
         return [] if text and all(p.strip() for p in text.split("|")) else ["names are phrases separated by '|'"]
+    if name == "engine":
+        return [] if is_plain_name(text) else [f"an engine is a plain name ({PLAIN_NAME_RULE})"]
     if name == "launch_mode":
         return [] if text in LAUNCH_MODES else [f"launch_mode must be one of {', '.join(LAUNCH_MODES)}"]
     if name == "host_kernels":
