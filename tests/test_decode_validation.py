@@ -36,7 +36,7 @@ def test_coverage_is_judged_by_intervals_built_without_the_source():
 
 
 def _setup(**changed):
-    base = dict(GPU="rtx_4090", host="epyc_9355", engine="ggml", **{"engine version": "ggml"}, format="q4_k",
+    base = dict(GPU="rtx_4090", host="epyc_9355", engine="ggml", **{"engine version or mode": "ggml"}, format="q4_k",
                 placement="partial_offload", **{"host layers": "20"}, threads="16")
     return tuple({**base, **changed}.items())
 
@@ -49,7 +49,7 @@ def test_ordering_compares_pairs_of_one_family_that_differ_in_one_setting():
     made = [_o("fast", "s", 20, 18, family="m", settings=_setup()),
             _o("slow", "s", 10, 12, family="m", settings=_setup(threads="8")),
             _o("tie", "s", 20.1, 5, family="m", settings=_setup(**{"host layers": "30"})),
-            _o("other_engine", "s", 30, 9, family="m", settings=_setup(engine="ik", **{"engine version": "ik"})),
+            _o("other_engine", "s", 30, 9, family="m", settings=_setup(engine="ik", **{"engine version or mode": "ik"})),
             _o("two_changes", "s", 40, 50, family="m", settings=_setup(threads="4", format="q8_0")),
             _o("elsewhere", "s", 1, 50, family="n", settings=_setup())]  # fmt: skip
     pairs = ordering(made).set_index(["faster (published)", "slower (published)"])

@@ -293,23 +293,53 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
 
 def write_published_anchors(out: Path) -> None:
     """anchors.csv: every published batch-1 decode run beside the decode model's speed for
-    it, in sample and held out (its terms fitted without the run's source); printed: the
-    held-out figures per regime — the headline — the ordering of same-machine pairs, and
-    each fitted term."""
+    it, in sample and held out (its terms fitted without the run's source, and without its
+    engine), with the interval it earned; printed: the held-out figures per regime —
+    leave-one-runtime-out, the headline, then leave-one-source-out — the ordering of
+    pairs that differ in one setting, and each fitted term."""
     table = modeled_vs_published()
     _write_csv(table, out / "anchors.csv")
     model = regime_model()
-    held = regime_table(model.out_of_sample)
-    print(f"\n# published batch-1 decode runs vs the decode model, held out: each source's runs predicted by terms "
-          f"fitted without them ({int(table['held-out ratio'].notna().sum())} of {len(table)} runs modeled; "
-          "anchors.csv has every run, in sample too, and why a run is not modeled)")
-    print(held.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(f"\n# published batch-1 decode runs vs the decode model, held out by engine (leave one runtime out): each "
+          f"engine's runs predicted by terms fitted without any of them ({int(table['LORO ratio'].notna().sum())} of "
+          f"{len(table)} runs modeled; anchors.csv has every run, in sample and held out by source too, the interval "
+          "each earned and on what evidence, and why a run is not modeled)")
+    print(regime_table(model.out_of_runtime, "engine").to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print("# held out by source (leave one source out): the runtime's other sources stay in the fit")
+    print(regime_table(model.out_of_sample).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     pairs = ordering(model.out_of_sample)
     if len(pairs):
-        print(f"same-machine pairs ordered as published: {int(pairs['ordered'].sum())} of {len(pairs)}")
+        print(f"pairs that differ in one setting, ordered as published: {int(pairs['ordered'].sum())} of {len(pairs)}")
     for term in model.terms:
         how = "prior (too few runs)" if term.prior else f"median leave-one-out error {term.median_loo_error:.0%}"
         print(f"fitted {term.name}: {term.value:.3g} on {len(term.rows)} runs, {how}")
+
+
+def _cmd_prospective(args: argparse.Namespace) -> int:
+    """Predictions logged before their runs were measured, judged once they are."""
+    from ..speed import prospective as pro  # only this command needs it
+
+    if args.log_runs is not None:
+        added = pro.log_predictions(args.log_runs, args.log)
+        print(f"logged {len(added)} new predictions (model version {pro.model_version()})")
+    for item in args.measured or ():
+        run_id, _, figure = item.partition("=")
+        try:
+            tok_s = float(figure)
+        except ValueError:
+            raise UsageError(f"--measured takes ID=TOK_S (a number of tok/s), got {item!r}") from None
+        pro.record_measured(run_id, tok_s, log=args.log)
+        print(f"recorded {run_id}: {tok_s:g} tok/s")
+    summary = pro.prospective_summary(args.log)
+    pd.set_option("display.width", 200)
+    print(f"# prospective: {summary.logged} predictions logged before their runs were measured, {summary.measured} "
+          f"measured since (by model versions {', '.join(summary.versions) or '-'}; current {pro.model_version()}); "
+          "none of these runs is in any fit, and none is in leave-one-source-out or leave-one-runtime-out")
+    if summary.measured:
+        print(f"within 0.5-2: {summary.within:.0%}; inside their logged interval: {summary.covered:.0%}; "
+              f"median predicted / measured {summary.median_ratio:.2f}")
+    print(summary.table.drop(columns=["model_version"]).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    return 0
 
 
 def _finish(out: Path, started: float, results: Any) -> int:
@@ -499,6 +529,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decompose", action="store_true", help="capture core ATen ops (aten.addmm, ...)")
     p.add_argument("--strict", action="store_true", help="a pattern that matches nothing is an error")
     p.set_defaults(func=_cmd_propagate)
+    q = sub.add_parser("prospective", help="predictions logged before their runs were measured, and how they fared")
+    q.add_argument("--log-runs", type=Path, metavar="RUNS.csv",
+                   help="predict and log every run of this table not yet logged (the published table's columns, "
+                        "decode_tok_s empty)")  # fmt: skip
+    q.add_argument("--measured", action="append", metavar="ID=TOK_S", help="enter a logged run's measured tok/s (once)")
+    q.add_argument("--log", type=Path, default=None, help="the log (default: the shipped data/published/prospective.csv)")
+    q.set_defaults(func=_cmd_prospective)
     return parser
 
 

@@ -484,7 +484,7 @@ def _settings(run: PublishedRun, engines: Mapping[str, str]) -> tuple[tuple[str,
         cache = "none" if not placement.cache else (f"{placement.resident_expert_bytes:.4g} B"
                                                      if placement.resident_expert_bytes is not None else "default")
     return (("GPU", run.gpu or ""), ("host", run.host or ""), ("link", run.link or ""),
-            ("engine", engines.get(run.runtime, run.runtime)), ("engine version", run.runtime),
+            ("engine", engines.get(run.runtime, run.runtime)), ("engine version or mode", run.runtime),
             ("format", f"{formats.expert_format or ''} {formats.experts:.3g}/{formats.other:.3g} bits" if formats else ""),
             ("placement", placement.regime if placement is not None else ""),
             ("host layers", str(placement.host_layers) if placement is not None and placement.host_layers is not None else ""),
