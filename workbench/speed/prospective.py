@@ -23,7 +23,8 @@ Rules:
    refuses the log.
 3. ``model_version()`` is a hash of the code and the shipped tables that predict (every
    ``.py`` file of the package and every file under ``data/`` except the prospective
-   files themselves): a prediction says which model made it.
+   files themselves and hidden files, such as the log's lock file): a prediction says
+   which model made it.
 4. A measured figure is entered once (``record_measured``) for a logged run, on or after
    the day it was predicted, within the published table's speed range; entering another
    value for a measured run is refused.
@@ -76,6 +77,7 @@ def model_version() -> str:
     """Rule 3: a hash of the package's code and the shipped tables (16 hex digits)."""
     digest = hashlib.sha256()
     files = sorted([*(_ROOT / "workbench").rglob("*.py"), *(p for p in (_ROOT / "data").rglob("*") if p.is_file())])
+    files = [p for p in files if not any(part.startswith(".") for part in p.relative_to(_ROOT).parts)]  # lock files
     skip = {prospective_runs_path().resolve(), prospective_log_path().resolve()}
     for path in files:
         if path.resolve() in skip:
