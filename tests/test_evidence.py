@@ -7,7 +7,7 @@ import pytest
 from workbench.speed.evidence import (INTERVAL_LEVEL, MIN_OWN_SOURCES, conformal_factor, earned_coverage, earned_interval,
                                       nested_coverage)
 from workbench.speed.regime_model import OutOfSample, fit_regime_model, leave_one_runtime_out, regime_model
-from workbench.speed.published_runs import published_runs
+from workbench.speed.published_runs import AnchorError, published_runs
 from workbench.machine.runtime_profiles import RuntimeProfileError, runtime_profiles
 
 
@@ -23,7 +23,7 @@ def test_the_conformal_factor_takes_the_rank_the_level_needs_and_none_from_too_f
     assert conformal_factor(errors, 0.8) == pytest.approx(1.8)  # ceil(10 · 0.8) = 8th
     assert conformal_factor(errors, 0.5) == pytest.approx(1.5)  # ceil(10 · 0.5) = 5th
     assert math.isnan(conformal_factor(errors[:3], 0.8))  # ceil(4 · 0.8) = 4 > 3
-    with pytest.raises(ValueError, match="level"):
+    with pytest.raises(AnchorError, match="level"):
         conformal_factor(errors, 1.0)
 
 

@@ -43,6 +43,7 @@ from . import walkthrough as wt
 from .anchors import modeled_vs_published
 from ..speed.validation import ordering, regime_table
 from ..speed.regime_model import regime_model
+from ..speed import prospective as pro
 from ..atomic_files import atomic_path
 from ..capture import capture
 from ..csv_files import write_csv
@@ -317,8 +318,6 @@ def write_published_anchors(out: Path) -> None:
 
 def _cmd_prospective(args: argparse.Namespace) -> int:
     """Predictions logged before their runs were measured, judged once they are."""
-    from ..speed import prospective as pro  # only this command needs it
-
     if args.log_runs is not None:
         added = pro.log_predictions(args.log_runs, args.log)
         print(f"logged {len(added)} new predictions (model version {pro.model_version()})")

@@ -5,7 +5,7 @@ per runtime family, how it launches kernels (per launch, or a replayed graph) an
 launch costs the host (the driver's, and the framework's own per-op cost of an eager
 PyTorch runtime), its device time per kernel and its kernels per layer, whether it loops
 over every expert, the share of the GPU's and the host's DRAM bandwidth it reaches and
-whether its host threads use every socket's memory (NUMA), the kernels its host multiplies
+how it places its host weights on a multi-socket host's NUMA nodes, the kernels its host multiplies
 quantized weights with (``host_matvec.csv``: weights per second per core, per format), how
 it copies an expert (pieces, per-copy cost, pinned or pageable staging), and how much copy
 or host work it overlaps with the GPU — each with its source. A profile is a
@@ -37,7 +37,7 @@ Rules:
    ``executor_overhead``, ``kernel_gap``, ``copy_overhead``, ``launch_overlap``,
    ``overlap``, ``kernels_per_layer``, ``copies_per_expert``, ``pageable_copies``,
    ``loads_all_experts``); the others scale or pick a part's figures (the bandwidth
-   fractions, ``numa_aware``, ``host_kernels``) or multiply into one
+   fractions, ``numa``, ``host_kernels``) or multiply into one
    (``kernels_per_visited_expert × visits_every_expert``).
    ``cost_model_figures`` (the ``RuntimeTerms`` protocol) sets: ``launch_mode``; eager:
    ``launch_overhead``; ``executor_overhead``; ``kernel_gap``; ``launch_overlap``,
@@ -45,8 +45,10 @@ Rules:
    ``loads_all_experts`` as stated; ``visited_expert_kernels`` = ``kernels_per_visited_expert × visits_every_expert``;
    ``device_memory_bandwidth`` = ``gpu_bandwidth_fraction`` × the GPU part's datasheet
    rate (a measured GPU's rate is already achieved: kept); ``host_memory_bandwidth`` =
-   ``host_bandwidth_fraction`` × the DRAM peak of the sockets whose memory the threads
-   use (the run's, else every socket when ``numa_aware``, else one); ``host_matvec_rates``
+   ``host_bandwidth_fraction`` × what the host's memory delivers under the profile's
+   ``numa`` policy (``machine.numa``: ``local``, ``per_node`` or ``interleave``; threads on
+   the run's sockets, else one socket for ``local`` and every socket otherwise);
+   ``host_matvec_rates``
    = the kernel family's rate per core, scaled by this host's FP32 FLOP/s per core over
    the core it was measured on, × the threads (the run's, else the host's ``math_cores``
    or ``cores``, at most its cores); ``copy_overhead`` (on top of the
@@ -75,6 +77,7 @@ import numpy as np
 
 from ..file_reading import FileIdentity, file_version_key, read_csv_table
 from .cost_model import LAUNCH_MODES, MEASURED_PREFIX
+from .numa import NUMA_POLICIES, numa_bandwidth
 from .op_cost import CostModelError
 from ..weight_formats import weight_formats
 from ..name_phrases import MAX_CELL_CHARS, find_name
@@ -89,10 +92,10 @@ _RANGES: dict[str, tuple[float, float]] = {
     "launch_overhead": (0.0, 1.0), "executor_overhead": (0.0, 1.0), "launch_overlap": (0.0, 1.0),
     "kernel_gap": (0.0, 1.0), "kernels_per_layer": (0.0, 1e5), "kernels_per_visited_expert": (0.0, 1e4),
     "visits_every_expert": (0.0, 1.0), "gpu_bandwidth_fraction": (0.0, 1.0), "host_bandwidth_fraction": (0.0, 1.0),
-    "numa_aware": (0.0, 1.0), "copy_overhead": (0.0, 1.0), "copies_per_expert": (0.0, 1e3),
+    "copy_overhead": (0.0, 1.0), "copies_per_expert": (0.0, 1e3),
     "pageable_copies": (0.0, 1.0), "loads_all_experts": (0.0, 1.0), "overlap": (0.0, 1.0),
 }  # fmt: skip
-PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "engine", "host_kernels", *_RANGES)
+PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "engine", "numa", "host_kernels", *_RANGES)
 BASE_FIELD = "base"  # optional: the profile whose fields this one keeps where it states none (rule 1)
 #: Bases a profile's chain may follow (rule 1): versions of an engine, not an unbounded list.
 MAX_BASE_DEPTH = 32
@@ -135,6 +138,7 @@ class RuntimeProfile:
     pageable: Optional[bool] = None  # a run's copies from pageable (True) or pinned (False) memory, when stated
     copy_rate: Optional[float] = None  # host-to-device bytes/s a run measured, when stated
     engine: str = ""  # the engine whose version, build or mode this is: held out together (rule 6); "": its own name
+    numa: str = "local"  # how its host weights sit on a multi-socket host's NUMA nodes (machine.numa)
 
     @property
     def engine_name(self) -> str:
@@ -162,10 +166,15 @@ class RuntimeProfile:
         return dataclasses.replace(self, values=values, fitted={}, sources=sources)
 
     def with_settings(self, threads: Optional[int] = None, sockets: Optional[int] = None, *,
-                      pageable: Optional[bool] = None, copy_rate: Optional[float] = None) -> "RuntimeProfile":
-        """This profile as a run set it up: ``threads`` host threads, its threads using the
-        memory of ``sockets`` sockets, its copies from ``pageable`` memory or not, at a
-        measured ``copy_rate`` (bytes/s) — each None: the profile's and parts' own."""
+                      pageable: Optional[bool] = None, copy_rate: Optional[float] = None,
+                      numa: Optional[str] = None) -> "RuntimeProfile":
+        """This profile as a run set it up: ``threads`` host threads, its threads on
+        ``sockets`` sockets each reading its own node's memory (``per_node``, unless
+        ``numa`` says otherwise), its weights placed by the NUMA policy ``numa``, its copies
+        from ``pageable`` memory or not, at a measured ``copy_rate`` (bytes/s) — each None:
+        the profile's and parts' own."""
+        if numa is not None and numa not in NUMA_POLICIES:
+            raise RuntimeProfileError(f"numa must be one of {', '.join(NUMA_POLICIES)}, got {numa!r}")
         for what, value in (("threads", threads), ("sockets", sockets)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096):
                 raise RuntimeProfileError(f"{what} must be a whole number in [1, 4096], got {value!r}")
@@ -174,7 +183,9 @@ class RuntimeProfile:
             raise RuntimeProfileError(f"copy_rate must be bytes/s in [1e6, 1e13], got {copy_rate!r}")
         if pageable is not None and not isinstance(pageable, bool):
             raise RuntimeProfileError(f"pageable must be True, False or None, got {pageable!r}")
-        return dataclasses.replace(self, threads=threads, sockets=sockets, pageable=pageable, copy_rate=copy_rate)
+        policy = numa if numa is not None else ("per_node" if sockets is not None else self.numa)
+        return dataclasses.replace(self, threads=threads, sockets=sockets, pageable=pageable, copy_rate=copy_rate,
+                                   numa=policy)
 
     def cost_model_figures(self, machine: Mapping[str, Any], parts: Mapping[str, str]) -> dict[str, Any]:
         """The cost-model figures this profile sets on a composed machine (rule 5)."""
@@ -206,8 +217,10 @@ class RuntimeProfile:
         sockets = float(machine.get("host.sockets", 1.0))
         peak = machine.get("host.dram_peak_bandwidth")
         if v["host_bandwidth_fraction"] > 0 and peak is not None:
-            used = self.sockets if self.sockets is not None else (sockets if v["numa_aware"] >= 0.5 else 1.0)
-            figures["host_memory_bandwidth"] = peak * min(used, sockets) / sockets * v["host_bandwidth_fraction"]
+            # threads on every socket unless the run says how many, or the weights sit in one node
+            used = self.sockets if self.sockets is not None else (1.0 if self.numa == "local" else sockets)
+            reached = numa_bandwidth(peak, sockets, used, self.numa, machine.get("host.cross_socket_bandwidth"))
+            figures["host_memory_bandwidth"] = reached * v["host_bandwidth_fraction"]
         cores = machine.get("host.cores")
         if self.host_kernels != "none" and cores is not None:
             threads = min(float(self.threads or machine.get("host.math_cores", cores)), float(cores))
@@ -439,7 +452,7 @@ def _profile(name: str, fields_: dict[str, tuple[str, str]]) -> RuntimeProfile:
             values[f] = float(text)
     return RuntimeProfile(name, fields_["names"][0], fields_["launch_mode"][0].strip(), fields_["host_kernels"][0].strip(),
                           values, fitted, {f: s for f, (_, s) in fields_.items()},
-                          engine=fields_["engine"][0].strip())  # fmt: skip
+                          engine=fields_["engine"][0].strip(), numa=fields_["numa"][0].strip())  # fmt: skip
 
 
 def _value_problems(name: str, text: str, terms: Mapping[str, FittedTermSpec]) -> list[str]:
@@ -448,6 +461,8 @@ def _value_problems(name: str, text: str, terms: Mapping[str, FittedTermSpec]) -
         return [] if text and all(p.strip() for p in text.split("|")) else ["names are phrases separated by '|'"]
     if name == "engine":
         return [] if is_plain_name(text) else [f"an engine is a plain name ({PLAIN_NAME_RULE})"]
+    if name == "numa":
+        return [] if text in NUMA_POLICIES else [f"numa must be one of {', '.join(NUMA_POLICIES)}"]
     if name == "launch_mode":
         return [] if text in LAUNCH_MODES else [f"launch_mode must be one of {', '.join(LAUNCH_MODES)}"]
     if name == "host_kernels":

@@ -38,20 +38,42 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
+from .published_errors import AnchorError
 from .published_runs import same_source
 
-if TYPE_CHECKING:  # the held-out predictions are made by the regime model, which reads these rules
-    from .regime_model import OutOfSample
-
-__all__ = ["INTERVAL_LEVEL", "MIN_OWN_SOURCES", "EarnedInterval", "conformal_factor",
+__all__ = ["INTERVAL_LEVEL", "MIN_OWN_SOURCES", "EarnedInterval", "OutOfSample", "conformal_factor",
            "earned_coverage", "earned_interval", "nested_coverage", "regime_factors", "runtime_sources"]  # fmt: skip
 
 #: The nominal level every interval claims (rule 1).
 INTERVAL_LEVEL = 0.8
 #: Independent modeled sources a profile needs for an interval of its own errors (rule 3).
 MIN_OWN_SOURCES = 3
+
+
+@dataclass(frozen=True)
+class OutOfSample:
+    """One run predicted by a model fitted without it: without every run of its source
+    (leave-one-source-out) or of its engine (leave-one-runtime-out), by ``regime_model``."""
+
+    id: str
+    regime: str
+    source: str
+    published: float
+    predicted: Optional[float]  # None: not modeled
+    why: str = ""
+    runtime: str = ""
+    gpu: str = ""
+    host: str = ""
+    family: str = ""
+    placement: str = ""
+    engine: str = ""  # the runtime profile's engine (what leave-one-runtime-out holds out together)
+    settings: tuple[tuple[str, str], ...] = ()  # the run's setup, setting by setting (validation.ordering)
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted / self.published if self.predicted is not None else math.nan
 
 
 @dataclass(frozen=True)
@@ -80,7 +102,7 @@ class EarnedInterval:
 def conformal_factor(errors: Sequence[float], level: float = INTERVAL_LEVEL) -> float:
     """Rule 2: the ×/÷ factor from held-out ``|log ratio|`` errors, NaN when too few."""
     if not 0 < level < 1:
-        raise ValueError(f"an interval's level is a share in (0, 1), got {level!r}")
+        raise AnchorError(f"an interval's level is a share in (0, 1), got {level!r}")
     ordered = sorted(e for e in errors if math.isfinite(e))
     rank = math.ceil((len(ordered) + 1) * level)
     if rank > len(ordered):
@@ -88,16 +110,16 @@ def conformal_factor(errors: Sequence[float], level: float = INTERVAL_LEVEL) -> 
     return math.exp(ordered[rank - 1])
 
 
-def _errors(predictions: Sequence["OutOfSample"]) -> list[float]:
+def _errors(predictions: Sequence[OutOfSample]) -> list[float]:
     return [abs(math.log(o.ratio)) for o in predictions if o.predicted is not None]
 
 
-def runtime_sources(profile: str, loso: Sequence["OutOfSample"]) -> int:
+def runtime_sources(profile: str, loso: Sequence[OutOfSample]) -> int:
     """Independent sources with a modeled run of ``profile`` (rule 6)."""
     return len({same_source(o.source) for o in loso if o.runtime == profile and o.predicted is not None})
 
 
-def _loro_factor(regime: str, loro: Sequence["OutOfSample"]) -> tuple[float, int, str]:
+def _loro_factor(regime: str, loro: Sequence[OutOfSample]) -> tuple[float, int, str]:
     """The regime's LORO factor (every regime's when its own give none), the engines its
     errors come from, and what it is."""
     own = [o for o in loro if o.regime == regime]
@@ -110,8 +132,8 @@ def _loro_factor(regime: str, loro: Sequence["OutOfSample"]) -> tuple[float, int
     return factor, engines, f"{where} leave-one-runtime-out errors ({n} runs of {engines} engines)"
 
 
-def earned_interval(profile: str, regime: str, loso: Sequence["OutOfSample"],
-                    loro: Sequence["OutOfSample"]) -> EarnedInterval:
+def earned_interval(profile: str, regime: str, loso: Sequence[OutOfSample],
+                    loro: Sequence[OutOfSample]) -> EarnedInterval:
     """Rules 3, 4: the interval a prediction of runtime ``profile`` in ``regime`` earns
     from the held-out predictions ``loso`` and ``loro``."""
     sources = runtime_sources(profile, loso)
@@ -133,7 +155,7 @@ def _validated(sources: int) -> str:
     return f"validated on {sources} source{'s' if sources != 1 else ''}"
 
 
-def regime_factors(predictions: Sequence["OutOfSample"], level: float = INTERVAL_LEVEL) -> dict[str, float]:
+def regime_factors(predictions: Sequence[OutOfSample], level: float = INTERVAL_LEVEL) -> dict[str, float]:
     """Per regime, the factor of its held-out errors at ``level`` (rule 2); a regime whose
     own errors give none takes every regime's; absent when neither does."""
     pooled = conformal_factor(_errors(predictions), level)
@@ -146,7 +168,7 @@ def regime_factors(predictions: Sequence["OutOfSample"], level: float = INTERVAL
     return factors
 
 
-def nested_coverage(predictions: Sequence["OutOfSample"], group: Callable[["OutOfSample"], str],
+def nested_coverage(predictions: Sequence[OutOfSample], group: Callable[[OutOfSample], str],
                     level: float = INTERVAL_LEVEL) -> dict[str, bool]:
     """Rule 5: run id → whether its regime's interval, built from the other groups'
     held-out errors (``group``: a run's source for LOSO, its engine for LORO), covers it."""
@@ -159,13 +181,13 @@ def nested_coverage(predictions: Sequence["OutOfSample"], group: Callable[["OutO
     return covered
 
 
-def earned_coverage(loso: Sequence["OutOfSample"], loro: Sequence["OutOfSample"]) -> dict[str, tuple[bool, str]]:
+def earned_coverage(loso: Sequence[OutOfSample], loro: Sequence[OutOfSample]) -> dict[str, tuple[bool, str]]:
     """Rules 3–5 judged on the held-out runs: run id → (covered, the evidence label). A
     run whose profile keeps ``MIN_OWN_SOURCES`` sources without its own is judged as a
     new source of a known runtime (its LOSO prediction against the interval of its
     profile's other sources); any other as a new runtime (its LORO prediction against the
     widened interval of the other engines' LORO errors)."""
-    by_id: Mapping[str, "OutOfSample"] = {o.id: o for o in loro}
+    by_id: Mapping[str, OutOfSample] = {o.id: o for o in loro}
     out: dict[str, tuple[bool, str]] = {}
     for o in loso:
         if o.predicted is None:
@@ -173,7 +195,7 @@ def earned_coverage(loso: Sequence["OutOfSample"], loro: Sequence["OutOfSample"]
         source = same_source(o.source)
         others = [p for p in loso if same_source(p.source) != source]
         interval = earned_interval(o.runtime, o.regime, others, [p for p in loro if p.engine != o.engine])
-        judged: Optional["OutOfSample"] = o if interval.own else by_id.get(o.id)
+        judged: Optional[OutOfSample] = o if interval.own else by_id.get(o.id)
         if judged is None or judged.predicted is None or not math.isfinite(interval.factor):
             continue
         out[o.id] = (1 / interval.factor <= judged.ratio <= interval.factor, interval.evidence)

@@ -298,6 +298,7 @@ class PublishedRun:
     link: Optional[str] = None
     threads: Optional[int] = None  # host threads the run states
     sockets: Optional[int] = None  # sockets whose memory its host threads use, when stated
+    numa: Optional[str] = None  # how it places host weights over NUMA nodes, when stated (machine.numa)
     pageable: Optional[bool] = None  # its copies from pageable (True) or pinned (False) memory, when stated
     copy_rate: Optional[float] = None  # the host-to-device bytes/s it measured, when stated
     why: str = ""
@@ -471,7 +472,7 @@ def _interpreted(cells: Mapping[str, Any], parts: PartsFile, profiles: tuple[Run
     link = run_text.find_name(cells["link"], part_phrases("link", parts))
     return PublishedRun("", regime, 0.0, "", "", profile.name if profile is not None else "",
                         family.name if family is not None else "", model, bits, placement, gpu, host, link,
-                        threads=run_text.threads_text(detail), sockets=run_text.sockets_text(detail),
+                        threads=run_text.threads_text(detail), sockets=run_text.sockets_text(detail), numa=run_text.numa_text(detail),
                         pageable=run_text.pageable_text(detail) if regime == "experts_copied" else None,
                         copy_rate=run_text.copy_rate_text(f"{cells['link']} {detail}"), why=why,
                         parts=None if parts is None else os.fspath(parts))  # fmt: skip

@@ -66,7 +66,7 @@ from .layout import DecodeLayout, LayoutError, ModelFacts, ExpertPlacement, Weig
 from .timer import DecodeTimeError, time_decode
 from ..machine.op_cost import CostModelError
 from ..machine.parts import PartsFile, parts_file_key, parts_path
-from .evidence import EarnedInterval, earned_interval
+from .evidence import EarnedInterval, OutOfSample, earned_interval
 from .published_runs import (AnchorError, FittedTerm, PublishedRun, published_dir, published_runs, read_run, read_runs,
                              same_source)
 from ..machine.runtime_profiles import FittedTermSpec, checked_fit, RuntimeProfile, RuntimeProfileError, fitted_terms, runtime_profiles, runtime_profiles_path
@@ -125,29 +125,6 @@ class DecodePrediction:
                 f"{self.earned.evidence})")
 
 
-@dataclass(frozen=True)
-class OutOfSample:
-    """One run predicted by a model fitted without every run of its source (rule 4)."""
-
-    id: str
-    regime: str
-    source: str
-    published: float
-    predicted: Optional[float]  # None: not modeled
-    why: str = ""
-    runtime: str = ""
-    gpu: str = ""
-    host: str = ""
-    family: str = ""
-    placement: str = ""
-    engine: str = ""  # the runtime profile's engine (what leave-one-runtime-out holds out together)
-    settings: tuple[tuple[str, str], ...] = ()  # the run's setup, setting by setting (validation.ordering)
-
-    @property
-    def ratio(self) -> float:
-        return self.predicted / self.published if self.predicted is not None else math.nan
-
-
 def _as_run(run: Union[PublishedRun, Mapping[str, Any]]) -> PublishedRun:
     return run if isinstance(run, PublishedRun) else read_run(run)
 
@@ -172,7 +149,7 @@ def _cached_layout(run: PublishedRun, _parts_key: Any) -> tuple[Optional[DecodeL
 
 def _machine(run: PublishedRun, layout: DecodeLayout, profile: RuntimeProfile) -> CostModel:
     return CostModel.compose(gpu=layout.gpu, host=layout.host or "x86_server", link=layout.link or "pcie_gen4",
-                             runtime=profile.with_settings(run.threads, run.sockets, pageable=run.pageable,
+                             runtime=profile.with_settings(run.threads, run.sockets, pageable=run.pageable, numa=run.numa,
                                                            copy_rate=run.copy_rate), parts=run.parts)  # fmt: skip
 
 
@@ -491,7 +468,7 @@ def _settings(run: PublishedRun, engines: Mapping[str, str]) -> tuple[tuple[str,
             ("GPU experts", str(placement.gpu_experts) if placement is not None else ""),
             ("cache size", cache),
             ("context", str(placement.context_tokens) if placement is not None else ""),
-            ("threads", str(run.threads or "")), ("sockets", str(run.sockets or "")),
+            ("threads", str(run.threads or "")), ("sockets", str(run.sockets or "")), ("NUMA", run.numa or ""),
             ("staging", {True: "pageable", False: "pinned", None: ""}[run.pageable]))  # fmt: skip
 
 

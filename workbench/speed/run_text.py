@@ -93,6 +93,19 @@ def sockets_text(value: object) -> Optional[int]:
     return ALL_SOCKETS if "USE_NUMA=1" in text else None
 
 
+_INTERLEAVE = re.compile(r"--interleave[= ]all|numactl --interleave")
+
+
+def numa_text(value: object) -> Optional[str]:
+    """How a run places its host weights over NUMA nodes when it says (``machine.numa``):
+    ``interleave`` for ``numactl --interleave=all``, ``per_node`` where its threads use
+    their own node's memory (``sockets_text``), else None (its runtime's policy)."""
+    text = _text(value)
+    if _INTERLEAVE.search(text):
+        return "interleave"
+    return "per_node" if sockets_text(text) is not None else None
+
+
 _RESIDENT = re.compile(r"(\d+(?:\.\d+)?) GB of experts resident")
 
 

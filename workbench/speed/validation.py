@@ -47,7 +47,7 @@ from ..machine.parts import part_figures
 from ..machine.runtime_profiles import RuntimeProfile
 from .evidence import earned_coverage, earned_interval, nested_coverage, regime_factors
 from .regime_model import OutOfSample
-from .published_runs import PUBLISHED_REGIMES, PublishedRun, same_source
+from .published_runs import PUBLISHED_REGIMES, AnchorError, PublishedRun, same_source
 
 __all__ = ["HOLD_OUTS", "PROFILE_COLUMNS", "REGIME_COLUMNS", "coverage", "llmfit_tok_s", "ordering", "ordering_by_setting",
            "peer_table", "profile_table", "regime_table"]  # fmt: skip
@@ -71,7 +71,7 @@ def coverage(predictions: Sequence[OutOfSample], held_out_by: str = "source") ->
     is ``"source"`` for leave-one-source-out predictions, ``"engine"`` for
     leave-one-runtime-out ones."""
     if held_out_by not in HOLD_OUTS:
-        raise ValueError(f"held_out_by is one of {', '.join(HOLD_OUTS)}, got {held_out_by!r}")
+        raise AnchorError(f"held_out_by is one of {', '.join(HOLD_OUTS)}, got {held_out_by!r}")
     return nested_coverage(predictions, HOLD_OUTS[held_out_by])
 
 
