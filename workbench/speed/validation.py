@@ -133,7 +133,8 @@ def profile_table(loso: Sequence[OutOfSample], loro: Sequence[OutOfSample],
 
 
 #: Settings whose difference implies another's: the implied ones are not counted apart (rule 3).
-_IMPLIES = {"engine": ("engine version or mode",), "placement": ("host layers", "GPU experts", "cache size")}
+_IMPLIES = {"engine": ("engine version or mode",), "placement": ("host layers", "GPU experts", "cache size"),
+            "NUMA": ("sockets",)}
 
 
 def _one_setting(a: OutOfSample, b: OutOfSample) -> str:
