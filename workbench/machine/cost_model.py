@@ -179,7 +179,7 @@ _PRESET_RUNTIME = "compiled"
 _MAY_BE_ZERO = frozenset(
     {"h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "executor_overhead",
      "graph_launch_overhead", "kernel_gap", "min_kernel_time", "host_op_overhead", "kernels_per_layer",
-     "visited_expert_kernels", "copies_per_expert", "copy_overhead"}
+     "visited_expert_kernels", "copies_per_expert", "copy_overhead", "dequant_kernels_per_expert"}
 )  # fmt: skip
 # Figures that are shares in [0, 1].
 _SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_experts", "fuses_row_picks"})
@@ -187,7 +187,7 @@ _SHARES = frozenset({"overlap", "launch_overlap", "pageable_copies", "loads_all_
 # takes the defaults (this executor's own terms), which no measurement sets.
 _LATER_TERMS = frozenset({"overlap", "launch_overlap", "kernels_per_layer", "visited_expert_kernels",
                           "copies_per_expert", "pageable_copies", "loads_all_experts", "copy_overhead",
-                          "host_matvec_rates", "fuses_row_picks"})  # fmt: skip
+                          "host_matvec_rates", "fuses_row_picks", "dequant_kernels_per_expert"})  # fmt: skip
 
 
 _CHECKED_RATES: set[Any] = set()
@@ -317,6 +317,9 @@ class CostModel:
     loads_all_experts: float = _DEFAULT["loads_all_experts"]  # 1: the runtime loads every expert its loop visits that the GPU does not hold
     copy_overhead: float = _DEFAULT["copy_overhead"]  # s a runtime adds to every copy beyond the link's latency (hooks, allocation, sync)
     fuses_row_picks: float = _DEFAULT["fuses_row_picks"]  # 1: the runtime fuses a pick of weight rows into the op reading them (op_work rule 2)
+    # kernels that dequantize a low-bit routed expert into a 16-bit copy before its matmul
+    # reads it (an unfused dequantization, speed.timer rule 2); 0: dequantized inside the matmul
+    dequant_kernels_per_expert: float = 0.0
     host_matvec_rates: tuple[tuple[str, float], ...] = ()  # (weight format, weights/s the host multiplies), per format
     # Host.
     host_flops: float = _DEFAULT["host_flops"]  # FLOP/s, any dtype

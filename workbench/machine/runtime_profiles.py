@@ -36,13 +36,13 @@ Rules:
 5. A field that sets one ``CostModel`` figure has that figure's name (``launch_overhead``,
    ``executor_overhead``, ``kernel_gap``, ``copy_overhead``, ``launch_overlap``,
    ``overlap``, ``kernels_per_layer``, ``copies_per_expert``, ``pageable_copies``,
-   ``loads_all_experts``); the others scale or pick a part's figures (the bandwidth
+   ``loads_all_experts``, ``dequant_kernels_per_expert``); the others scale or pick a part's figures (the bandwidth
    fractions, ``numa``, ``host_kernels``) or multiply into one
    (``kernels_per_visited_expert × visits_every_expert``).
    ``cost_model_figures`` (the ``RuntimeTerms`` protocol) sets: ``launch_mode``; eager:
    ``launch_overhead``; ``executor_overhead``; ``kernel_gap``; ``launch_overlap``,
    ``overlap``, ``kernels_per_layer``, ``copies_per_expert``, ``pageable_copies``,
-   ``loads_all_experts`` as stated; ``visited_expert_kernels`` = ``kernels_per_visited_expert × visits_every_expert``;
+   ``loads_all_experts``, ``dequant_kernels_per_expert`` as stated; ``visited_expert_kernels`` = ``kernels_per_visited_expert × visits_every_expert``;
    ``device_memory_bandwidth`` = ``gpu_bandwidth_fraction`` × the GPU part's datasheet
    rate (a measured GPU's rate is already achieved: kept); ``host_memory_bandwidth`` =
    ``host_bandwidth_fraction`` × what the host's memory delivers under the profile's
@@ -92,7 +92,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "launch_overhead": (0.0, 1.0), "executor_overhead": (0.0, 1.0), "launch_overlap": (0.0, 1.0),
     "kernel_gap": (0.0, 1.0), "kernels_per_layer": (0.0, 1e5), "kernels_per_visited_expert": (0.0, 1e4),
     "visits_every_expert": (0.0, 1.0), "gpu_bandwidth_fraction": (0.0, 1.0), "host_bandwidth_fraction": (0.0, 1.0),
-    "copy_overhead": (0.0, 1.0), "copies_per_expert": (0.0, 1e3),
+    "copy_overhead": (0.0, 1.0), "copies_per_expert": (0.0, 1e3), "dequant_kernels_per_expert": (0.0, 1e3),
     "pageable_copies": (0.0, 1.0), "loads_all_experts": (0.0, 1.0), "overlap": (0.0, 1.0),
 }  # fmt: skip
 PROFILE_FIELDS: tuple[str, ...] = ("names", "launch_mode", "engine", "numa", "host_kernels", *_RANGES)
@@ -201,6 +201,7 @@ class RuntimeProfile:
             "copies_per_expert": v["copies_per_expert"], "pageable_copies": v["pageable_copies"],
             "loads_all_experts": v["loads_all_experts"],
             "copy_overhead": v["copy_overhead"],
+            "dequant_kernels_per_expert": v["dequant_kernels_per_expert"],
             # its kernels pick expert rows inside their matmuls (grouped or fused MoE kernels)
             "fuses_row_picks": 1.0,
             # the fitted kernel time is a kernel's whole fixed cost: no floor beside it

@@ -282,6 +282,9 @@ class DecodeLayout:
     expert_copies: float = 0.0  # copies that carry them: a graph's own, or one per expert loaded
     experts_offloaded: float = 0.0  # experts per token not held on the GPU: what a loop visiting every expert loads
     host_share: float = 0.0  # share of the active expert bytes the host computes
+    gpu_experts: float = 0.0  # routed experts the GPU computes per token
+    gpu_expert_weights: float = 0.0  # their weights
+    gpu_expert_dequant_ops: float = 0.0  # operations to dequantize one of them (0: a 16-bit format)
     cache_share: float = 0.0  # share of the experts the GPU's expert cache holds
     hit_rate: float = 0.0  # share of the active experts found on the GPU (copied regime)
     overlappable: float = 1.0  # share of the host-or-copy work that may run beside the GPU
@@ -301,7 +304,8 @@ class DecodeLayout:
 
     def __post_init__(self) -> None:
         for name in ("device_bytes", "device_flops", "host_bytes", "host_weights", "host_dequant_ops", "host_calls",
-                     "link_bytes", "copies", "expert_loads", "expert_bytes", "expert_copies", "experts_offloaded"):
+                     "link_bytes", "copies", "expert_loads", "expert_bytes", "expert_copies", "experts_offloaded",
+                     "gpu_experts", "gpu_expert_weights", "gpu_expert_dequant_ops"):
             _check_number(f"layout {name}", getattr(self, name), 0, 1e18)
         if self.kernels is not None:
             _check_number("layout kernels", self.kernels, 0, 1e9)
@@ -409,6 +413,8 @@ def _laid_out(gpu: str, host: Optional[str], link: Optional[str], model: ModelFa
         link_bytes=activation, copies=copies, expert_loads=loads,
         expert_bytes=model.expert_params * bits.experts / 8 if regime == "experts_copied" else 0.0,
         expert_copies=loads, experts_offloaded=offloaded, host_share=host_share, cache_share=cache_share, hit_rate=hit,
+        gpu_experts=(1 - host_share) * model.moe_layers * model.top_k,
+        gpu_expert_weights=(1 - host_share) * model.expert_active, gpu_expert_dequant_ops=bits.expert_dequant_ops,
         overlappable=placement.overlappable, gpu=gpu, host=host_name, link=link_name, origin="facts",
         notes=tuple(notes),
     )  # fmt: skip

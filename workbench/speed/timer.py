@@ -24,6 +24,13 @@ charges each step with), applied to the layout's totals:
    visited_expert_kernels`` (a loop over every expert). ``device = max(device_bytes /
    device_memory_bandwidth, device_flops / device_flops_bf16) + kernels × kernel_gap``
    (``costs`` rules 4, 7: the token's kernels as one roofline, without the one-kernel floor).
+   A runtime that dequantizes a low-bit routed expert into a 16-bit copy before its
+   matmul (``dequant_kernels_per_expert`` > 0; a layout from facts whose experts are
+   stored with dequantization work, ``gpu_expert_dequant_ops`` > 0) adds, per expert
+   weight the GPU computes, the copy's write and the matmul's read of it (2 + 2 bytes)
+   and its dequantization operations, and ``gpu_experts × dequant_kernels_per_expert``
+   kernels; a 16-bit expert, or a runtime that reads the stored format in its matmul,
+   adds none.
    Eager launches: ``issue = kernels × (launch_overhead + executor_overhead)`` and
    ``gpu = device + issue - launch_overlap × min(device, issue)``; graph replay: ``gpu =
    device + graph_launch_overhead``.
@@ -107,6 +114,19 @@ class DecodeTime:
         return self.seconds * 1e3
 
 
+#: Bytes per weight an unfused dequantization adds: its 16-bit copy written, then read by the matmul (rule 2).
+_DEQUANT_COPY_BYTES = 2.0 + 2.0
+
+
+def _unfused_dequant(layout: DecodeLayout, model: CostModel) -> tuple[float, float, float]:
+    """Rule 2: (bytes, operations, kernels) a runtime's unfused dequantization adds per token."""
+    if model.dequant_kernels_per_expert <= 0 or layout.gpu_expert_dequant_ops <= 0 or _per_op(layout, model):
+        return 0.0, 0.0, 0.0
+    weights = layout.gpu_expert_weights
+    return (_DEQUANT_COPY_BYTES * weights, weights * layout.gpu_expert_dequant_ops,
+            layout.gpu_experts * model.dequant_kernels_per_expert)  # fmt: skip
+
+
 def _kernels(layout: DecodeLayout, model: CostModel) -> float:
     if model.kernels_per_layer > 0:
         kernels = layout.layers * model.kernels_per_layer
@@ -115,7 +135,7 @@ def _kernels(layout: DecodeLayout, model: CostModel) -> float:
     else:
         raise DecodeTimeError(f"a layout from facts counts no kernels and the cost model {model.name!r} states no "
                               "kernels_per_layer: compose it with a runtime that states its kernels per layer")
-    return kernels + layout.moe_layers * layout.num_experts * model.visited_expert_kernels
+    return kernels + layout.moe_layers * layout.num_experts * model.visited_expert_kernels + _unfused_dequant(layout, model)[2]
 
 
 def _per_op(layout: DecodeLayout, model: CostModel) -> bool:
@@ -134,7 +154,8 @@ def _device_seconds(layout: DecodeLayout, model: CostModel) -> float:
         return sum(g.count * g.share * costs.kernel_seconds(model, g.flops, _group_bytes(g, model), g.dtype_class)
                    for g in layout.kernel_groups)  # fmt: skip
     # a layout from facts states totals: the token's kernels as one roofline
-    return costs.roofline_seconds(model, layout.device_flops, layout.device_bytes, "bf16")
+    extra_bytes, extra_flops, _ = _unfused_dequant(layout, model)
+    return costs.roofline_seconds(model, layout.device_flops + extra_flops, layout.device_bytes + extra_bytes, "bf16")
 
 
 def _host_seconds(layout: DecodeLayout, model: CostModel) -> tuple[float, str]:
