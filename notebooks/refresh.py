@@ -13,6 +13,8 @@ Rules:
    notebook is left untouched and the script exits non-zero.
 2. No execution timestamps and no widget state are stored, so re-running on unchanged
    code changes only what really differs (figures, timings printed by cells).
+3. A cell's consecutive outputs to one stream are stored as one output: how the kernel
+   happened to flush a busy machine's stdout never changes a stored notebook.
 """
 
 from __future__ import annotations
@@ -60,6 +62,19 @@ def notebooks(names: list[str]) -> list[Path]:
     return found
 
 
+def _coalesced(outputs: list) -> list:
+    """Rule 3: consecutive stream outputs of one name joined into one."""
+    joined: list = []
+    for out in outputs:
+        last = joined[-1] if joined else None
+        if out.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream" \
+                and last.get("name") == out.get("name"):
+            last["text"] = last["text"] + out["text"]
+        else:
+            joined.append(out)
+    return joined
+
+
 def execute(path: Path, timeout: int = DEFAULT_TIMEOUT_S) -> float:
     """Run ``path`` in a fresh kernel and write it back (rule 1); return the seconds taken."""
     nb = nbformat.read(path, as_version=4)
@@ -76,6 +91,9 @@ def execute(path: Path, timeout: int = DEFAULT_TIMEOUT_S) -> float:
     client.execute()
     seconds = time.perf_counter() - start
     nb.metadata.pop("widgets", None)
+    for cell in nb.cells:  # rule 3
+        if cell.get("outputs"):
+            cell.outputs = _coalesced(cell.outputs)
     nbformat.validate(nb)
     nbformat.write(nb, path)
     return seconds
