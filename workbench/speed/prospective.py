@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,7 @@ import pandas as pd
 
 from ..atomic_files import locked
 from ..csv_files import restore_cells, write_csv
-from ..file_reading import read_csv_table, read_regular_file
+from ..file_reading import finite_number, read_csv_table
 from .published_runs import (MAX_TOK_S, MIN_TOK_S, PUBLISHED_COLUMNS, AnchorError, checked_published_table, published_dir,
                              published_runs, read_run, same_source, source_key)
 from .regime_model import RegimeModel, regime_model
@@ -60,7 +59,6 @@ LOG_COLUMNS = ("id", "source", "runtime", "predicted_on", "model_version", "pred
                "measured_tok_s", "measured_on", "entry")  # fmt: skip
 _PREDICTION = LOG_COLUMNS[:9]  # what the chain seals
 _ROOT = Path(__file__).resolve().parents[2]
-_MAX_BYTES = 16 << 20
 
 
 def prospective_runs_path() -> Path:
@@ -134,19 +132,11 @@ def check_log(log: pd.DataFrame, where: str = "the prospective log") -> None:
                               "reordered after it was logged (the log is append-only; log a new model version instead)")
         previous = expected
         if str(row["measured_tok_s"]).strip():
-            tok_s = _number(row["measured_tok_s"])
+            tok_s = finite_number(row["measured_tok_s"])
             if tok_s is None or not MIN_TOK_S <= tok_s <= MAX_TOK_S:
                 raise AnchorError(f"{where_row}: measured_tok_s must be a number in [{MIN_TOK_S:g}, {MAX_TOK_S:g}]")
             if _day(row["measured_on"], where_row) < _day(row["predicted_on"], where_row):
                 raise AnchorError(f"{where_row}: measured_on is before predicted_on: a prediction comes first")
-
-
-def _number(text: Any) -> Optional[float]:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _day(text: Any, where: str) -> dt.date:
@@ -154,21 +144,6 @@ def _day(text: Any, where: str) -> dt.date:
         return dt.date.fromisoformat(str(text))
     except ValueError:
         raise AnchorError(f"{where}: {str(text)[:20]!r} is not a day (YYYY-MM-DD)") from None
-
-
-def _write(log: pd.DataFrame, path: Path) -> None:
-    write_csv(log, path, "the prospective log")
-
-
-def _read_for_update(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        return pd.DataFrame(columns=list(LOG_COLUMNS))
-    text = read_regular_file(path, "prospective log", AnchorError, max_bytes=_MAX_BYTES)
-    log = restore_cells(pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False))
-    if tuple(log.columns) != LOG_COLUMNS:
-        raise AnchorError(f"{path}: columns differ from the log's; valid columns, in order: {', '.join(LOG_COLUMNS)}")
-    check_log(log, str(path))
-    return log
 
 
 def log_predictions(runs: Optional[Union[str, Path]] = None, log: Optional[Union[str, Path]] = None,
@@ -182,7 +157,7 @@ def log_predictions(runs: Optional[Union[str, Path]] = None, log: Optional[Union
     day = (today or dt.date.today()).isoformat()
     version = model_version()
     with locked(path):
-        current = _read_for_update(path)
+        current = prospective_log(path)
         previous = current["entry"].iloc[-1] if len(current) else ""
         added = []
         for row in table.to_dict("records"):
@@ -198,7 +173,8 @@ def log_predictions(runs: Optional[Union[str, Path]] = None, log: Optional[Union
             previous = _chain(previous, entry)
             added.append(dict(zip(LOG_COLUMNS, [*entry, "", "", previous])))
         if added:
-            _write(pd.concat([current, pd.DataFrame(added, columns=list(LOG_COLUMNS))], ignore_index=True), path)
+            write_csv(pd.concat([current, pd.DataFrame(added, columns=list(LOG_COLUMNS))], ignore_index=True), path,
+                      "the prospective log")
     return pd.DataFrame(added, columns=list(LOG_COLUMNS))
 
 
@@ -209,7 +185,7 @@ def record_measured(run_id: str, tok_s: float, measured_on: Optional[dt.date] = 
         raise AnchorError(f"a measured speed is a number of tok/s in [{MIN_TOK_S:g}, {MAX_TOK_S:g}], got {tok_s!r}")
     path = Path(log) if log is not None else prospective_log_path()
     with locked(path):
-        current = _read_for_update(path)
+        current = prospective_log(path)
         found = current.index[current["id"] == run_id]
         if not len(found):
             raise AnchorError(f"run {run_id!r} is not in the prospective log ({path}): log its prediction first "
@@ -222,7 +198,7 @@ def record_measured(run_id: str, tok_s: float, measured_on: Optional[dt.date] = 
         updated = current.copy()
         updated.at[i, "measured_tok_s"], updated.at[i, "measured_on"] = f"{float(tok_s):.6g}", day
         check_log(updated, str(path))
-        _write(updated, path)
+        write_csv(updated, path, "the prospective log")
 
 
 @dataclass(frozen=True)
@@ -243,8 +219,8 @@ def prospective_summary(log: Optional[Union[str, Path]] = None) -> ProspectiveSu
     entries = prospective_log(log)
     rows = []
     for r in entries.to_dict("records"):
-        measured = _number(r["measured_tok_s"]) if str(r["measured_tok_s"]).strip() else None
-        predicted, low, high = float(r["predicted_tok_s"]), _number(r["low"]), _number(r["high"])
+        measured = finite_number(r["measured_tok_s"]) if str(r["measured_tok_s"]).strip() else None
+        predicted, low, high = float(r["predicted_tok_s"]), finite_number(r["low"]), finite_number(r["high"])
         rows.append({"id": r["id"], "runtime": r["runtime"], "evidence": r["evidence"], "predicted tok/s": predicted,
                      "low": low, "high": high, "measured tok/s": measured,
                      "ratio": predicted / measured if measured else math.nan,

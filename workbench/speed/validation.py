@@ -159,7 +159,6 @@ def ordering(predictions: Sequence[OutOfSample]) -> pd.DataFrame:
             setting = _one_setting(a, b)
             if not setting:
                 continue
-            assert a.predicted is not None and b.predicted is not None
             fast, slow = (a, b) if a.published > b.published else (b, a)
             assert fast.predicted is not None and slow.predicted is not None
             rows.append({"setting": setting, "faster (published)": fast.id, "slower (published)": slow.id,
