@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup walkthrough test bench clean
+.PHONY: setup walkthrough test bench clean evidence
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,3 +29,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
+
+# the shipped model's fits and held-out predictions, made again after a change to the
+# decode code or the tables (regime_model() reads the file while its inputs are unchanged)
+evidence: $(STAMP)
+	$(PY) -c "from workbench.speed.regime_model import fitted_regime_model, regime_evidence; from workbench.speed.evidence_file import write_evidence_file; print(write_evidence_file(regime_evidence(fitted_regime_model())))"

@@ -10,6 +10,9 @@ Commands:
                run, its published one shape-only, and for hf:qwen3_5_moe the built-in
                decoder side by side)
   propagate    place and propagate a built-in example; print its graph and copies
+  plan         the fastest placement of a model (GGUF, config.json, shipped name) that
+               fits a machine of parts, ranked by predicted tok/s, with the flags to paste
+  prospective  predictions logged before their runs were measured, and how they fared
 
 Rules:
 1. Every argument is checked before any work starts (the configs, both of them, the
@@ -41,6 +44,7 @@ from tqdm import tqdm
 from .. import hf
 from . import walkthrough as wt
 from .anchors import modeled_vs_published
+from .plan_command import add_plan_arguments, main as plan_main
 from ..speed.validation import ordering, regime_table
 from ..speed.regime_model import regime_model
 from ..speed import prospective as pro
@@ -535,14 +539,19 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--measured", action="append", metavar="ID=TOK_S", help="enter a logged run's measured tok/s (once)")
     q.add_argument("--log", type=Path, default=None, help="the log (default: the shipped data/published/prospective.csv)")
     q.set_defaults(func=_cmd_prospective)
+    add_plan_arguments(sub.add_parser("plan", help="the fastest placement of a GGUF or config that fits your machine, "
+                                                   "with the runtime's flags"))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command (module rules); the exit status: 0, 1 (the work failed), 2 (a bad
     argument) or 130 (interrupted with Ctrl-C: one line, no traceback)."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["plan"]:
+        return plan_main(given[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)  # argparse's own errors: one line, status 2
+    args = parser.parse_args(given)  # argparse's own errors: one line, status 2
     prog = f"{parser.prog} {args.command}"
     try:
         return args.func(args)

@@ -13,7 +13,8 @@ Rules:
    ``runtime`` how kernels are launched and how a decode token's work overlaps. A host may
    also state descriptive figures (``cores``, ``math_cores``: the cores a runtime's math
    threads run on, the performance cores of a hybrid CPU; ``sockets``;
-   ``dram_peak_bandwidth``: the DRAM peak of all sockets), a gpu its ``memory_bytes`` and
+   ``dram_peak_bandwidth``: the DRAM peak of all sockets; ``memory_bytes``: its RAM), a gpu
+   its ``memory_bytes`` (as the device reports it: memory sold as "24 GB" is 24 GiB) and
    host interface (``pcie_gen``, ``pcie_lanes``): not ``CostModel`` fields
    (``part_facts`` reads them). Any part but a runtime may state ``names``: the phrases
    that name it in free text (``NVIDIA H200|H200``), literal and separated by ``|``.
@@ -63,7 +64,7 @@ PART_FIELDS: dict[str, tuple[str, ...]] = {
 PART_KINDS = tuple(PART_FIELDS)
 #: Figures a part may state that no time uses (rule 1).
 DESCRIPTIVE_FIELDS: dict[str, tuple[str, ...]] = {
-    "host": ("cores", "math_cores", "sockets", "dram_peak_bandwidth", "cross_socket_bandwidth", "names"),
+    "host": ("cores", "math_cores", "sockets", "dram_peak_bandwidth", "cross_socket_bandwidth", "memory_bytes", "names"),
     "gpu": ("memory_bytes", "pcie_gen", "pcie_lanes", "names"),
     "link": ("names",),
 }
@@ -87,7 +88,7 @@ _LIMITS: dict[str, tuple[float, float]] = {
     **{f: (1e8, 1e17) for f in ("device_flops_fp64", "device_flops_fp32", "device_flops_bf16", "device_flops_fp8")},
     "device_memory_bandwidth": (1e8, 1e14), "host_flops": (1e8, 1e16), "host_memory_bandwidth": (1e7, 1e13),
     "dram_peak_bandwidth": (1e7, 1e13), "cross_socket_bandwidth": (1e8, 1e13), "h2d_bandwidth": (1e6, 1e13), "d2h_bandwidth": (1e6, 1e13),
-    "d2d_bandwidth": (1e6, 1e14), "memory_bytes": (1e6, 1e13),
+    "d2d_bandwidth": (1e6, 1e14), "memory_bytes": (1e6, 1e14),
     **{f: (0.0, 1.0) for f in ("h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "executor_overhead",
                                "graph_launch_overhead", "kernel_gap", "min_kernel_time", "host_op_overhead",
                                "copy_overhead")},

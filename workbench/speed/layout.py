@@ -335,16 +335,21 @@ class DecodeLayout:
         host: Optional[str] = None,
         link: Optional[str] = None,
         parts: PartsFile = None,
+        gpu_memory_bytes: Optional[float] = None,
     ) -> "DecodeLayout":
         """The layout of one decode token of ``model`` stored in ``formats``, its experts
         placed by ``placement``, on the named ``gpu``, ``host`` and ``link`` parts (module
-        rules); ``parts``: a parts file of your own, by path."""
+        rules); ``parts``: a parts file of your own, by path; ``gpu_memory_bytes``: the
+        device memory the weights and an expert cache may take (default: the GPU part's
+        ``memory_bytes``; layers split over several GPUs pool theirs)."""
         if not isinstance(model, ModelFacts):
             raise LayoutError(f"model must be ModelFacts (layers, sizes, experts), got {type(model).__name__}")
         if not isinstance(placement, ExpertPlacement):
             raise LayoutError(f"placement must be a ExpertPlacement (regime and split), got {type(placement).__name__}")
         bits = WeightBits.of(formats)
-        return _laid_out(gpu, host, link, model, bits, placement, parts)
+        if gpu_memory_bytes is not None:
+            _check_number("gpu_memory_bytes", gpu_memory_bytes, 0, 1e15, low_open=True)
+        return _laid_out(gpu, host, link, model, bits, placement, parts, gpu_memory_bytes)
 
 
 def _named(kind: str, name: Optional[str], parts: PartsFile, why: str) -> str:
@@ -367,9 +372,9 @@ def _link_of(gpu: str, link: Optional[str], parts: PartsFile) -> str:
 
 
 def _laid_out(gpu: str, host: Optional[str], link: Optional[str], model: ModelFacts, bits: WeightBits,
-              placement: ExpertPlacement, parts: PartsFile) -> DecodeLayout:
+              placement: ExpertPlacement, parts: PartsFile, gpu_memory_bytes: Optional[float] = None) -> DecodeLayout:
     gpu = _named("gpu", gpu, parts, "the GPU that runs the dense part")
-    memory = part_facts("gpu", gpu, parts).get("memory_bytes")
+    memory = gpu_memory_bytes if gpu_memory_bytes is not None else part_facts("gpu", gpu, parts).get("memory_bytes")
     expert_bytes_total = model.expert_total * bits.experts / 8
     other_bytes_total = model.other_total * bits.other / 8
     expert_active = model.expert_active * bits.experts / 8

@@ -55,24 +55,28 @@ import dataclasses
 import functools
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
 
+from ..errors import WorkbenchWarning
 from ..machine.cost_model import CostModel
 from .layout import DecodeLayout, LayoutError, ModelFacts, ExpertPlacement, WeightBits
 from .timer import DecodeTimeError, time_decode
 from ..machine.op_cost import CostModelError
 from ..machine.parts import PartsFile, parts_file_key, parts_path
 from .evidence import EarnedInterval, OutOfSample, earned_interval
+from .evidence_file import EvidenceFile, evidence_inputs_hash, read_evidence_file
 from .published_runs import (AnchorError, FittedTerm, PublishedRun, published_dir, published_runs, read_run, read_runs,
                              same_source)
 from ..machine.runtime_profiles import FittedTermSpec, checked_fit, RuntimeProfile, RuntimeProfileError, fitted_terms, runtime_profiles, runtime_profiles_path
 
-__all__ = ["DecodePrediction", "OutOfSample", "RegimeModel", "fit_regime_model", "leave_one_runtime_out",
-           "leave_one_source_out", "predict_decode", "regime_model", "regime_model_tok_s", "runtime_profile"]  # fmt: skip
+__all__ = ["DecodePrediction", "EvidenceRefitted", "OutOfSample", "RegimeModel", "fit_regime_model", "fitted_regime_model",
+           "leave_one_runtime_out", "leave_one_source_out", "predict_decode", "regime_evidence", "regime_model",
+           "regime_model_tok_s", "runtime_profile"]  # fmt: skip
 
 _MIN_FIT_ROWS = 3
 #: A run depends on a term when its time moves by at least this share of the term's own
@@ -474,14 +478,37 @@ def _settings(run: PublishedRun, engines: Mapping[str, str]) -> tuple[tuple[str,
 
 @functools.lru_cache(maxsize=2)
 def _shipped(_key: Any) -> RegimeModel:
+    kept, why = read_evidence_file()
+    if kept is not None:
+        return RegimeModel(kept.fits, kept.terms, runtime_profiles(), kept.out_of_sample, kept.out_of_runtime)
+    warnings.warn(f"{why}: fitting the decode model afresh (about a minute and a half); `make evidence` keeps the "
+                  "result for the next time", EvidenceRefitted, stacklevel=3)
+    return fitted_regime_model()
+
+
+class EvidenceRefitted(WorkbenchWarning):
+    """The kept fits and held-out predictions were not used (missing, stale or damaged):
+    the model was fitted afresh."""
+
+
+def fitted_regime_model() -> RegimeModel:
+    """The shipped model made afresh: every term fitted, every run predicted held out by
+    source and by engine (about a minute and a half; ``regime_model()`` reads the kept
+    result instead when its inputs are unchanged, ``evidence_file``)."""
     return dataclasses.replace(fit_regime_model(), out_of_sample=leave_one_source_out(),
                                out_of_runtime=leave_one_runtime_out())
 
 
+def regime_evidence(model: RegimeModel) -> EvidenceFile:
+    """``model``'s fits and held-out predictions as the evidence file keeps them."""
+    return EvidenceFile(evidence_inputs_hash(), dict(model.fits), model.terms, model.out_of_sample, model.out_of_runtime)
+
+
 def regime_model() -> RegimeModel:
     """The model fitted on the shipped published table and runtime profiles, with the
-    held-out predictions its intervals are earned from (rule 4); made again when a
-    shipped table changes."""
+    held-out predictions its intervals are earned from (rule 4); read from the evidence
+    file when that was made from the same code and tables, made again otherwise and when
+    a shipped table changes."""
     return _shipped(_data_key())
 
 
