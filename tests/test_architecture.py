@@ -388,6 +388,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models and tools", ("workbench.models", "workbench.moe", "workbench.hf", "workbench.executorch",
                           "workbench.compare", "workbench.views")),
     ("decode performance", ("workbench.speed",)),
+    ("machine plans", ("workbench.machine_plan",)),
     ("sweeps", ("workbench.sweeps",)),
     ("application", ("workbench.app", "workbench.__main__")),
 )

@@ -3,7 +3,7 @@
 import sys
 
 if sys.argv[1:2] == ["plan"]:
-    from .app.plan_command import main as _plan_main
+    from .app.plan_command import plan_main as _plan_main
 
     sys.exit(_plan_main(sys.argv[2:]))
 

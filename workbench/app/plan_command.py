@@ -29,7 +29,7 @@ from ..machine_plan.model_tensors import PlanModel, model_from_config, model_fro
 from ..machine_plan.plan_errors import ModelFileError, PlacementDoesNotFit
 from ..machine_plan.search import RUNTIMES, MachinePlan, plan_machine
 
-__all__ = ["add_plan_arguments", "load_plan_model", "main", "plan_report"]
+__all__ = ["add_plan_arguments", "load_plan_model", "plan_main", "plan_report"]
 
 _PROG = "python -m workbench plan"
 
@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def plan_main(argv: Sequence[str] | None = None) -> int:
     """Rules 1, 2: plan, print, and say what was wrong in one line."""
     parser = _Parser(prog=_PROG, description=__doc__.splitlines()[0])
     add_plan_arguments(parser)

@@ -127,11 +127,12 @@ def _read_one(path: Path) -> tuple[dict[str, Any], list[GgufTensor]]:
         raise ModelFileError(f"{path} is a directory; give the path of a .gguf model file") from None
     except OSError as exc:
         raise ModelFileError(f"cannot open {path} ({exc.strerror or exc}); give the path of a .gguf model file") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a pipe, socket or device)"
+        raise ModelFileError(f"{path} is {kind}; give the path of a .gguf model file")
     with os.fdopen(fd, "rb") as stream:
-        info = os.fstat(stream.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ModelFileError(f"{path} is not a regular file (a directory, pipe or device); give the path of a .gguf "
-                                 "model file")
         if info.st_size < 24:
             raise ModelFileError(f"{path} is {info.st_size} bytes: too short for a GGUF header (24 bytes); not a GGUF "
                                  "model file")
@@ -226,8 +227,8 @@ def _checked_layout(view: mmap.mmap, path: Path) -> None:
     if keys > min(MAX_KEYS, room // 13):  # a key: its length (8), one byte of name, its type (4)
         raise walk.fail(f"it declares {keys} metadata keys, more than its {room} bytes or {MAX_KEYS} could hold")
     for i in range(keys):
-        name = walk.string(f"metadata key {i}")
-        walk.value(walk.take("<I"), f"metadata value {name[:60]!r}")
+        key = walk.string(f"metadata key {i}")
+        walk.value(walk.take("<I"), f"metadata value {key[:60]!r}")
     if tensors > min(MAX_TENSORS, (walk.size - walk.at) // 29):  # name length 8 + 1, rank 4, one dim 8, type 4, offset 8
         raise walk.fail(f"it declares {tensors} tensors, more than the rest of the file or {MAX_TENSORS} could hold")
     spans = []

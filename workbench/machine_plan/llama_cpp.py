@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .model_tensors import EXPERT_TENSOR_PATTERN, PlanModel
-from .plan_errors import PlanError
+from .plan_errors import MachinePlanError
 
 __all__ = ["LlamaCppPlacement", "UBATCH", "cpu_moe_overrides", "layers_pattern", "override_devices",
            "placement_memory", "tensor_devices"]  # fmt: skip
@@ -101,7 +101,7 @@ def layers_pattern(layers: Sequence[int]) -> str:
     """``blk\\.(…)`` matching exactly the block numbers ``layers`` (followed by a dot in
     the name, so ``1`` never matches block 10)."""
     if not layers:
-        raise PlanError("a layer pattern needs at least one layer")
+        raise MachinePlanError("a layer pattern needs at least one layer")
     return rf"blk\.({_digits(layers)})"
 
 
@@ -113,7 +113,7 @@ def override_devices(overrides: Sequence[tuple[str, str]], names: Sequence[str])
         try:
             compiled.append((re.compile(pattern), device))
         except re.error as exc:
-            raise PlanError(f"override pattern {pattern!r} is not a regular expression: {exc}") from None
+            raise MachinePlanError(f"override pattern {pattern!r} is not a regular expression: {exc}") from None
     found = {}
     for name in names:
         hit = next((device for regex, device in compiled if regex.search(name)), None)
@@ -129,7 +129,7 @@ def _gpu_of_layer(split: Sequence[int]) -> list[int]:
 def tensor_devices(model: PlanModel, placement: LlamaCppPlacement) -> dict[str, str]:
     """Where each tensor lands (rules 1-3): ``CUDA<g>`` or ``CPU``."""
     if sum(placement.layer_split) != model.layers or not placement.layer_split or min(placement.layer_split) < 0:
-        raise PlanError(f"a layer split {placement.layer_split} must give each of the {model.layers} layers a GPU")
+        raise MachinePlanError(f"a layer split {placement.layer_split} must give each of the {model.layers} layers a GPU")
     names = [t.name for t in model.tensors]
     moved = override_devices(cpu_moe_overrides(placement.n_cpu_moe), names)
     gpu_of = _gpu_of_layer(placement.layer_split)
@@ -151,7 +151,7 @@ def placement_memory(model: PlanModel, placement: LlamaCppPlacement, context: in
     so a search can try every placement; ``tensor_devices`` is the same by name."""
     gpus = len(placement.layer_split)
     if sum(placement.layer_split) != model.layers or not gpus or min(placement.layer_split) < 0:
-        raise PlanError(f"a layer split {placement.layer_split} must give each of the {model.layers} layers a GPU")
+        raise MachinePlanError(f"a layer split {placement.layer_split} must give each of the {model.layers} layers a GPU")
     used: dict[str, float] = {f"CUDA{g}": 0.0 for g in range(gpus)}
     used["CPU"] = 0.0
     gpu_of = _gpu_of_layer(placement.layer_split)

@@ -43,7 +43,7 @@ from ..speed.timer import DecodeTimeError, time_decode
 from .budgets import DeviceBudget, machine_budgets
 from .llama_cpp import UBATCH, LlamaCppPlacement, placement_memory
 from .model_tensors import PlanModel
-from .plan_errors import MachineError, PlacementDoesNotFit, PlanError
+from .plan_errors import MachineError, PlacementDoesNotFit, MachinePlanError
 
 __all__ = ["MachinePlan", "RUNTIMES", "RankedPlan", "VLLM_GPU_UTILIZATION", "plan_machine"]
 
@@ -131,9 +131,9 @@ def plan_machine(model: PlanModel, *, gpus: Sequence[str], host: str, runtime: s
     """Every placement ``runtime`` can express for ``model`` on the machine that fits,
     ranked by predicted decode tok/s (module rules)."""
     if runtime not in RUNTIMES:
-        raise PlanError(f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)}")
+        raise MachinePlanError(f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)}")
     if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= 10_000_000:
-        raise PlanError(f"context must be a whole number of tokens in [1, 10000000], got {context!r}")
+        raise MachinePlanError(f"context must be a whole number of tokens in [1, 10000000], got {context!r}")
     if not gpus:
         raise MachineError("no GPU named: the decode model times a GPU's share of every token; name at least one "
                            "GPU (--gpu)")
@@ -221,7 +221,7 @@ class _Timer:
                                                   gpu_memory_bytes=pooled)  # fmt: skip
                 timed = time_decode(layout, self._machine(self.gpus[g], layout.link, c.loads_all))
             except (LayoutError, DecodeTimeError) as exc:
-                raise PlanError(f"{c.placement}: {exc}") from None
+                raise MachinePlanError(f"{c.placement}: {exc}") from None
             share = layers / self.model.layers
             seconds += share / timed.tok_s
             loads = layout.experts_offloaded if c.loads_all else layout.expert_loads
@@ -301,9 +301,9 @@ def _steps(total: int) -> list[int]:
 
 def _ktransformers(model: PlanModel, usable: dict[str, float], context: int) -> list[_Candidate]:
     if len([d for d in usable if d != "CPU"]) != 1:
-        raise PlanError("the ktransformers plans are for one GPU (its GPU experts per layer); name one --gpu")
+        raise MachinePlanError("the ktransformers plans are for one GPU (its GPU experts per layer); name one --gpu")
     if not model.num_experts:
-        raise PlanError(f"{model.name} has no routed experts: KTransformers places experts; plan it for llama.cpp")
+        raise MachinePlanError(f"{model.name} has no routed experts: KTransformers places experts; plan it for llama.cpp")
     experts = model.bytes_where(expert=True)
     embedding = sum(t.nbytes for t in model.tensors if t.name.startswith("token_embd."))
     out = []
@@ -320,7 +320,7 @@ def _ktransformers(model: PlanModel, usable: dict[str, float], context: int) -> 
 
 def _vllm(model: PlanModel, usable: dict[str, float], context: int) -> list[_Candidate]:
     if len([d for d in usable if d != "CPU"]) != 1:
-        raise PlanError("the vllm plans are for one GPU (--cpu-offload-gb per GPU); name one --gpu")
+        raise MachinePlanError("the vllm plans are for one GPU (--cpu-offload-gb per GPU); name one --gpu")
     experts = model.bytes_where(expert=True)
     gib = math.ceil(experts / 2**30)
     out = []
@@ -344,7 +344,7 @@ def _vllm(model: PlanModel, usable: dict[str, float], context: int) -> list[_Can
 
 def _executorch(model: PlanModel, usable: dict[str, float], context: int) -> list[_Candidate]:
     if len([d for d in usable if d != "CPU"]) != 1:
-        raise PlanError("the executorch plan is for one GPU; name one --gpu")
+        raise MachinePlanError("the executorch plan is for one GPU; name one --gpu")
     embedding = sum(t.nbytes for t in model.tensors if t.name.startswith("token_embd."))
     memory = {"CUDA0": _gpu_other_bytes(model, context) + model.bytes_where(expert=True) + embedding, "CPU": 0.0}
     return [_Candidate("every weight on the GPU (ExecuTorch's CUDA backend; it has no expert offload flag)", (),
