@@ -176,3 +176,20 @@ def test_a_shipped_config_lays_out_llama_cpp_names(tmp_path):
     assert model.bytes_where(expert=True) == pytest.approx(expert_params * 4.5 / 8, rel=1e-6)
     with pytest.raises(ModelFileError, match="unknown model"):
         shipped_config_path("no_such_model")
+
+
+def test_the_walk_reads_what_the_gguf_packages_reader_reads(tmp_path):
+    """The planner's bounded header walk and the gguf package's own GGUFReader agree on
+    every tensor (name, shape, type, bytes) and every short metadata value."""
+    for kwargs in ({"layers": 3, "tokens": 10}, {"layers": 5, "leading_dense": 2, "tied": True, "expert_type": Q.IQ4_XS},
+                   {"layers": 2, "other_type": Q.BF16, "expert_type": Q.MXFP4}):
+        path = write_gguf(tmp_path / f"o{len(list(tmp_path.iterdir()))}.gguf", **kwargs)[0]
+        ours = read_gguf(path)
+        theirs = gguf.GGUFReader(path)
+        assert [(t.name, t.shape, t.type_name, t.nbytes) for t in ours.tensors] == [
+            (t.name, tuple(int(d) for d in t.shape), t.tensor_type.name, int(t.n_bytes)) for t in theirs.tensors]
+        for key, field in theirs.fields.items():
+            if key.startswith("GGUF."):
+                continue
+            value = field.contents()
+            assert ours.metadata[key] == (("array", len(value)) if isinstance(value, list) and len(value) > 64 else value)

@@ -43,7 +43,7 @@ from .gguf_files import read_gguf
 from .plan_errors import ModelFileError
 
 __all__ = ["EXPERT_TENSOR_PATTERN", "KNOWN_ARCHITECTURES", "PlanModel", "PlanTensor", "model_from_config",
-           "model_from_gguf", "shipped_model_names", "shipped_config_path"]  # fmt: skip
+           "model_from_facts", "model_from_gguf", "shipped_model_names", "shipped_config_path"]  # fmt: skip
 
 #: llama.cpp's pattern for the routed-expert tensors of a block (common/common.h,
 #: LLM_FFN_EXPS_REGEX), searched in a tensor's name.
@@ -343,3 +343,32 @@ def model_from_config(path: Union[str, "os.PathLike[str]"], weight_format: Union
     model = PlanModel(name, arch, f"{where} in {bits.how or fmt_name}", layers, first_dense, experts, top_k, hidden,
                       vocab, tuple(kv_per_layer), tuple(tensors))  # fmt: skip
     return _checked(model, first_dense if experts else None)
+
+
+def model_from_facts(facts: ModelFacts, bits: WeightBits, architecture: str = "") -> PlanModel:
+    """A model known only by its sizes (a published run's ``ModelFacts`` and bits): each
+    layer's non-expert weights as one tensor (``blk.N.attn_and_norms``: what a token reads
+    of the layer), its experts as llama.cpp's three expert tensors, and the parameters a
+    token does not read whole (total less active, the embedding) as ``token_embd`` (on
+    the host, as llama.cpp keeps it). Its bytes are exact in total and per device to
+    within how the facts split the non-expert part."""
+    moe_first = facts.first_dense
+    per_expert = facts.expert_params
+    expert_layers = range(moe_first, facts.layers) if facts.num_experts else range(0)
+    layer_other = facts.other_active / facts.layers  # what one token reads per layer besides experts
+    rest = max(0.0, facts.other_total - layer_other * facts.layers)
+    tensors = [_plan_tensor("token_embd.weight", int(rest), math.ceil(rest * bits.other / 8), f"{bits.other:g}-bit"),
+               _plan_tensor("output.weight", 0, 0, f"{bits.other:g}-bit")]
+    fmt = bits.expert_format or f"{bits.experts:g}-bit"
+    for i in range(facts.layers):
+        elements = int(layer_other)
+        tensors.append(_plan_tensor(f"blk.{i}.attn_and_norms.weight", elements, math.ceil(elements * bits.other / 8),
+                                    f"{bits.other:g}-bit"))  # fmt: skip
+        if i in expert_layers:
+            for kind in ("gate", "up", "down"):
+                elements = int(facts.num_experts * per_expert / 3)
+                tensors.append(_plan_tensor(f"blk.{i}.ffn_{kind}_exps.weight", elements,
+                                            math.ceil(elements * bits.experts / 8), fmt))  # fmt: skip
+    kv = tuple(facts.kv_bytes_per_token / facts.layers for _ in range(facts.layers))
+    return PlanModel(facts.name, architecture or "facts", f"{facts.name} facts ({bits.how})", facts.layers, moe_first,
+                     facts.num_experts, facts.top_k, facts.hidden, 0, kv, tuple(tensors))  # fmt: skip
