@@ -33,11 +33,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
-sys.path.insert(0, str(ROOT / "tests"))
+
 
 import gguf  # noqa: E402
 
-from gguf_models import write_gguf  # noqa: E402
+from workbench.machine_plan.gguf_writing import write_shape_gguf as write_gguf  # noqa: E402
 from workbench.machine.parts import part_facts, parts  # noqa: E402
 from workbench.machine_plan.model_tensors import model_from_facts, model_from_gguf  # noqa: E402
 from workbench.machine_plan.plan_errors import MachinePlanError  # noqa: E402

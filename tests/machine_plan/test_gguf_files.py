@@ -10,7 +10,7 @@ import tracemalloc
 import gguf
 import pytest
 
-from gguf_models import moe_tensors, write_gguf
+from workbench.machine_plan.gguf_writing import moe_tensor_list as moe_tensors, write_shape_gguf as write_gguf
 from workbench.machine_plan.gguf_files import read_gguf
 from workbench.machine_plan.model_tensors import KNOWN_ARCHITECTURES, model_from_config, model_from_gguf, shipped_config_path
 from workbench.machine_plan.plan_errors import ModelFileError

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gguf_models import write_gguf
+from workbench.machine_plan.gguf_writing import write_shape_gguf as write_gguf
 from workbench.machine_plan.llama_cpp import (LlamaCppPlacement, cpu_moe_overrides, layers_pattern, override_devices,
                                               placement_memory, tensor_devices)
 from workbench.machine_plan.model_tensors import model_from_gguf

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gguf_models import write_gguf
+from workbench.machine_plan.gguf_writing import write_shape_gguf as write_gguf
 from plan_machines import parts_file
 from workbench.app.plan_command import plan_main
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from gguf_models import write_gguf
+from workbench.machine_plan.gguf_writing import write_shape_gguf as write_gguf
 from plan_machines import parts_file
 from workbench.machine_plan.budgets import GPU_MARGIN_BYTES, machine_budgets
 from workbench.machine_plan.llama_cpp import LlamaCppPlacement, placement_memory

@@ -35,6 +35,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+import pandas as pd
+
 from ..machine.cost_model import CostModel
 from ..machine.parts import PartsFile
 from ..speed.layout import DecodeLayout, ExpertPlacement, LayoutError
@@ -88,6 +90,22 @@ class MachinePlan:
     plans: tuple[RankedPlan, ...]
     considered: int  # placements tried
     link: str  # the host link the copies cross
+    unfit: tuple[RankedPlan, ...] = ()  # the placements that do not fit, timed too: the rest of the trade-off curve
+
+    def table(self, top: Optional[int] = None) -> pd.DataFrame:
+        """The ranked plans as a table: rank, the placement's settings, tok/s with its
+        interval and evidence, GiB per device, KB over the link per token, and the flags."""
+        rows = []
+        for i, p in enumerate(self.plans[:top] if top else self.plans):
+            row: dict[str, Any] = {"rank": i + 1}
+            row.update({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in p.settings})
+            row.update({"tok/s": round(p.tok_s, 2), "low": round(p.low, 2), "high": round(p.high, 2),
+                        "evidence": p.evidence})  # fmt: skip
+            row.update({f"{d} GiB": round(used / 2**30, 2) for d, used, _ in p.memory})
+            row["link KB/token"] = round(p.link_bytes / 1e3, 1)
+            row["arguments"] = " ".join(p.runtime_args)
+            rows.append(row)
+        return pd.DataFrame(rows)
 
     def to_json(self, top: Optional[int] = None) -> dict[str, Any]:
         """One object: ``model``, ``machine``, ``runtime`` and ``plans`` (module doc)."""
@@ -153,8 +171,9 @@ def plan_machine(model: PlanModel, *, gpus: Sequence[str], host: str, runtime: s
     plans = [timer.ranked(c, usable) for c in fitting]
     plans.sort(key=lambda p: (-p.tok_s, p.gpu_bytes))
     plans = _tie_broken(plans)
+    unfit = sorted((timer.ranked(c, usable) for c in candidates if not _fits(c.memory, usable)), key=lambda p: p.gpu_bytes)
     return MachinePlan(model, runtime, RUNTIMES[runtime], context, budgets, tuple(plans), len(candidates),
-                       timer.link_name)  # fmt: skip
+                       timer.link_name, tuple(unfit))  # fmt: skip
 
 
 def _tie_broken(plans: list[RankedPlan]) -> list[RankedPlan]:
@@ -210,7 +229,9 @@ class _Timer:
         return self.machines[key]
 
     def ranked(self, c: _Candidate, usable: dict[str, float]) -> RankedPlan:
-        pooled = sum(usable[f"CUDA{g}"] for g in range(len(c.split)))
+        # a placement that does not fit is timed as if its GPUs were as large as it needs (the curve beyond the card)
+        pooled = max(sum(usable[f"CUDA{g}"] for g in range(len(c.split))),
+                     sum(v for d, v in c.memory.items() if d != "CPU"))
         seconds, link_bytes = 0.0, 0.0
         for g, layers in enumerate(c.split):
             if not layers:

@@ -1,5 +1,10 @@
-"""GGUF model files for tests, written with the ``gguf`` package: shape-true headers and
-tensor infos, the data left as a hole (a sparse file), so a 100-GB model costs a few KiB."""
+"""Shape-true GGUF files without weights: plan a model before downloading it, or test a reader.
+
+``write_shape_gguf(path, layers=, experts=, ...)`` writes, with the ``gguf`` package, a
+GGUF whose metadata and tensor infos are a real model's (llama.cpp's names and ggml types
+for a Qwen3-MoE-style architecture) and whose data is a hole: the file has its full
+length, so every offset checks, but takes a few KiB on a file system with sparse files.
+``moe_tensor_list`` is its list of (name, shape, ggml type)."""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import math
 import os
 from pathlib import Path
 from typing import Optional, Sequence
+
+__all__ = ["moe_tensor_list", "write_shape_gguf"]
 
 import gguf
 import numpy as np
@@ -19,7 +26,7 @@ def _nbytes(shape: Sequence[int], kind: Q) -> int:
     return math.prod(shape) // block * size
 
 
-def moe_tensors(layers: int, experts: int, hidden: int, expert_ff: int, vocab: int, heads: int, kv_heads: int,
+def moe_tensor_list(layers: int, experts: int, hidden: int, expert_ff: int, vocab: int, heads: int, kv_heads: int,
                 head_dim: int, expert_type: Q, other_type: Q, leading_dense: int = 0, dense_ff: int = 0,
                 tied: bool = False) -> list[tuple[str, tuple[int, ...], Q]]:
     """llama.cpp's qwen3moe tensors: (name, numpy-order shape, ggml type)."""
@@ -44,7 +51,7 @@ def moe_tensors(layers: int, experts: int, hidden: int, expert_ff: int, vocab: i
     return t
 
 
-def write_gguf(path: Path, *, arch: str = "qwen3moe", layers: int = 4, experts: int = 8, top_k: int = 2,
+def write_shape_gguf(path: Path, *, arch: str = "qwen3moe", layers: int = 4, experts: int = 8, top_k: int = 2,
                hidden: int = 256, expert_ff: int = 256, vocab: int = 512, heads: int = 4, kv_heads: int = 2,
                head_dim: int = 64, expert_type: Q = Q.Q4_K, other_type: Q = Q.Q8_0, leading_dense: int = 0,
                dense_ff: int = 512, tied: bool = False, split_max_tensors: int = 0, tokens: int = 0,
@@ -64,7 +71,7 @@ def write_gguf(path: Path, *, arch: str = "qwen3moe", layers: int = 4, experts: 
         w.add_leading_dense_block_count(leading_dense)
     if tokens:
         w.add_token_list([f"t{i}" for i in range(tokens)])
-    listed = tensors if tensors is not None else moe_tensors(layers, experts, hidden, expert_ff, vocab, heads, kv_heads,
+    listed = tensors if tensors is not None else moe_tensor_list(layers, experts, hidden, expert_ff, vocab, heads, kv_heads,
                                                              head_dim, expert_type, other_type, leading_dense, dense_ff,
                                                              tied)
     for name, shape, kind in listed:
