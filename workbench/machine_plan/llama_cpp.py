@@ -79,12 +79,26 @@ def cpu_moe_overrides(n: int) -> list[tuple[str, str]]:
 
 
 def _digits(numbers: Sequence[int]) -> str:
-    """One alternative per run of numbers sharing all but the last digit: ``2[0-9]``."""
-    parts: list[str] = []
+    """Alternatives matching exactly ``numbers``: one per run of numbers sharing all but the
+    last digit (``2[0-9]``), whole decades 10-99 in a row merged (``[1-3][0-9]``)."""
     by_prefix: dict[int, list[int]] = {}
     for n in sorted(set(numbers)):
         by_prefix.setdefault(n // 10, []).append(n % 10)
+    full = [p for p in sorted(by_prefix) if 1 <= p <= 9 and by_prefix[p] == list(range(10))]
+    parts: list[str] = []
+    decades: list[list[int]] = []
+    for p in full:
+        if decades and p == decades[-1][-1] + 1:
+            decades[-1].append(p)
+        else:
+            decades.append([p])
+    merged = {p for run in decades if len(run) > 1 for p in run}
     for prefix, lasts in by_prefix.items():
+        if prefix in merged:
+            run = next(r for r in decades if prefix in r)
+            if prefix == run[0]:
+                parts.append(f"[{run[0]}-{run[-1]}][0-9]")
+            continue
         head = str(prefix) if prefix else ""
         runs: list[list[int]] = []
         for d in lasts:
@@ -92,8 +106,8 @@ def _digits(numbers: Sequence[int]) -> str:
                 runs[-1].append(d)
             else:
                 runs.append([d])
-        for run in runs:
-            parts.append(f"{head}{run[0]}" if len(run) == 1 else f"{head}[{run[0]}-{run[-1]}]")
+        for r in runs:
+            parts.append(f"{head}{r[0]}" if len(r) == 1 else f"{head}[{r[0]}-{r[-1]}]")
     return "|".join(parts)
 
 
