@@ -149,13 +149,11 @@ def test_json_has_the_documented_shape(model, parts):
 
 
 def test_bad_requests_are_refused(model, parts):
-    """An unknown runtime, a context out of range, no GPU: each refused saying what is valid."""
+    """An unknown runtime, a context out of range: each refused saying what is valid."""
     with pytest.raises(MachinePlanError, match="valid: llama.cpp"):
         plan_machine(model, gpus=["gpu_2g"], host="test_host", parts=parts, runtime="tensorrt")
     with pytest.raises(MachinePlanError, match="context"):
         plan_machine(model, gpus=["gpu_2g"], host="test_host", parts=parts, context=0)
-    with pytest.raises(MachineError, match="GPU"):
-        plan_machine(model, gpus=[], host="test_host", parts=parts)
 
 
 def test_predicted_speed_carries_the_runtimes_evidence(model, parts):
@@ -167,3 +165,18 @@ def test_predicted_speed_carries_the_runtimes_evidence(model, parts):
     earned = regime_model().interval("ggml", p.regime)
     assert p.evidence == earned.evidence and (p.low, p.high) == pytest.approx(earned.bounds(p.tok_s))
     assert math.isfinite(p.low)
+
+
+def test_a_machine_without_a_gpu_runs_everything_on_the_host(model, parts):
+    """No GPU: one llama.cpp plan, -ngl 0, every byte in host RAM, its speed the host
+    reading every active weight; its label says no host-only run backs it."""
+    plan = plan_machine(model, gpus=[], host="test_host", parts=parts, context=2048)
+    (only,) = plan.plans
+    assert only.runtime_args[:2] == ("-ngl", "0") and [d for d, _, _ in only.memory] == ["CPU"]
+    assert only.memory[0][1] > model.bytes_where()
+    assert "unvalidated placement" in only.evidence and 0 < only.tok_s
+    facts, bits = model.facts(), model.bits()
+    read = facts.other_active * bits.other / 8 + facts.expert_active * bits.experts / 8
+    assert only.tok_s <= 2.0e11 / read  # never faster than the host's DRAM (test_host: 200 GB/s) can stream it
+    with pytest.raises(MachineError, match="needs one"):
+        plan_machine(model, gpus=[], host="test_host", parts=parts, runtime="ktransformers")

@@ -26,6 +26,10 @@ Rules:
    the layer-weighted sum of each GPU's time (they run one after another). The interval
    is the runtime profile's earned one for that regime (``speed.evidence``).
 4. Plans are ranked by predicted tok/s; within 0.1% the one with fewer GPU bytes first.
+5. With no GPU (llama.cpp only, ``-ngl 0``) the host reads and multiplies every weight a
+   token reads, with one host call per layer: the timer's host term over the whole token.
+   No host-only run is modeled, so its interval is the runtime's host-compute one and its
+   label says the placement is unvalidated.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any, Optional, Sequence
 import pandas as pd
 
 from ..machine.cost_model import CostModel
-from ..machine.parts import PartsFile
+from ..machine.parts import PartsFile, part_names
 from ..speed.layout import DecodeLayout, ExpertPlacement, LayoutError
 from ..speed.regime_model import RegimeModel, regime_model, runtime_profile
 from ..speed.timer import DecodeTimeError, time_decode
@@ -142,6 +146,7 @@ class _Candidate:
     args: tuple[str, ...]
     alternative: tuple[str, ...] = ()
     loads_all: bool = False  # every offloaded byte crosses the link each token (vLLM's offload)
+    host_only: bool = False  # no GPU: the host computes every layer (rule 5)
 
 
 def plan_machine(model: PlanModel, *, gpus: Sequence[str], host: str, runtime: str = "llama.cpp", context: int = 4096,
@@ -152,9 +157,8 @@ def plan_machine(model: PlanModel, *, gpus: Sequence[str], host: str, runtime: s
         raise MachinePlanError(f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)}")
     if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= 10_000_000:
         raise MachinePlanError(f"context must be a whole number of tokens in [1, 10000000], got {context!r}")
-    if not gpus:
-        raise MachineError("no GPU named: the decode model times a GPU's share of every token; name at least one "
-                           "GPU (--gpu)")
+    if not gpus and runtime != "llama.cpp":
+        raise MachineError(f"no GPU named: {runtime} needs one (--gpu); llama.cpp plans a host-only machine")
     budgets = machine_budgets(gpus=gpus, host=host, parts=parts)
     if runtime == "vllm":
         budgets = tuple(dataclasses.replace(b, reserved_bytes=(1 - VLLM_GPU_UTILIZATION) * b.capacity_bytes,
@@ -162,7 +166,7 @@ def plan_machine(model: PlanModel, *, gpus: Sequence[str], host: str, runtime: s
                                                    "(--gpu-memory-utilization)")
                         if b.device != "CPU" else b for b in budgets)  # fmt: skip
     usable = {b.device: b.usable_bytes for b in budgets}
-    candidates = _CANDIDATES[runtime](model, usable, context)
+    candidates = _CANDIDATES[runtime](model, usable, context) if gpus else [_host_only(model, context)]
     fitting = [c for c in candidates if _fits(c.memory, usable)]
     if not fitting:
         raise PlacementDoesNotFit(_shortfall(candidates, usable, runtime, model))
@@ -228,7 +232,34 @@ class _Timer:
                                                    parts=self.parts)  # fmt: skip
         return self.machines[key]
 
+    def _host_only(self, c: _Candidate, usable: dict[str, float]) -> RankedPlan:
+        """Rule 5: every weight a token reads, read and multiplied by the host, one host call
+        per layer; the GPU part of the cost model does nothing (eager, no kernels)."""
+        f, bits = self.facts, self.bits
+        host_bytes = f.other_active * bits.other / 8 + f.expert_active * bits.experts / 8 + f.kv_bytes_per_token * c.regime.context_tokens
+        layout = DecodeLayout(device_bytes=0.0, device_flops=0.0, kernels=0.0, layers=f.layers, moe_layers=f.moe_layers,
+                              num_experts=f.num_experts, top_k=f.top_k, host_bytes=host_bytes,
+                              host_weights=f.active_params, host_format=bits.expert_format,
+                              host_dequant_ops=bits.expert_dequant_ops, host_calls=float(f.layers), host_share=1.0,
+                              host=self.host, origin="facts", notes=("host only: every layer on the CPU",))  # fmt: skip
+        profile = dataclasses.replace(self.resolved, launch_mode="eager",
+                                      values={**self.resolved.values, "kernels_per_layer": 0.0})  # fmt: skip
+        gpu = next(iter(part_names("gpu", self.parts)))  # no GPU work: any part's figures go unused
+        try:
+            timed = time_decode(layout, CostModel.compose(gpu=gpu, host=self.host, link="pcie_gen4", runtime=profile,
+                                                          parts=self.parts))  # fmt: skip
+        except DecodeTimeError as exc:
+            raise MachinePlanError(f"{c.placement}: {exc}") from None
+        earned = self.fits.interval(self.profile, "experts_on_host_compute")
+        low, high = earned.bounds(timed.tok_s) if earned is not None else (math.nan, math.nan)
+        evidence = ("unvalidated placement: no host-only run is modeled (the interval of its host-compute runs, "
+                    f"{earned.evidence if earned is not None else 'none'})")
+        memory = tuple((d, c.memory[d], usable[d]) for d in c.memory)
+        return RankedPlan(c.placement, c.settings, memory, timed.tok_s, low, high, evidence, "host_only", 0.0, c.args)
+
     def ranked(self, c: _Candidate, usable: dict[str, float]) -> RankedPlan:
+        if c.host_only:
+            return self._host_only(c, usable)
         # a placement that does not fit is timed as if its GPUs were as large as it needs (the curve beyond the card)
         pooled = max(sum(usable[f"CUDA{g}"] for g in range(len(c.split))),
                      sum(v for d, v in c.memory.items() if d != "CPU"))
@@ -307,6 +338,16 @@ def _split_for(model: PlanModel, n_cpu_moe: int, usable: dict[str, float], conte
     split = _filled_split(model, shrunk, per_layer, output)
     gpus = len([d for d in usable if d != "CPU"])
     return split if split is not None else tuple([model.layers] + [0] * (gpus - 1))
+
+
+def _host_only(model: PlanModel, context: int) -> _Candidate:
+    """Rule 5: llama.cpp with no layer offloaded (``-ngl 0``): every tensor, the KV cache
+    and the compute buffer in host memory."""
+    memory = {"CPU": model.bytes_where() + sum(model.kv_bytes_per_token) * context
+              + UBATCH * (model.vocab + 8 * model.hidden) * 4.0}  # fmt: skip
+    return _Candidate("every tensor on the CPU (no GPU)", (("n_gpu_layers", 0),), memory,
+                      ExpertPlacement("experts_on_host_compute", context_tokens=context), (), ("-ngl", "0", "-c", str(context)),
+                      host_only=True)  # fmt: skip
 
 
 def _gpu_other_bytes(model: PlanModel, context: int) -> float:

@@ -11,7 +11,7 @@ Rules:
 
 1. The inputs (``evidence_inputs_hash``): every ``.py`` file of the package except the
    application, the views, the machine planner and ``__main__`` (which never feed a fit), and every
-   file under ``data/`` except the prospective log, its runs and this file itself.
+   file under ``data/`` except its READMEs, the prospective log, its runs and this file itself.
 2. The file is JSON data, at most 8 MiB, read and never executed; every number is finite,
    every record has its fields. A file that breaks a rule, or whose hash is not the
    inputs', is not used (``read_evidence_file`` returns None and says why).
@@ -50,7 +50,7 @@ def evidence_inputs_hash() -> str:
     """Rule 1: a hash of the code and tables a fit reads (16 hex digits)."""
     code = [p for p in (_ROOT / "workbench").rglob("*.py")
             if p.relative_to(_ROOT / "workbench").parts[0] not in _SKIPPED_CODE and p.name != "__main__.py"]  # fmt: skip
-    data = [p for p in (_ROOT / "data").rglob("*") if p.is_file()
+    data = [p for p in (_ROOT / "data").rglob("*") if p.is_file() and p.suffix != ".md"
             and p.relative_to(_ROOT / "data").as_posix() not in _SKIPPED_DATA]  # fmt: skip
     digest = hashlib.sha256()
     for path in sorted(code + data):
