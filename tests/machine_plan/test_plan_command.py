@@ -91,3 +91,21 @@ def test_the_main_parser_lists_plan(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "plan" in capsys.readouterr().out
+
+
+def test_a_shipped_name_or_config_needs_a_format(tmp_path, capsys):
+    """A shipped name or a config.json plans with --format, and without one is refused
+    saying so; the paste line names a placeholder file, not the config."""
+    import shutil
+    from workbench.machine_plan.model_tensors import shipped_config_path
+    parts = parts_file(tmp_path, ram_gib=512, gpus={"gpu_24g": 24})
+    base = ["--gpu", "gpu_24g", "--host", "test_host", "--parts", str(parts)]
+    assert plan_main(["--model", "qwen3_moe_15b_a2b", *base]) == 2
+    assert "--format" in capsys.readouterr().err
+    assert plan_main(["--model", "qwen3_moe_15b_a2b", "--format", "q4_k", *base]) == 0
+    assert "-m MODEL.gguf" in capsys.readouterr().out
+    config = tmp_path / "config.json"
+    shutil.copy(shipped_config_path("deepseek_v3_671b"), config)
+    assert plan_main(["--model", str(config), "--format", "q2_k", "--json", *base]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["model"]["architecture"] == "deepseek2" and body["plans"][0]["settings"]["n_cpu_moe"] > 3

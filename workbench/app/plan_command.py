@@ -119,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.to_json(args.top), indent=1, allow_nan=False))
     else:
-        print(plan_report(plan, args.top, args.model))
+        print(plan_report(plan, args.top, args.model if Path(args.model).is_file() else "MODEL.gguf"))
     return 0
 
 

@@ -324,7 +324,8 @@ def _llama_cpp(model: PlanModel, usable: dict[str, float], context: int) -> list
             where += f"; layers split {'/'.join(map(str, split))} over {len(split)} GPUs"
         out.append(_Candidate(where, (("n_cpu_moe", n), ("layer_split", list(split))),
                               placement_memory(model, placement, context), regime, split,
-                              tuple(placement.args(model, context)), tuple(placement.override_args(model, context))))
+                              tuple(placement.args(model, context)),
+                              tuple(placement.override_args(model, context)) if host_layers else ()))
     return out
 
 
