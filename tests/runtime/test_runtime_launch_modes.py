@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import workbench as wb
 from workbench.models.examples import example
 from workbench.machine import CostModel
+from workbench.machine.op_cost import CostModelError
 from workbench.runtime.executor import estimate, steps_of
 from workbench.runtime.sim_timing import SimClock
 from workbench.runtime.steps import HOST_LANE, Step
@@ -170,13 +171,17 @@ def test_a_sim_run_is_timed_in_the_models_launch_mode():
 
 
 def test_every_preset_combination_is_valid_and_graph_launch_is_no_dearer():
-    """Every device × link × host preset builds a valid model whose graph launch costs no
-    more host time than one kernel launch (the condition for rule 7), in eager mode by
-    default."""
+    """Every device × link × host preset that exists builds a valid model whose graph launch
+    costs no more host time than one kernel launch (the condition for rule 7), in eager mode
+    by default; a link that exists with one host only (NVLink-C2C: Grace) refuses any other."""
     names = CostModel.presets()
     for device in names["device"]:
         for link in names["link"]:
             for host in names["host"]:
+                if link == "nvlink_c2c" and host != "grace":
+                    with pytest.raises(CostModelError, match="exists only with the 'grace' host"):
+                        CostModel.preset(device, link=link, host=host)
+                    continue
                 m = CostModel.preset(device, link=link, host=host)
                 assert m.launch_mode == "eager"
                 assert 0 < m.graph_launch_overhead <= m.launch_overhead

@@ -278,10 +278,11 @@ def strategy_table(results: Sequence[StrategyResult]) -> pd.DataFrame:
 
 def deployment_cost_model(link: str = "pcie_gen5", gpu: Optional[str] = None) -> CostModel:
     """The machine the full-size answers time a decode token on: ``gpu`` (default: the
-    measured preset of the GPU at hand, else the datasheet H200), the x86 server host,
-    ``link``, and the runtime profile ``DEPLOYMENT_RUNTIME`` (the planned graph replayed as
+    measured preset of the GPU at hand, else the datasheet H200), ``link`` and its host (the
+    x86 server over PCIe; over NVLink-C2C the Grace CPU of a GH200: no x86 host has that
+    link), and the runtime profile ``DEPLOYMENT_RUNTIME`` (the planned graph replayed as
     a compiled program) with the terms fitted to published runs (``speed.regime_model``)."""
-    return CostModel.compose(gpu=gpu or default_device_preset(), host="x86_server", link=link,
+    return CostModel.compose(gpu=gpu or default_device_preset(), link=link,
                              runtime=runtime_profile(DEPLOYMENT_RUNTIME))  # fmt: skip
 
 

@@ -119,7 +119,7 @@ from ..file_reading import parse_json, read_regular_file
 from ..json_fields import dataclass_fields_of
 from ..plain_names import PLAIN_NAME_RULE, is_plain_name
 from . import costs
-from .parts import PART_FIELDS, PartsFile, part_facts, part_figures, part_names, parts_file_key
+from .parts import PART_FIELDS, PartsFile, link_host, part_facts, part_figures, part_names, parts_file_key
 # What an op costs is counted in ``op_cost``; its names stay importable from here.
 from .op_cost import (
     CostModelError,
@@ -370,8 +370,10 @@ class CostModel:
 
         ``device`` is a datasheet preset or ``"measured:<name>"``, a measured preset from
         ``measured_dir()`` (written by ``workbench.calibrate``). Datasheet presets default
-        to ``link="pcie_gen5"`` and ``host="x86_server"``; a measured preset keeps its own
-        link and host figures unless ``link`` or ``host`` names a preset to put instead.
+        to ``link="pcie_gen5"`` and ``host="x86_server"`` — the link's own host for a link
+        that exists with one host only (NVLink-C2C: ``grace``, a GH200); a measured preset
+        keeps its own link and host figures unless ``link`` or ``host`` names a preset to
+        put instead (a link with its own host brings that host).
         """
         if isinstance(device, str) and device.startswith(MEASURED_PREFIX):
             stem = device[len(MEASURED_PREFIX) :]
@@ -391,7 +393,7 @@ class CostModel:
                 model = replace(model, **_choice("host", host))
             return model
         link = "pcie_gen5" if link is None else link
-        host = "x86_server" if host is None else host
+        host = _host_for(link, host, None)
         values = {
             **_choice("device", device),
             **_choice("link", link),
@@ -404,7 +406,7 @@ class CostModel:
     def compose(
         cls,
         gpu: str = "h200",
-        host: str = "x86_server",
+        host: Optional[str] = None,
         link: str = "pcie_gen5",
         runtime: Union[str, RuntimeTerms] = "compiled",
         parts: PartsFile = None,
@@ -418,16 +420,21 @@ class CostModel:
         figures, and so on). ``runtime`` may also be a ``RuntimeTerms`` object: the
         ``compiled`` runtime part first, then the figures the object sets. ``parts``: the
         path of a parts file of your own (``machine.parts``): its parts join the shipped
-        ones. The name is ``gpu+link+host+runtime``."""
+        ones. ``host`` defaults to ``x86_server``, or to the link's own host when the link
+        exists with one host only (NVLink-C2C joins a Hopper GPU to a Grace CPU: ``grace``);
+        naming another host with such a link is refused. The name is ``gpu+link+host+runtime``."""
         terms: Optional[RuntimeTerms] = None
         if not isinstance(runtime, str):
             if not (callable(getattr(runtime, "cost_model_figures", None)) and isinstance(getattr(runtime, "name", None), str)):
                 raise CostModelTypeError(f"runtime must be a runtime part name (a string) or an object with "
                                          f"name and cost_model_figures (RuntimeTerms), got {runtime!r}")
             terms, runtime = runtime, _PRESET_RUNTIME
-        for kind, name in (("gpu", gpu), ("host", host), ("link", link), ("runtime", runtime)):
+        for kind, name in (("gpu", gpu), ("link", link), ("runtime", runtime)):
             if not isinstance(name, str):
                 raise CostModelTypeError(f"{kind} must be a part name (a string), got {name!r}")
+        if host is not None and not isinstance(host, str):
+            raise CostModelTypeError(f"host must be a part name (a string), got {host!r}")
+        host = _host_for(link, host, parts)
         values = dict(_composed(gpu, host, link, runtime, parts))
         if terms is None:
             return cls(**values, name=f"{gpu}+{link}+{host}+{runtime}")
@@ -499,13 +506,20 @@ class CostModel:
             raise CostModelError(f"cost model file {path} holds a value out of range ({type(exc).__name__}: {exc})") from None
 
     def with_link(self, link: str) -> "CostModel":
-        """This model with another link preset."""
+        """This model with another link preset; a link that exists with one host only
+        brings that host too (NVLink-C2C: a GH200's Grace CPU, never an x86 server's)."""
         name = self.name.split("+")
         if len(name) >= 2:
             name[1:2] = [link]
         else:
             name.append(link)
-        return replace(self, **_choice("link", link), name="+".join(name))
+        figures = _choice("link", link)
+        own_host = link_host(link)
+        if own_host is not None:
+            figures.update(_choice("host", own_host))
+            if len(name) >= 3:
+                name[2] = own_host
+        return replace(self, **figures, name="+".join(name))
 
     def with_launch_mode(self, mode: str) -> "CostModel":
         """This model launching kernels per op (``"eager"``) or by graph replay (``"graph"``)."""
@@ -563,6 +577,20 @@ def _rates_from(value: Any) -> tuple[tuple[str, float], ...]:
         return tuple(sorted((name, rate) for name, rate in pairs))
     except (TypeError, ValueError):
         raise CostModelError(f"host_matvec_rates must map weight formats to weights/s, got {value!r}") from None
+
+
+def _host_for(link: str, host: Optional[str], parts: PartsFile) -> str:
+    """The host a machine with ``link`` has: ``host`` as given, else the link's own host
+    (a link that exists with one host only) or ``x86_server``; another host than the
+    link's own is refused (no such machine exists)."""
+    own = link_host(link, parts) if not link.startswith(MEASURED_PREFIX) and link in part_names("link", parts) else None
+    if host is None:
+        return own or "x86_server"
+    if own is not None and host != own:
+        raise CostModelError(f"the link {link!r} exists only with the {own!r} host (NVLink-C2C joins a Hopper GPU to "
+                             f"a Grace CPU in one superchip, a GH200); host {host!r} with it is no machine: give "
+                             f"host={own!r} or leave host out")
+    return host
 
 
 def _composed(gpu: str, host: str, link: str, runtime: str, parts: PartsFile) -> Mapping[str, Any]:

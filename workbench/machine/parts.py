@@ -17,7 +17,10 @@ Rules:
    its ``memory_bytes`` (as the device reports it: memory sold as "24 GB" is 24 GiB) and
    host interface (``pcie_gen``, ``pcie_lanes``): not ``CostModel`` fields
    (``part_facts`` reads them). Any part but a runtime may state ``names``: the phrases
-   that name it in free text (``NVIDIA H200|H200``), literal and separated by ``|``.
+   that name it in free text (``NVIDIA H200|H200``), literal and separated by ``|``. A link
+   that exists only with one host states it (``host``: NVLink-C2C joins a Hopper GPU to a
+   Grace CPU, a GH200), and a machine composed with that link takes that host
+   (``CostModel.compose``).
 2. Every figure has a source; values are finite numbers in their field's range (a
    bandwidth or FLOP rate > 0, a latency or overhead >= 0, a share in [0, 1],
    ``pageable_factor`` in (0, 1], counts whole and >= 1; ``launch_mode``: a launch mode)
@@ -45,8 +48,8 @@ from ..file_reading import FileIdentity, file_version_key, finite_number, read_c
 from ..plain_names import PLAIN_NAME_RULE, is_plain_name
 from .op_cost import CostModelError
 
-__all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "PartsFile", "part_facts", "part_figures", "part_names",
-           "part_phrases", "parts", "parts_file_key", "parts_path"]  # fmt: skip
+__all__ = ["PART_FIELDS", "PART_KINDS", "DESCRIPTIVE_FIELDS", "PartsFile", "link_host", "part_facts", "part_figures",
+           "part_names", "part_phrases", "parts", "parts_file_key", "parts_path"]  # fmt: skip
 
 #: A user's parts file, by path (None: the shipped table alone).
 PartsFile = Optional[Union[str, "os.PathLike[str]"]]
@@ -66,9 +69,11 @@ PART_KINDS = tuple(PART_FIELDS)
 DESCRIPTIVE_FIELDS: dict[str, tuple[str, ...]] = {
     "host": ("cores", "math_cores", "sockets", "dram_peak_bandwidth", "cross_socket_bandwidth", "memory_bytes", "names"),
     "gpu": ("memory_bytes", "pcie_gen", "pcie_lanes", "names"),
-    "link": ("names",),
+    "link": ("names", "host"),
 }
 _COLUMNS = ("kind", "name", "field", "value", "source")
+#: Descriptive fields whose value is text, not a number.
+_TEXT_FIELDS = frozenset({"names", "host"})
 
 #: Fields that may be 0 (a fixed cost can vanish; a runtime term can be absent).
 _MAY_BE_ZERO = frozenset({"h2d_latency", "d2h_latency", "d2d_latency", "launch_overhead", "executor_overhead",
@@ -154,6 +159,8 @@ def _value_problem(field: str, text: str) -> str:
     """What is wrong with ``text`` as a value of ``field`` (rule 2), or ""."""
     if field == "launch_mode":
         return "" if text in ("eager", "graph") else "launch_mode must be eager or graph"
+    if field == "host":  # a link that exists only with one host (NVLink-C2C: the Grace CPU of a GH200)
+        return "" if is_plain_name(text) else f"a link's host is a host part's name ({PLAIN_NAME_RULE})"
     if field == "names":
         phrases = [p.strip() for p in text.split("|")]
         if not all(phrases) or len(text) > 400:
@@ -251,8 +258,14 @@ def part_figures(kind: str, name: str, parts: PartsFile = None) -> dict[str, Any
 def part_facts(kind: str, name: str, parts: PartsFile = None) -> dict[str, float]:
     """The descriptive figures (rule 1) the part ``name`` of ``kind`` states, e.g. a host's
     ``dram_peak_bandwidth`` or a gpu's ``memory_bytes``; absent ones are left out."""
-    numeric = tuple(f for f in DESCRIPTIVE_FIELDS.get(kind, ()) if f != "names")
+    numeric = tuple(f for f in DESCRIPTIVE_FIELDS.get(kind, ()) if f not in _TEXT_FIELDS)
     return {field: float(value) for field, value in _rows(kind, name, parts) if field in numeric}
+
+
+def link_host(link: str, parts: PartsFile = None) -> Optional[str]:
+    """The host part a link exists only with (its ``host`` row: NVLink-C2C joins a Hopper GPU
+    to a Grace CPU), or None for a link any host may have (PCIe)."""
+    return next((value for field, value in _rows("link", link, parts) if field == "host"), None)
 
 
 def part_phrases(kind: str, parts: PartsFile = None) -> tuple[tuple[str, str], ...]:

@@ -384,8 +384,8 @@ def _laid_out(gpu: str, host: Optional[str], link: Optional[str], model: ModelFa
     regime = placement.regime
     if regime == "all_on_gpu":
         if memory is not None and expert_bytes_total + other_bytes_total > memory:
-            raise LayoutError(f"{(expert_bytes_total + other_bytes_total) / 1e9:.1f} GB of weights do not fit the "
-                              f"{memory / 1e9:.0f} GB of a {gpu}: place the experts elsewhere or store them smaller")
+            raise LayoutError(f"{(expert_bytes_total + other_bytes_total) / 2**30:.1f} GiB of weights do not fit the "
+                              f"{memory / 2**30:.1f} GiB of a {gpu}: place the experts elsewhere or store them smaller")
     elif regime in ("experts_on_host_compute", "partial_offload"):
         host_share = _host_share(model, placement)
         notes.append(f"host computes {host_share:.3f} of the active expert bytes")
