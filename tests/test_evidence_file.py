@@ -1,7 +1,9 @@
 """The kept fits and held-out predictions: current for the shipped code and tables, the
 same as a fresh fit, and never used when stale or damaged."""
 
+import dataclasses
 import json
+import math
 
 import pytest
 
@@ -24,7 +26,12 @@ def test_the_kept_evidence_is_what_a_fresh_fit_gives():
     fresh = fitted_regime_model()
     kept = regime_model()
     assert dict(kept.fits) == pytest.approx(dict(fresh.fits), rel=1e-12)
-    assert kept.out_of_sample == fresh.out_of_sample and kept.out_of_runtime == fresh.out_of_runtime
+    # the file was made on another machine: floats agree to rounding, everything else exactly
+    for a, b in ((kept.out_of_sample, fresh.out_of_sample), (kept.out_of_runtime, fresh.out_of_runtime)):
+        assert [dataclasses.replace(o, predicted=None) for o in a] == [dataclasses.replace(o, predicted=None) for o in b]
+        def predicted(outs):  # a run not modeled predicts nothing: NaN, so approx can compare it
+            return [math.nan if o.predicted is None else o.predicted for o in outs]
+        assert predicted(a) == pytest.approx(predicted(b), rel=1e-9, nan_ok=True)
     assert [t.name for t in kept.terms] == [t.name for t in fresh.terms]
 
 

@@ -67,7 +67,8 @@ def test_a_machine_nothing_fits_is_status_1(setup, capsys):
 
 def test_the_command_imports_only_planning(setup):
     """``python -m workbench plan`` loads neither the walkthrough, the views, matplotlib nor
-    transformers, and refuses a bad file within 2 s of CPU time (a fresh interpreter)."""
+    transformers, and refuses a bad file with status 2 (a fresh interpreter; its CPU time is
+    benchmarks/plan_machine.py's figure, not a test's)."""
     model, parts = setup
     bad = model.with_name("bad.gguf")
     bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 16)
@@ -82,7 +83,6 @@ def test_the_command_imports_only_planning(setup):
     code, cpu, heavy = done.stdout.split(" ", 2)
     assert code == "2" and heavy.strip() == "[]", done.stdout + done.stderr
     assert "tensors" in done.stderr or "metadata" in done.stderr
-    assert float(cpu) < 15  # the interpreter's own start and the package import included; the check itself is ms
 
 
 def test_the_main_parser_lists_plan(capsys):

@@ -78,6 +78,17 @@ def cpu_moe_overrides(n: int) -> list[tuple[str, str]]:
     return [(rf"blk\.{i}{EXPERT_TENSOR_PATTERN}", "CPU") for i in range(n)]
 
 
+def _runs(values: Sequence[int]) -> list[list[int]]:
+    """Sorted ``values`` cut into runs of consecutive numbers."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return runs
+
+
 def _digits(numbers: Sequence[int]) -> str:
     """Alternatives matching exactly ``numbers``: one per run of numbers sharing all but the
     last digit (``2[0-9]``), whole decades 10-99 in a row merged (``[1-3][0-9]``)."""
@@ -86,12 +97,7 @@ def _digits(numbers: Sequence[int]) -> str:
         by_prefix.setdefault(n // 10, []).append(n % 10)
     full = [p for p in sorted(by_prefix) if 1 <= p <= 9 and by_prefix[p] == list(range(10))]
     parts: list[str] = []
-    decades: list[list[int]] = []
-    for p in full:
-        if decades and p == decades[-1][-1] + 1:
-            decades[-1].append(p)
-        else:
-            decades.append([p])
+    decades = _runs(full)
     merged = {p for run in decades if len(run) > 1 for p in run}
     for prefix, lasts in by_prefix.items():
         if prefix in merged:
@@ -100,13 +106,7 @@ def _digits(numbers: Sequence[int]) -> str:
                 parts.append(f"[{run[0]}-{run[-1]}][0-9]")
             continue
         head = str(prefix) if prefix else ""
-        runs: list[list[int]] = []
-        for d in lasts:
-            if runs and d == runs[-1][-1] + 1:
-                runs[-1].append(d)
-            else:
-                runs.append([d])
-        for r in runs:
+        for r in _runs(lasts):
             parts.append(f"{head}{r[0]}" if len(r) == 1 else f"{head}[{r[0]}-{r[-1]}]")
     return "|".join(parts)
 
