@@ -6,9 +6,9 @@ Prints:
 
 - refusing a bad model file: CPU seconds of the reader on each kind of hostile GGUF (a
   truncated file, a count of 2^60 tensors, an array longer than the file, a 2^80-element
-  tensor, a text file), median of 5; and of the whole command in a fresh interpreter
-  (``python -m workbench plan``, the interpreter's start and imports included) — target:
-  2 s of CPU;
+  tensor, a text file), median of 5; and of the whole command on each in a fresh
+  interpreter (``python -m workbench plan``, the interpreter's start and imports
+  included), median of 3 — target: 2 s of CPU;
 - planning a 94-layer, 128-expert GGUF (a Qwen3-235B-A22B-shaped Q4_K file, its data a
   hole): CPU seconds in process, and of the whole command — target: 10 s of CPU;
 - the published llama.cpp runs that state their placement (``--n-cpu-moe N``, every
@@ -157,10 +157,16 @@ def main() -> None:
                                                                        ("host_op_overhead", "2e-5"), ("sockets", "1"),
                                                                        ("memory_bytes", str(384 * 2**30))))
             + "\n")  # fmt: skip
-        cpu, code = _command_cpu(["--model", str(folder / "count8.gguf"), "--gpu", "rtx_4090", "--host", "bench_host",
-                                  "--parts", str(parts_path)])  # fmt: skip
-        print(f"  whole command on a 2^60-tensor file: {cpu:.2f} s CPU, exit status {code} (fresh interpreter, imports "
-              "included)")
+        base = ["--gpu", "rtx_4090", "--host", "bench_host", "--parts", str(parts_path)]
+        print("  whole command, fresh interpreter (start and imports included), median of 3:")
+        for name, path in _hostile_files(folder).items():
+            runs = [_command_cpu(["--model", str(path), *base]) for _ in range(3)]
+            print(f"  {name:16} command {statistics.median(c for c, _ in runs):6.2f} s CPU, exit status {runs[0][1]}")
+        good = write_gguf(folder / "small.gguf", layers=4, experts=8, top_k=2, hidden=256, expert_ff=256, vocab=512,
+                          heads=4, kv_heads=2, head_dim=64)[0]  # fmt: skip
+        runs = [_command_cpu(["--model", str(good), "--gpu", "no_such_gpu", *base[2:]]) for _ in range(3)]
+        print(f"  (for comparison, a good file and an unknown GPU part, refused by the second stage once the decode "
+              f"model is loaded: {statistics.median(c for c, _ in runs):.2f} s CPU, exit status {runs[0][1]})")
         print("\n## planning a 94-layer, 128-expert GGUF (target: 10 s of CPU)")
         big = write_gguf(folder / "qwen3_235b_shaped.gguf", layers=94, experts=128, top_k=8, hidden=4096, expert_ff=1536,
                          vocab=151936, heads=64, kv_heads=4, head_dim=128, expert_type=Q.Q4_K, other_type=Q.Q8_0,

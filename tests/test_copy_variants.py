@@ -141,3 +141,17 @@ def test_the_shipped_variants_are_registered_once_each():
     roles = [v.role for v in copy_variants()]
     assert roles[:5] == ["plain", "gather", "prefetch", "reuse", "routed"]
     assert all(set(copy_variant(r).handlers) == {"sim", "cuda"} for r in roles[:5])
+
+
+@pytest.mark.parametrize("first", ["workbench.builtin_copies", "workbench.moe.streaming", "workbench.propagate",
+                                   "workbench.copy_variants", "workbench.runtime.executor"])
+def test_shipped_variants_do_not_depend_on_which_module_is_imported_first(first):
+    """Rule 4: whichever module a script imports first, the registry holds the shipped
+    variants in one order (gather before the routed copy's rewrite) on its first read."""
+    import subprocess
+    import sys
+    probe = (f"import importlib; importlib.import_module({first!r})\n"
+             "from workbench.copy_variants import copy_variants\n"
+             "print(' '.join(v.role for v in copy_variants()))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["plain", "gather", "prefetch", "reuse", "routed"], done.stderr[-2000:]

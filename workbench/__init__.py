@@ -8,33 +8,33 @@ capture → place → propagate → plan → run, with views for notebooks::
     dg = wb.propagate(placed)
     dg.copies
 
-The views (``GraphView``, ``BufferView``, ``TimelineView``, ``PlacementExplorer``,
-``explore``, ``to_chrome_trace``, ``to_dot``) are loaded on first use, so a script that
-only plans or runs never imports the widget and plotting libraries.
+Importing the package loads nothing heavy: every name is imported on first use, so a
+command that only reads a model file (``python -m workbench plan``) never pays for torch,
+the widgets or the plotting libraries. The first use of any stage also registers the
+``workbench::`` copy ops with ``torch.library`` and the copy variants the workbench ships.
 """
 
+import sys
 from importlib import import_module
+from types import ModuleType
 from typing import Any
 
-from . import copy_ops  # registers the workbench:: copy ops with torch.library
-from . import builtin_copies  # registers the copy variants the workbench ships
-from .moe import streaming  # registers the copy of only the rows an index lists as real
-from .capture import CaptureError, Program, capture
 from .devices import CPU, CopyKind, Device, DeviceError
 from .errors import WorkbenchError, WorkbenchWarning
-from .place import Delegate, Placement, PlacementError, PlacementWarning, place
-from .planning.archive import PlanFileError
-from .planning.memory_plan import CapacityError, MemoryPlan, PlanError, PlanSaveError, TensorAllocation, plan
-from .planning.plan_file import load_plan
-from .propagate import CopyRecord, CopyRole, DeviceGraph, PropagationError, propagate
-from .machine.calibration.calibrate import calibrate
-from .runtime.executor import RunResult, Session, estimate, load, run
-from .weight_formats import WeightFormatError, quantize
 
-#: Names served by other modules, imported when first asked for: the views (widgets and
-#: plotting), the ExecuTorch entry points (``executorch`` is optional), and the MoE
-#: capacity tools (compiled cache-policy replay); a script that only plans never pays for them.
+#: Public name → the module that defines it, imported when the name is first asked for.
 _LAZY_NAMES = {
+    **dict.fromkeys(("CaptureError", "Program", "capture"), ".capture"),
+    **dict.fromkeys(("Delegate", "Placement", "PlacementError", "PlacementWarning", "place"), ".place"),
+    "PlanFileError": ".planning.archive",
+    **dict.fromkeys(
+        ("CapacityError", "MemoryPlan", "PlanError", "PlanSaveError", "TensorAllocation", "plan"), ".planning.memory_plan"
+    ),
+    "load_plan": ".planning.plan_file",
+    **dict.fromkeys(("CopyRecord", "CopyRole", "DeviceGraph", "PropagationError", "propagate"), ".propagate"),
+    "calibrate": ".machine.calibration.calibrate",
+    **dict.fromkeys(("RunResult", "Session", "estimate", "load", "run"), ".runtime.executor"),
+    **dict.fromkeys(("WeightFormatError", "quantize"), ".weight_formats"),
     **dict.fromkeys(
         ("BufferView", "GraphView", "PlacementExplorer", "TimelineView", "explore", "to_chrome_trace", "to_dot"),
         ".views",
@@ -47,13 +47,38 @@ _LAZY_NAMES = {
     "SweepResult": ".sweeps",
 }
 
+#: Modules served whole as attributes (``wb.views``, ``wb.copy_ops``).
+_LAZY_MODULES = {"views": ".views", "copy_ops": ".copy_ops"}
+
 
 def __getattr__(name: str) -> Any:
-    if name == "views":
-        return import_module(".views", __name__)
-    if name in _LAZY_NAMES:
-        return getattr(import_module(_LAZY_NAMES[name], __name__), name)
-    raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    if name in _LAZY_MODULES:
+        value: Any = import_module(_LAZY_MODULES[name], __name__)
+    elif name in _LAZY_NAMES:
+        # The first use of any stage registers the ``workbench::`` ops and, through the
+        # registry's first read, the shipped copy variants.
+        import_module(".copy_ops", __name__)
+        import_module(".copy_variants", __name__).copy_variants()
+        value = getattr(import_module(_LAZY_NAMES[name], __name__), name)
+    else:
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    globals()[name] = value  # later reads find it without this hook
+    return value
+
+
+class _Package(ModuleType):
+    """The package's module type: ``capture``, ``place`` and ``propagate`` are both
+    submodules and the public functions of the same name. The import system binds a
+    submodule on its package when it first loads it; here that binding is dropped, so the
+    public name stays the function (served by ``__getattr__``), as before the lazy import."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY_NAMES and isinstance(value, ModuleType) and not isinstance(self.__dict__.get(name), ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:

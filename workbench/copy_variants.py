@@ -43,11 +43,16 @@ Rules:
 2. Variants may share an op (a prefetch and a gather both call ``gather_h2d_copy``):
    the copy's record names its role, and that says which variant a node is.
 3. Asking for a role that is not registered is a ``CopyVariantError`` listing the valid ones.
+4. The variants the workbench ships (``builtin_copies``, then ``moe.streaming``) are
+   registered before the registry is first read, and before a ``replace=True``
+   registration, whichever module is imported first: a script that imports one stage
+   directly sees the same variants, in the same order, as ``import workbench``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any, Callable, Mapping, Optional
 
 import torch.fx
@@ -126,11 +131,32 @@ class CopyVariant:
 
 _VARIANTS: dict[str, CopyVariant] = {}
 
+#: The modules that register the shipped variants (rule 4). They import this module, so
+#: they are loaded on the registry's first use rather than from here.
+_SHIPPED_VARIANT_MODULES = (".builtin_copies", ".moe.streaming")
+_shipped_loading = False
+
+
+def _with_shipped_variants() -> dict[str, CopyVariant]:
+    """The registry, once the shipped variants are in it (rule 4)."""
+    global _shipped_loading
+    if not _shipped_loading:
+        _shipped_loading = True  # set first: the shipped modules register through this module
+        try:
+            for module in _SHIPPED_VARIANT_MODULES:
+                import_module(module, __package__)
+        except BaseException:
+            _shipped_loading = False  # a failed import is retried on the next use, not half-kept
+            raise
+    return _VARIANTS
+
 
 def register_copy_variant(variant: CopyVariant, *, replace: bool = False) -> CopyVariant:
     """Add ``variant`` to the registry (rule 1); returns it."""
     if not isinstance(variant, CopyVariant):
         raise CopyVariantError(f"register_copy_variant takes a CopyVariant, got {type(variant).__name__}")
+    if replace:
+        _with_shipped_variants()  # rule 4: a replacement replaces the shipped variant, not the reverse
     if variant.role in _VARIANTS and not replace:
         raise CopyVariantError(f"a copy variant with role {variant.role!r} is registered already (pass replace=True)")
     _VARIANTS[variant.role] = variant
@@ -146,24 +172,24 @@ def unregister_copy_variant(role: str) -> None:
 def copy_variant(role: Any) -> CopyVariant:
     """The variant registered under ``role`` (a string, or ``CopyRole``)."""
     try:
-        return _VARIANTS[str(role)]
+        return _with_shipped_variants()[str(role)]
     except KeyError:
         raise CopyVariantError(f"no copy variant has role {str(role)!r}; registered: {', '.join(_VARIANTS)}") from None
 
 
 def copy_variants() -> tuple[CopyVariant, ...]:
     """Every registered variant, in registration order."""
-    return tuple(_VARIANTS.values())
+    return tuple(_with_shipped_variants().values())
 
 
 def rewriting_variants() -> tuple[CopyVariant, ...]:
     """The variants with a graph rewrite hook, in the order propagation offers ops to them."""
-    return tuple(v for v in _VARIANTS.values() if v.rewrite is not None)
+    return tuple(v for v in _with_shipped_variants().values() if v.rewrite is not None)
 
 
 def copy_kind_of_op(target: Any) -> Optional[CopyKind]:
     """The ``CopyKind`` of a node target that some variant's node calls, else None."""
-    for variant in _VARIANTS.values():
+    for variant in _with_shipped_variants().values():
         kind = variant.ops.get(target)
         if kind is not None:
             return kind

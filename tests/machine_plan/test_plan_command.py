@@ -66,17 +66,18 @@ def test_a_machine_nothing_fits_is_status_1(setup, capsys):
 
 
 def test_the_command_imports_only_planning(setup):
-    """``python -m workbench plan`` loads neither the walkthrough, the views, matplotlib nor
-    transformers, and refuses a bad file with status 2 (a fresh interpreter; its CPU time is
-    benchmarks/plan_machine.py's figure, not a test's)."""
+    """``python -m workbench plan`` refuses a bad file with status 2 before it imports torch,
+    pandas, the decode model, the walkthrough, the views, matplotlib or transformers (a
+    fresh interpreter; its CPU time is benchmarks/plan_machine.py's figure, not a test's)."""
     model, parts = setup
     bad = model.with_name("bad.gguf")
     bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 16)
     probe = ("import runpy, sys, time\n"
              f"sys.argv = ['workbench', 'plan', '--model', {str(bad)!r}, '--host', 'test_host', '--parts', {str(parts)!r}]\n"
              "try:\n    runpy.run_module('workbench', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
-             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'transformers', 'ipywidgets')\n"
-             "               or m.startswith(('workbench.views', 'workbench.app.walkthrough', 'workbench.hf')))\n"
+             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'transformers', 'ipywidgets', 'torch',\n"
+             "               'pandas') or m.startswith(('workbench.views', 'workbench.app.walkthrough', 'workbench.hf',\n"
+             "               'workbench.speed', 'workbench.machine_plan.search')))\n"
              "print(code, time.process_time(), heavy)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)

@@ -180,3 +180,18 @@ def test_a_machine_without_a_gpu_runs_everything_on_the_host(model, parts):
     assert only.tok_s <= 2.0e11 / read  # never faster than the host's DRAM (test_host: 200 GB/s) can stream it
     with pytest.raises(MachineError, match="needs one"):
         plan_machine(model, gpus=[], host="test_host", parts=parts, runtime="ktransformers")
+
+
+def test_a_placement_beyond_the_card_is_timed_not_refused(tmp_path):
+    """Every candidate is timed, those that do not fit as if the GPU were as large as they
+    need: a model whose every-tensor-on-the-GPU placement misses the card by less than its
+    token embedding (which llama.cpp keeps on the host, and a decode layout would count on
+    the GPU) is planned, not refused by the layout's own capacity check."""
+    from workbench.machine_plan.model_tensors import model_from_facts
+    from workbench.speed.published_runs import published_runs
+    run = next(r for r in published_runs() if r.id == "lucebox289_qwen36_2080ti_allcold")
+    model = model_from_facts(run.model, run.formats)
+    plan = plan_machine(model, gpus=[run.gpu], host="test_host", parts=parts_file(tmp_path, ram_gib=256, gpus={}),
+                        context=4096)  # fmt: skip
+    assert plan.plans and all(dict(p.settings)["n_cpu_moe"] > 0 for p in plan.plans)
+    assert any(dict(p.settings)["n_cpu_moe"] == 0 and p.tok_s > plan.plans[0].tok_s for p in plan.unfit)

@@ -44,7 +44,8 @@ from tqdm import tqdm
 from .. import hf
 from . import walkthrough as wt
 from .anchors import modeled_vs_published
-from .plan_command import add_plan_arguments, plan_main
+from .plan_arguments import add_plan_arguments
+from .plan_command import plan_main
 from ..speed.validation import ordering, regime_table
 from ..speed.regime_model import regime_model
 from ..speed import prospective as pro

@@ -8,57 +8,38 @@ runtime's arguments — or, with ``--json``, one JSON object.
 
 Rules:
 1. It imports only what planning needs: ``python -m workbench plan`` never loads the
-   walkthrough, the views or transformers.
+   walkthrough, the views or transformers; a bad argument or model file is refused by the
+   first stage (``plan_arguments``) before torch or the decode model are imported.
 2. A bad argument — a model file that is not a whole GGUF, an unknown part, a figure a part
-   lacks, a context out of range — is one line on stderr and exit status 2, within a
-   second; a machine no placement fits is one line saying what is missing where, exit
-   status 1. Nothing is written.
+   lacks, a context out of range — is one line on stderr and exit status 2; a machine no
+   placement fits is one line saying what is missing where, exit status 1. Nothing is
+   written.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
 from pathlib import Path
-from typing import NoReturn, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..errors import WorkbenchError
+from ..machine_plan.gguf_files import GgufFile
 from ..machine_plan.model_tensors import PlanModel, model_from_config, model_from_gguf, shipped_config_path
-from ..machine_plan.plan_errors import ModelFileError, PlacementDoesNotFit
-from ..machine_plan.search import RUNTIMES, MachinePlan, plan_machine
+from ..machine_plan.plan_errors import ModelFileError
+from ..machine_plan.search import MachinePlan, plan_machine
+from .plan_arguments import PlanRequest, plan_request, refusal_status
 
-__all__ = ["add_plan_arguments", "load_plan_model", "plan_main", "plan_report"]
-
-_PROG = "python -m workbench plan"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+__all__ = ["load_plan_model", "plan_main", "plan_report", "run_plan_request"]
 
 
-def add_plan_arguments(p: argparse.ArgumentParser) -> None:
-    """The plan command's arguments (shared with the main parser's ``plan`` entry)."""
-    p.add_argument("--model", required=True, metavar="PATH|NAME",
-                   help="a .gguf file (a split one by any shard), a config.json (with --format), or a shipped name")
-    p.add_argument("--format", default=None, help="weight format for a config.json or shipped name (q4_k, bf16, 4.5, ...)")
-    p.add_argument("--gpu", default="", metavar="NAME[,NAME...]", help="GPU parts, in order (CUDA0, CUDA1, ...)")
-    p.add_argument("--host", required=True, help="the host part (its memory_bytes is the RAM)")
-    p.add_argument("--parts", default=None, type=Path, help="a parts file of your own (data/parts/parts.csv's columns)")
-    p.add_argument("--link", default=None, help="the host link part (default: the GPU's own PCIe interface)")
-    p.add_argument("--context", default=4096, type=int, help="context tokens the KV cache holds (default 4096)")
-    p.add_argument("--runtime", default="llama.cpp", choices=list(RUNTIMES), help="whose flags to plan (default llama.cpp)")
-    p.add_argument("--top", default=5, type=int, help="plans to print (default 5)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-
-
-def load_plan_model(spec: str, weight_format: Optional[str]) -> PlanModel:
-    """``--model``: a GGUF file, a config.json (with a format), or a shipped name."""
+def load_plan_model(spec: str, weight_format: Optional[str], gguf: Optional[GgufFile] = None) -> PlanModel:
+    """``--model``: a GGUF file (or its header, read already), a config.json (with a format),
+    or a shipped name."""
     path = Path(spec)
-    if spec.endswith(".gguf") or (path.exists() and not spec.endswith(".json")):
-        return model_from_gguf(path)
+    if gguf is not None or spec.endswith(".gguf") or (path.exists() and not spec.endswith(".json")):
+        return model_from_gguf(gguf if gguf is not None else path)
     if weight_format is None:
         raise ModelFileError(f"--model {spec!r} is a configuration: give --format (a weight format such as q4_k or "
                              "bf16, or bits per weight)")
@@ -107,35 +88,32 @@ def plan_report(plan: MachinePlan, top: int, model_path: str) -> str:
     return "\n".join(lines)
 
 
-def _run(args: argparse.Namespace) -> int:
-    if not 1 <= args.top <= 10_000:
-        raise ModelFileError(f"--top must be in [1, 10000], got {args.top}")
-    if not 1 <= args.context <= 10_000_000:
-        raise ModelFileError(f"--context must be in [1, 10000000] tokens, got {args.context}")
-    gpus = [g.strip() for g in args.gpu.split(",") if g.strip()]
-    model = load_plan_model(args.model, args.format)
-    plan = plan_machine(model, gpus=gpus, host=args.host, runtime=args.runtime, context=args.context, parts=args.parts,
-                        link=args.link)  # fmt: skip
-    if args.json:
-        print(json.dumps(plan.to_json(args.top), indent=1, allow_nan=False))
+def _run(request: PlanRequest) -> int:
+    model = load_plan_model(request.model, request.weight_format, request.gguf)
+    plan = plan_machine(model, gpus=request.gpus, host=request.host, runtime=request.runtime, context=request.context,
+                        parts=request.parts, link=request.link)  # fmt: skip
+    if request.json:
+        print(json.dumps(plan.to_json(request.top), indent=1, allow_nan=False))
     else:
-        print(plan_report(plan, args.top, args.model if Path(args.model).is_file() else "MODEL.gguf"))
+        print(plan_report(plan, request.top, request.model if Path(request.model).is_file() else "MODEL.gguf"))
     return 0
 
 
-def plan_main(argv: Sequence[str] | None = None) -> int:
-    """Rules 1, 2: plan, print, and say what was wrong in one line."""
-    parser = _Parser(prog=_PROG, description=__doc__.splitlines()[0])
-    add_plan_arguments(parser)
-    args = parser.parse_args(argv)
+def run_plan_request(request: PlanRequest) -> int:
+    """The second stage: plan a checked request, print it; rule 2's status on a refusal."""
     try:
-        return _run(args)
-    except PlacementDoesNotFit as exc:
-        print(f"{_PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+        return _run(request)
     except WorkbenchError as exc:
-        print(f"{_PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        return refusal_status(exc)
     except KeyboardInterrupt:
-        print(f"{_PROG}: interrupted", file=sys.stderr)
+        print("python -m workbench plan: interrupted", file=sys.stderr)
         return 130
+
+
+def plan_main(argv: Sequence[str] | None = None) -> int:
+    """Both stages in one call (rules 1, 2): plan, print, and say what was wrong in one line."""
+    try:
+        request = plan_request(sys.argv[1:] if argv is None else argv)
+    except WorkbenchError as exc:
+        return refusal_status(exc)
+    return run_plan_request(request)

@@ -21,7 +21,8 @@ from matplotlib.figure import Figure
 from ..errors import WorkbenchError
 from ..machine.parts import PartsFile
 from ..machine_plan.model_tensors import PlanModel
-from ..machine_plan.search import RUNTIMES, MachinePlan, plan_machine
+from ..machine_plan.runtimes import RUNTIMES
+from ..machine_plan.search import MachinePlan, plan_machine
 
 __all__ = ["plan_explorer", "tradeoff_figure"]
 

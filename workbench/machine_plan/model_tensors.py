@@ -39,7 +39,7 @@ from typing import Any, Mapping, Optional, Union
 from ..file_reading import parse_json, read_regular_file
 from ..speed.layout import LayoutError, ModelFacts, WeightBits
 from ..weight_formats import weight_formats
-from .gguf_files import read_gguf
+from .gguf_files import GgufFile, read_gguf
 from .plan_errors import ModelFileError
 
 __all__ = ["EXPERT_TENSOR_PATTERN", "KNOWN_ARCHITECTURES", "PlanModel", "PlanTensor", "model_from_config",
@@ -157,10 +157,11 @@ def _whole(value: Any, what: str, where: str, low: int = 0, high: int = 10_000_0
     return int(number)
 
 
-def model_from_gguf(path: Union[str, "os.PathLike[str]"]) -> PlanModel:
-    """The model in the GGUF file at ``path`` (rules 1-4; a split model from every shard)."""
-    file = read_gguf(path)
-    where = str(path)
+def model_from_gguf(source: Union[str, "os.PathLike[str]", GgufFile]) -> PlanModel:
+    """The model in the GGUF file at ``source`` (rules 1-4; a split model from every shard),
+    or in a header ``read_gguf`` has read already."""
+    file = source if isinstance(source, GgufFile) else read_gguf(source)
+    where = str(file.paths[0]) if isinstance(source, GgufFile) else str(source)
     meta = file.metadata
     arch = file.architecture
     if not arch:

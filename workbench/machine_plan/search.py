@@ -50,14 +50,20 @@ from .budgets import DeviceBudget, machine_budgets
 from .llama_cpp import UBATCH, LlamaCppPlacement, placement_memory
 from .model_tensors import PlanModel
 from .plan_errors import MachineError, PlacementDoesNotFit, MachinePlanError
+from .runtimes import RUNTIMES
 
-__all__ = ["MachinePlan", "RUNTIMES", "RankedPlan", "VLLM_GPU_UTILIZATION", "plan_machine"]
+__all__ = ["MachinePlan", "RankedPlan", "VLLM_GPU_UTILIZATION", "plan_machine"]
 
-#: The runtimes the planner expresses, and the runtime profile that times each.
-RUNTIMES = {"llama.cpp": "ggml", "ktransformers": "ktransformers", "vllm": "vllm", "executorch": "executorch_graph"}
 #: vLLM's default ``--gpu-memory-utilization``: the share of each GPU it takes (rule 1).
 VLLM_GPU_UTILIZATION = 0.9
 _MAX_CANDIDATES = 128
+#: The GPU capacity a candidate's decode layout is given. What fits is the planner's own
+#: accounting (llama.cpp keeps the token embedding on the host, which the layout would count
+#: on the GPU); the layout's capacity serves only its own fit check and a cache sized by
+#: capacity, which no planned placement uses (vLLM's states its resident bytes). So every
+#: candidate is timed, a placement that does not fit as if its GPUs were as large as it needs
+#: (the curve beyond the card).
+_NEVER_BINDS = 1e15
 _TIE = 1e-3
 
 
@@ -260,9 +266,6 @@ class _Timer:
     def ranked(self, c: _Candidate, usable: dict[str, float]) -> RankedPlan:
         if c.host_only:
             return self._host_only(c, usable)
-        # a placement that does not fit is timed as if its GPUs were as large as it needs (the curve beyond the card)
-        pooled = max(sum(usable[f"CUDA{g}"] for g in range(len(c.split))),
-                     sum(v for d, v in c.memory.items() if d != "CPU"))
         seconds, link_bytes = 0.0, 0.0
         for g, layers in enumerate(c.split):
             if not layers:
@@ -270,7 +273,7 @@ class _Timer:
             try:
                 layout = DecodeLayout.for_machine(gpu=self.gpus[g], host=self.host, link=self.link, model=self.facts,
                                                   formats=self.bits, placement=c.regime, parts=self.parts,
-                                                  gpu_memory_bytes=pooled)  # fmt: skip
+                                                  gpu_memory_bytes=_NEVER_BINDS)  # fmt: skip
                 timed = time_decode(layout, self._machine(self.gpus[g], layout.link, c.loads_all))
             except (LayoutError, DecodeTimeError) as exc:
                 raise MachinePlanError(f"{c.placement}: {exc}") from None
