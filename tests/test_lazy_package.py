@@ -37,3 +37,10 @@ def test_an_unknown_name_is_an_attribute_error():
     """A name the package does not have is an AttributeError naming it, not an import error."""
     out = _probe("import workbench as wb\ntry:\n    wb.nope\nexcept AttributeError as e:\n    print(e)")
     assert out == "module 'workbench' has no attribute 'nope'"
+
+
+def test_a_subpackage_is_an_attribute_on_first_use():
+    """``wb.runtime`` and ``wb.machine`` are there without importing them first, as when the
+    package imported every stage itself."""
+    out = _probe("import workbench as wb\nprint(wb.runtime.stage_inputs.__name__, wb.machine.CostModel.__name__)")
+    assert out == "stage_inputs CostModel"

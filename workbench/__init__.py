@@ -60,6 +60,13 @@ def __getattr__(name: str) -> Any:
         import_module(".copy_ops", __name__)
         import_module(".copy_variants", __name__).copy_variants()
         value = getattr(import_module(_LAZY_NAMES[name], __name__), name)
+    elif not name.startswith("_"):  # a subpackage or module, as ``wb.runtime`` or ``wb.machine``
+        try:
+            value = import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module 'workbench' has no attribute {name!r}") from None
     else:
         raise AttributeError(f"module 'workbench' has no attribute {name!r}")
     globals()[name] = value  # later reads find it without this hook

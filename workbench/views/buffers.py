@@ -223,7 +223,7 @@ def _draw_panel(ax: Any, p: dict, selected: Optional[str], lo: float, hi: float)
     ax.set_ylim(0, p["ymax"])
     ax.set_yticks([v for v, _ in p["yticks"]], [label for _, label in p["yticks"]], fontsize=7)
     ax.tick_params(axis="x", labelsize=7)
-    ax.set_ylabel("offset", fontsize=8)
+    ax.set_ylabel("offset (bytes)", fontsize=8)
     ax.set_title(p["title"], fontsize=8, loc="left")
 
 
