@@ -8,7 +8,7 @@ Prints:
   truncated file, a count of 2^60 tensors, an array longer than the file, a 2^80-element
   tensor, a text file), median of 5; and of the whole command on each in a fresh
   interpreter (``python -m workbench plan``, the interpreter's start and imports
-  included), median of 3 — target: 2 s of CPU;
+  included), median of 3 — target: 2 s of CPU; and of ``python -m workbench --help``;
 - planning a 94-layer, 128-expert GGUF (a Qwen3-235B-A22B-shaped Q4_K file, its data a
   hole): CPU seconds in process, and of the whole command — target: 10 s of CPU;
 - the published llama.cpp runs that state their placement (``--n-cpu-moe N``, every
@@ -162,6 +162,12 @@ def main() -> None:
         for name, path in _hostile_files(folder).items():
             runs = [_command_cpu(["--model", str(path), *base]) for _ in range(3)]
             print(f"  {name:16} command {statistics.median(c for c, _ in runs):6.2f} s CPU, exit status {runs[0][1]}")
+        before = os.times()
+        subprocess.run([sys.executable, "-m", "workbench", "--help"], capture_output=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+        after = os.times()
+        help_cpu = after.children_user - before.children_user + after.children_system - before.children_system
+        print(f"  python -m workbench --help: {help_cpu:.2f} s CPU (the light parser; no command is imported)")
         good = write_gguf(folder / "small.gguf", layers=4, experts=8, top_k=2, hidden=256, expert_ff=256, vocab=512,
                           heads=4, kv_heads=2, head_dim=64)[0]  # fmt: skip
         runs = [_command_cpu(["--model", str(good), "--gpu", "no_such_gpu", *base[2:]]) for _ in range(3)]

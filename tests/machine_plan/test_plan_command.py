@@ -24,6 +24,12 @@ def setup(tmp_path):
     return model, parts_file(tmp_path, ram_gib=32, gpus={"gpu_1g6": 1.6, "gpu_1g1": 1.1})
 
 
+def _fresh_interpreter(probe: str) -> subprocess.CompletedProcess:
+    """``probe`` run by a new interpreter of this one, from the repository root."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+
+
 def _args(model, parts, *extra):
     return ["--model", str(model), "--gpu", "gpu_1g6", "--host", "test_host", "--parts", str(parts), *extra]
 
@@ -79,8 +85,7 @@ def test_the_command_imports_only_planning(setup):
              "               'pandas') or m.startswith(('workbench.views', 'workbench.app.walkthrough', 'workbench.hf',\n"
              "               'workbench.speed', 'workbench.machine_plan.search')))\n"
              "print(code, time.process_time(), heavy)\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    done = _fresh_interpreter(probe)
     code, cpu, heavy = done.stdout.split(" ", 2)
     assert code == "2" and heavy.strip() == "[]", done.stdout + done.stderr
     assert "tensors" in done.stderr or "metadata" in done.stderr
@@ -110,3 +115,17 @@ def test_a_shipped_name_or_config_needs_a_format(tmp_path, capsys):
     assert plan_main(["--model", str(config), "--format", "q2_k", "--json", *base]) == 0
     body = json.loads(capsys.readouterr().out)
     assert body["model"]["architecture"] == "deepseek2" and body["plans"][0]["settings"]["n_cpu_moe"] > 3
+
+
+def test_help_and_a_bad_argument_load_no_command():
+    """``python -m workbench --help`` and a bad argument of any command are answered by the
+    light parser: torch, matplotlib and the walkthrough are never imported."""
+    probe = ("import runpy, sys\n"
+             "for argv in (['--help'], ['walkthrough', '--backend', 'tpu']):\n"
+             "    sys.argv = ['workbench', *argv]\n"
+             "    try:\n        runpy.run_module('workbench', run_name='__main__')\n"
+             "    except SystemExit as e:\n        print('exit', e.code)\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'matplotlib', 'pandas'}),\n"
+             "      'workbench.app.walkthrough' in sys.modules)\n")
+    done = _fresh_interpreter(probe)
+    assert done.stdout.splitlines()[-3:] == ["exit 0", "exit 2", "[] False"], done.stdout[-500:] + done.stderr[-1000:]

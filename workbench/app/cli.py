@@ -34,7 +34,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -44,7 +44,7 @@ from tqdm import tqdm
 from .. import hf
 from . import walkthrough as wt
 from .anchors import modeled_vs_published
-from .plan_arguments import add_plan_arguments
+from .cli_arguments import PROG, build_parser, one_line
 from .plan_command import plan_main
 from ..speed.validation import ordering, regime_table
 from ..speed.regime_model import regime_model
@@ -72,17 +72,6 @@ MAX_RUN_PARAMETERS = 2e9
 
 class UsageError(WorkbenchError, ValueError):
     """A command-line argument that is not valid (rule 1)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors in one line (rule 1): no usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
-
-
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
 
 
 def _parse_placements(items: Sequence[str]) -> dict[str, list[str]]:
@@ -491,80 +480,37 @@ def _write_figures(results: Any, out: Path, progress: Callable[..., Any]) -> Non
             to_chrome_trace(r.run, tmp)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m workbench", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    w = sub.add_parser("walkthrough", help="the MoE walkthrough: strategies compared, tables, figures, traces")
-    w.add_argument(
-        "--model",
-        default="builtin",
-        help="builtin (the Qwen-3.5-MoE-shaped decoder, default) or a transformers family: hf:qwen3_5_moe, "
-        "hf:qwen3_moe, hf:qwen3_next, hf:mixtral, hf:deepseek_v3, hf:deepseek_v2, hf:gpt_oss, hf:olmoe, hf:qwen3, hf:llama",
-    )
-    w.add_argument("--config", default="tiny", help="model that is run: tiny (default), full, or a JSON config path")
-    w.add_argument("--full-config", default="full", help="model analysed shape-only (default: the published 35B-A3B)")
-    w.add_argument("--backend", choices=["sim", "cuda"], default="sim", help="sim (modeled time) or cuda (measured)")
-    w.add_argument("--out", default="out/walkthrough", help="folder for CSV tables, PNG figures and Chrome traces")
-    w.add_argument("--skip-full", action="store_true", help="skip the full-size shape-only analysis (and the sweep)")
-    w.add_argument("--skip-sweep", action="store_true", help="skip the full-size budget sweep (sweep.csv, pareto.png)")
-    w.add_argument(
-        "--sweep-workers",
-        type=int,
-        default=None,
-        help="processes for the budget sweep (default: none, it runs here and reuses the full-size capture)",
-    )
-    w.add_argument(
-        "--full-grid",
-        action="store_true",
-        help="sweep every setting of sweeps.default_grid (three times the default's; same answers at these budgets)",
-    )
-    w.add_argument("--no-progress", action="store_true", help="no progress bars")
-    w.set_defaults(func=_cmd_walkthrough)
-    p = sub.add_parser("propagate", help="place and propagate a built-in example, print graph and copies")
-    p.add_argument("--example", default="residual", help="built-in example (mlp, residual, fanout, attention)")
-    p.add_argument(
-        "--place",
-        action="append",
-        metavar="DEVICE=PATTERNS",
-        help="placement rule, repeatable: cuda:0=aten.linear,aten.relu (default cuda:0=aten.linear,aten.addmm)",
-    )
-    p.add_argument("--skip-h2d", action="store_true", help="inputs are supplied on their device")
-    p.add_argument("--skip-d2h", action="store_true", help="device outputs stay on their device")
-    p.add_argument("--decompose", action="store_true", help="capture core ATen ops (aten.addmm, ...)")
-    p.add_argument("--strict", action="store_true", help="a pattern that matches nothing is an error")
-    p.set_defaults(func=_cmd_propagate)
-    q = sub.add_parser("prospective", help="predictions logged before their runs were measured, and how they fared")
-    q.add_argument("--log-runs", type=Path, metavar="RUNS.csv",
-                   help="predict and log every run of this table not yet logged (the published table's columns, "
-                        "decode_tok_s empty)")  # fmt: skip
-    q.add_argument("--measured", action="append", metavar="ID=TOK_S", help="enter a logged run's measured tok/s (once)")
-    q.add_argument("--log", type=Path, default=None, help="the log (default: the shipped data/published/prospective.csv)")
-    q.set_defaults(func=_cmd_prospective)
-    add_plan_arguments(sub.add_parser("plan", help="the fastest placement of a GGUF or config that fits your machine, "
-                                                   "with the runtime's flags"))
-    return parser
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "walkthrough": _cmd_walkthrough,
+    "propagate": _cmd_propagate,
+    "prospective": _cmd_prospective,
+}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run a command (module rules); the exit status: 0, 1 (the work failed), 2 (a bad
-    argument) or 130 (interrupted with Ctrl-C: one line, no traceback)."""
-    given = list(sys.argv[1:] if argv is None else argv)
-    if given[:1] == ["plan"]:
-        return plan_main(given[1:])
-    parser = build_parser()
-    args = parser.parse_args(given)  # argparse's own errors: one line, status 2
-    prog = f"{parser.prog} {args.command}"
+def run_command(args: argparse.Namespace) -> int:
+    """Run the command ``build_parser`` parsed (module rules 2, 3); its exit status: 0, 1
+    (the work failed), 2 (a bad argument) or 130 (interrupted with Ctrl-C: one line, no
+    traceback)."""
+    prog = f"{PROG} {args.command}"
     try:
-        return args.func(args)
+        return _COMMANDS[args.command](args)
     except UsageError as exc:
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except WorkbenchError as exc:
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # every file is written atomically: nothing half-written stays
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse and run a command (module rules); ``plan`` runs its own two stages."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["plan"]:
+        return plan_main(given[1:])
+    return run_command(build_parser().parse_args(given))  # argparse's own errors: one line, status 2
 
 
 if __name__ == "__main__":
