@@ -480,11 +480,9 @@ def _write_figures(results: Any, out: Path, progress: Callable[..., Any]) -> Non
             to_chrome_trace(r.run, tmp)
 
 
-_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "walkthrough": _cmd_walkthrough,
-    "propagate": _cmd_propagate,
-    "prospective": _cmd_prospective,
-}
+def _command(name: str) -> Callable[[argparse.Namespace], int]:
+    """The handler of command ``name``, looked up when it runs (so a test may replace one)."""
+    return {"walkthrough": _cmd_walkthrough, "propagate": _cmd_propagate, "prospective": _cmd_prospective}[name]
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -493,7 +491,7 @@ def run_command(args: argparse.Namespace) -> int:
     traceback)."""
     prog = f"{PROG} {args.command}"
     try:
-        return _COMMANDS[args.command](args)
+        return _command(args.command)(args)
     except UsageError as exc:
         print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
