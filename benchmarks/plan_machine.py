@@ -70,10 +70,10 @@ def _hostile_files(folder: Path) -> dict[str, Path]:
     return made
 
 
-def _command_cpu(args: list[str]) -> tuple[float, int]:
-    """CPU seconds (user + system) of ``python -m workbench plan ARGS`` in a fresh interpreter."""
+def _command_cpu(args: list[str], command: str = "plan") -> tuple[float, int]:
+    """CPU seconds (user + system) of ``python -m workbench COMMAND ARGS`` in a fresh interpreter."""
     before = os.times()
-    done = subprocess.run([sys.executable, "-m", "workbench", "plan", *args], capture_output=True, text=True, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "workbench", *([command] if command else []), *args], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
     after = os.times()
     return (after.children_user - before.children_user) + (after.children_system - before.children_system), done.returncode
@@ -162,11 +162,7 @@ def main() -> None:
         for name, path in _hostile_files(folder).items():
             runs = [_command_cpu(["--model", str(path), *base]) for _ in range(3)]
             print(f"  {name:16} command {statistics.median(c for c, _ in runs):6.2f} s CPU, exit status {runs[0][1]}")
-        before = os.times()
-        subprocess.run([sys.executable, "-m", "workbench", "--help"], capture_output=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
-        after = os.times()
-        help_cpu = after.children_user - before.children_user + after.children_system - before.children_system
+        help_cpu = _command_cpu(["--help"], command="")[0]
         print(f"  python -m workbench --help: {help_cpu:.2f} s CPU (the light parser; no command is imported)")
         good = write_gguf(folder / "small.gguf", layers=4, experts=8, top_k=2, hidden=256, expert_ff=256, vocab=512,
                           heads=4, kv_heads=2, head_dim=64)[0]  # fmt: skip

@@ -28,7 +28,7 @@ from ..machine_plan.gguf_files import GgufFile, read_gguf
 from ..machine_plan.plan_errors import ModelFileError, PlacementDoesNotFit
 from ..machine_plan.runtimes import RUNTIMES
 
-__all__ = ["PLAN_PROG", "PlanRequest", "add_plan_arguments", "checked_plan_request", "plan_request", "refusal_status"]
+__all__ = ["PLAN_PROG", "PlanRequest", "add_plan_arguments", "checked_plan_request", "is_gguf_spec", "plan_request", "refusal_status"]
 
 PLAN_PROG = "python -m workbench plan"
 _MAX_TOP = 10_000
@@ -72,7 +72,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
-def _is_gguf(spec: str) -> bool:
+def is_gguf_spec(spec: str) -> bool:
+    """Rule 2: ``--model`` names a GGUF file (``.gguf``, or an existing file not named ``.json``)."""
     return spec.endswith(".gguf") or (Path(spec).exists() and not spec.endswith(".json"))
 
 
@@ -86,7 +87,7 @@ def plan_request(argv: Sequence[str]) -> PlanRequest:
         raise ModelFileError(f"--top must be in [1, {_MAX_TOP}], got {args.top}")
     if not 1 <= args.context <= _MAX_CONTEXT:
         raise ModelFileError(f"--context must be in [1, {_MAX_CONTEXT}] tokens, got {args.context}")
-    gguf = read_gguf(args.model) if _is_gguf(args.model) else None
+    gguf = read_gguf(args.model) if is_gguf_spec(args.model) else None
     if gguf is None and args.format is None:
         raise ModelFileError(f"--model {args.model!r} is a configuration: give --format (a weight format such as q4_k "
                              "or bf16, or bits per weight)")

@@ -29,7 +29,7 @@ from ..machine_plan.gguf_files import GgufFile
 from ..machine_plan.model_tensors import PlanModel, model_from_config, model_from_gguf, shipped_config_path
 from ..machine_plan.plan_errors import ModelFileError
 from ..machine_plan.search import MachinePlan, plan_machine
-from .plan_arguments import PlanRequest, plan_request, refusal_status
+from .plan_arguments import PlanRequest, is_gguf_spec, plan_request, refusal_status
 
 __all__ = ["load_plan_model", "plan_main", "plan_report", "run_plan_request"]
 
@@ -38,7 +38,7 @@ def load_plan_model(spec: str, weight_format: Optional[str], gguf: Optional[Gguf
     """``--model``: a GGUF file (or its header, read already), a config.json (with a format),
     or a shipped name."""
     path = Path(spec)
-    if gguf is not None or spec.endswith(".gguf") or (path.exists() and not spec.endswith(".json")):
+    if gguf is not None or is_gguf_spec(spec):
         return model_from_gguf(gguf if gguf is not None else path)
     if weight_format is None:
         raise ModelFileError(f"--model {spec!r} is a configuration: give --format (a weight format such as q4_k or "
