@@ -1,7 +1,8 @@
 """Re-execute the tutorial notebooks in place, so their stored outputs are today's.
 
-    python notebooks/refresh.py                      # every NN_*.ipynb here, in order
+    python notebooks/refresh.py                      # every NN_*.ipynb here, then solutions/
     python notebooks/refresh.py 02_memory_planning   # some of them (name, path or "02")
+    python notebooks/refresh.py solutions/02_memory_planning   # one solution notebook
 
 Each notebook runs top to bottom in a fresh kernel of *this* interpreter (not whatever
 kernel named ``python3`` the machine has registered), with the notebook's folder as the
@@ -43,9 +44,10 @@ class _CurrentInterpreter(KernelSpecManager):
 
 
 def notebooks(names: list[str]) -> list[Path]:
-    """The notebooks to run: all ``NN_*.ipynb`` here by default, else the ones named."""
+    """The notebooks to run: all ``NN_*.ipynb`` here and the solution notebooks by default,
+    else the ones named."""
     if not names:
-        return sorted(HERE.glob("[0-9][0-9]_*.ipynb"))
+        return sorted(HERE.glob("[0-9][0-9]_*.ipynb")) + sorted(HERE.glob("solutions/[0-9][0-9]_*.ipynb"))
     ours = sorted(HERE.glob("[0-9][0-9]_*.ipynb"))
     found = []
     for name in names:

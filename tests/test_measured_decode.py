@@ -8,7 +8,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.app.measured_decode import MeasuredDecodeError, beside_model, measured_decode, rank_changes
+from workbench.app.measured_decode import (
+    GATHER_COLUMNS,
+    MeasuredDecodeError,
+    beside_model,
+    measured_decode,
+    measured_gathers,
+    rank_changes,
+)
 from workbench.machine.cost_model import MEASURED_DIR_ENV, measured_dir
 
 @pytest.fixture()
@@ -64,3 +71,38 @@ def test_a_damaged_file_is_refused_naming_what_is_wrong(folder):
     path.mkdir()
     with pytest.raises(MeasuredDecodeError, match="h200_moe_decode.csv"):
         measured_decode("h200")
+
+
+def test_the_committed_gathers_are_read_per_slab_size():
+    """Every gather row of the committed bandwidth file is read, keyed by its slab bytes, with
+    the times the file states."""
+    gathers = measured_gathers("h200")
+    shipped = pd.read_csv(measured_dir() / "h200_copy_bandwidth.csv").query("direction == 'gather'").set_index("size")
+    assert gathers is not None and sorted(gathers.index) == sorted(shipped.index)
+    assert list(gathers.columns) == list(GATHER_COLUMNS)
+    for size in shipped.index:
+        assert gathers.loc[size].tolist() == shipped.loc[size, list(GATHER_COLUMNS)].tolist()
+
+
+def test_damaged_gathers_are_refused_naming_what_is_wrong(folder):
+    """No bandwidth file gives None; one lacking the gather columns, with no gather row, with a
+    time that is not a positive number, or with a fractional size is refused."""
+    assert measured_gathers("h200") is None
+    path = folder / "h200_copy_bandwidth.csv"
+    path.write_text("direction,size,gather_kernel\ngather,16384,3\n")
+    with pytest.raises(MeasuredDecodeError, match="lacks the columns gather_auto"):
+        measured_gathers("h200")
+    header = "direction,size," + ",".join(GATHER_COLUMNS) + "\n"
+    path.write_text(header + "h2d,16384,1,1,1,1,1,1\n")
+    with pytest.raises(MeasuredDecodeError, match="no gather row"):
+        measured_gathers("h200")
+    path.write_text(header + "gather,16384,1,1,-2,1,1,1\n")
+    with pytest.raises(MeasuredDecodeError, match="16384 B has a time"):
+        measured_gathers("h200")
+    path.write_text(header + "gather,16384.5,1,1,1,1,1,1\n")
+    with pytest.raises(MeasuredDecodeError, match="not a whole number of bytes"):
+        measured_gathers("h200")
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(MeasuredDecodeError):
+        measured_gathers("h200")

@@ -4,10 +4,12 @@ For each notebook, one fresh kernel of this interpreter runs the cells every exe
 needs (the check cell's ``exercise.needs``: cell ids, run in notebook order — not the whole
 notebook), then, per exercise, the check cell's own source three times: with the prediction
 unanswered (``...``: it must pass and ask for one), with a deliberately wrong prediction
-derived from the answer the check computed (it must raise an ``AssertionError``), and with
-that answer itself (it must pass). The wrong one must fail at the check of the prediction
-(its message starts "Exercise N"), not at an assertion about the answer. It also checks that each of the cell's ``exercise.reveals``
-(what ``test_notebook_structure`` looks for above the exercise) renders the computed answer.
+derived from the answer (it must raise an ``AssertionError`` whose message starts
+"Exercise N"), and with the answer itself (it must pass). The answer is what
+``exercise_answer`` computes from the very objects the check cell passed to
+``check_exercise`` (recorded when it ran unanswered), so the notebook itself never holds
+it. It also checks that each of the cell's ``exercise.reveals`` (what
+``test_notebook_structure`` looks for above the exercise) renders the answer.
 """
 
 from __future__ import annotations
@@ -28,6 +30,19 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 # texts an answer prints as, and a run of a check's source that reports how it ended.
 HARNESS = r'''
 import json as __json
+
+import workbench.app.exercises as __exercises
+
+__calls = []
+__check_exercise = __exercises.check_exercise
+
+
+def __recording(notebook, number, prediction, **objects):
+    __calls.append((notebook, number, objects))
+    return __check_exercise(notebook, number, prediction, **objects)
+
+
+__exercises.check_exercise = __recording  # the check cells import it when they run
 
 def __wrong(value):
     if isinstance(value, bool):
@@ -77,7 +92,7 @@ class _CurrentInterpreter(KernelSpecManager):
 
 
 def _exercises(nb) -> list[nbformat.NotebookNode]:
-    return [c for c in nb.cells if c.cell_type == "code" and "exercise-answer" in c.metadata.get("tags", [])]
+    return [c for c in nb.cells if c.cell_type == "code" and "exercise-check" in c.metadata.get("tags", [])]
 
 
 def _probe(check) -> str:
@@ -85,6 +100,8 @@ def _probe(check) -> str:
     return (
         f"__source = {check.source!r}\n"
         f"__result = {{'number': {number}, 'unanswered': __run(__source, ...)}}\n"
+        "__notebook, __number, __objects = __calls[-1]\n"
+        "answer = __exercises.exercise_answer(__notebook, __number, **__objects)\n"
         "__result['right'] = __run(__source, answer)\n"
         "__result['wrong'] = __run(__source, __wrong(answer))\n"
         "__result['renderings'] = __renderings(answer)\n"

@@ -2,18 +2,17 @@
 (nothing is executed here; nbval runs them):
 
 1. the first cell states the one question the notebook answers;
-2. every code cell has prose right before it, except the exercises' hidden answer cells;
+2. every code cell has prose right before it, except the exercises' check cells;
 3. the notebook ends with a verdict, "What you learned", and at least two exercises;
 4. no stored output is an error or stderr noise (warnings), and no line of printed text
    is wider than a notebook shows (tables render as HTML; widgets and figures as pictures);
-5. each exercise is a prediction the learner writes and a hidden check: a visible cell
-   ``prediction = ...`` (stored unanswered), then the check cell — source and outputs
-   hidden — that computes the answer, asserts what must hold of it and ends with
-   ``mistake = check_prediction(prediction, answer, exercise=N)`` and
-   ``assert mistake is None, mistake``; its stored output is only the
-   line asking for the prediction, and no output before the exercise shows its answer
-   (the check cell's ``exercise.reveals``: renderings of the answer, which
-   ``test_notebook_exercises`` checks against the computed answer).
+5. each exercise is a prediction the learner writes and a check that never shows the
+   answer: a cell ``prediction = ...`` (stored unanswered), then the check cell, which
+   computes nothing itself — it is ``mistake = check_exercise("NN", N, prediction, ...)``
+   and ``assert mistake is None, mistake`` — and stores only the line asking for the
+   prediction; the exercise's text names its worked solution; no output before the
+   exercise shows its answer (the check cell's ``exercise.reveals``: renderings of the
+   answer, which ``test_notebook_exercises`` checks against the computed answer).
 """
 
 import re
@@ -26,8 +25,8 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 MAX_TEXT_WIDTH = 120  # characters of one printed line
 
 
-def _is_answer(cell) -> bool:
-    return "exercise-answer" in cell.metadata.get("tags", [])
+def _is_check(cell) -> bool:
+    return "exercise-check" in cell.metadata.get("tags", [])
 
 
 def _is_prediction(cell) -> bool:
@@ -60,40 +59,40 @@ def _printed_text(cell):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_question_first_and_answer_last(path):
     """Rules 1 and 3: a question in the first cell; a verdict, what was learned, and at least
-    two hidden answer cells that assert something."""
+    two exercise checks."""
     nb = nbformat.read(path, as_version=4)
     assert "question" in nb.cells[0].source.lower(), f"{path.name}: the first cell states no question"
     prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for heading in ("**Verdict:**", "### What you learned", "### Exercises"):
         assert heading in prose, f"{path.name}: no {heading!r}"
-    answers = [c for c in nb.cells if c.cell_type == "code" and _is_answer(c)]
-    assert len(answers) >= 2, f"{path.name}: {len(answers)} exercise answer cells"
-    for cell in answers:
-        assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, f"{path.name}: answer {cell.id} not hidden"
-        assert "assert " in cell.source, f"{path.name}: answer {cell.id} checks nothing"
+    checks = [c for c in nb.cells if c.cell_type == "code" and _is_check(c)]
+    assert len(checks) >= 2, f"{path.name}: {len(checks)} exercise check cells"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_every_exercise_is_a_prediction_and_a_hidden_check(path):
-    """Rule 5: per exercise, a visible ``prediction = ...`` cell (stored unanswered) right
-    before its check cell; the check's source and outputs hidden, numbered in order,
-    ending in the assert on ``check_prediction(prediction, answer, exercise=N)``, its stored output only
-    the request for a prediction."""
+def test_every_exercise_is_a_prediction_and_a_check_that_shows_no_answer(path):
+    """Rule 5: per exercise, a ``prediction = ...`` cell (stored unanswered) right before its
+    check cell; the check numbered in order, nothing in it but the call of
+    ``check_exercise`` with this notebook's number and the assert that fails on a wrong
+    prediction, its stored output only the request for a prediction; the exercise's text
+    names its solution notebook, which exists."""
     nb = nbformat.read(path, as_version=4)
-    checks = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and _is_answer(c)]
+    checks = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and _is_check(c)]
     for number, i in enumerate(checks, start=1):
-        cell, before = nb.cells[i], nb.cells[i - 1]
+        cell, before, text = nb.cells[i], nb.cells[i - 1], nb.cells[i - 2]
         assert _is_prediction(before), f"{path.name}: exercise {number} has no prediction cell before its check"
         assert re.search(r"^prediction = \.\.\.(\s|$)", before.source, re.M), (
             f"{path.name}: exercise {number}'s prediction cell is not stored unanswered (prediction = ...)")
-        hidden = cell.metadata.get("jupyter", {})
-        assert hidden.get("source_hidden") is True and hidden.get("outputs_hidden") is True, (
-            f"{path.name}: exercise {number}'s check does not hide its source and outputs")
         assert cell.metadata.get("exercise", {}).get("number") == number, f"{path.name}: check {cell.id} misnumbered"
-        assert f"mistake = check_prediction(prediction, answer, exercise={number}" in cell.source, (
-            f"{path.name}: exercise {number}'s check does not check the prediction against the answer")
-        assert cell.source.rstrip().endswith("assert mistake is None, mistake"), (
-            f"{path.name}: exercise {number}'s check does not fail on a wrong prediction")
+        code = [line for line in cell.source.splitlines() if line.strip() and not line.startswith("#")]
+        call = f'mistake = check_exercise("{path.name[:2]}", {number}, prediction'
+        assert code[0] == "from workbench.app.exercises import check_exercise" and len(code) == 3, (
+            f"{path.name}: exercise {number}'s check does more than call check_exercise: {code}")
+        assert code[1].startswith(call) and code[2] == "assert mistake is None, mistake", (
+            f"{path.name}: exercise {number}'s check is not {call}, ...) and the assert on it")
+        solution = re.search(r"solutions/([0-9][0-9]_\w+\.ipynb)", text.source)
+        assert text.cell_type == "markdown" and solution and (path.parent / "solutions" / solution[1]).is_file(), (
+            f"{path.name}: exercise {number}'s text names no solution notebook that exists")
         stored = _all_text(cell).strip()
         assert stored == "" or stored.startswith(f"Exercise {number}: write your prediction"), (
             f"{path.name}: exercise {number}'s check stores an output other than the request: {stored[:120]!r}")
@@ -107,7 +106,7 @@ def test_no_answer_is_printed_before_its_exercise(path):
     (renderings of the answer, matched as whole tokens)."""
     nb = nbformat.read(path, as_version=4)
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or not _is_answer(cell):
+        if cell.cell_type != "code" or not _is_check(cell):
             continue
         exercise = cell.metadata.get("exercise", {})
         earlier = "\n".join(_all_text(c) for c in nb.cells[: i - 1] if c.cell_type == "code")
@@ -124,7 +123,7 @@ def test_every_code_cell_is_led_in(path):
     """Rule 2: each code cell follows a markdown cell (the answer cells follow the exercises)."""
     nb = nbformat.read(path, as_version=4)
     bare = [i for i, c in enumerate(nb.cells)
-            if c.cell_type == "code" and not _is_answer(c) and i > 0 and nb.cells[i - 1].cell_type != "markdown"]
+            if c.cell_type == "code" and not _is_check(c) and i > 0 and nb.cells[i - 1].cell_type != "markdown"]
     assert not bare, f"{path.name}: code cells {bare} have no prose before them"
 
 

@@ -1,25 +1,29 @@
-"""The tutorial notebooks' exercises: a learner's prediction checked against the value
-the notebook computes.
+"""The tutorial notebooks' exercises: a learner's prediction checked against an answer the
+notebook never shows.
 
-Each exercise of a notebook is two cells: a visible one where the learner writes
-``prediction = ...`` (it ships as ``...``, unanswered), and a hidden one that computes
-the true ``answer``, asserts what must hold of it, and ends with::
+Each exercise of a notebook is two cells: one where the learner writes
+``prediction = ...`` (it ships as ``...``, unanswered), and a check::
 
-    mistake = check_prediction(prediction, answer, exercise=N)
+    mistake = check_exercise("03", 1, prediction, weight_bytes=weight_bytes, compute_us=compute_us)
     assert mistake is None, mistake
 
-so a wrong prediction fails the cell with an ``AssertionError`` raised by the notebook's
-own ``assert`` (the package itself raises no ``AssertionError``).
+The answer is computed by ``exercise_answers`` from the notebook's objects passed by
+keyword; the check says only whether the prediction matches, so no rendering of the
+notebook — static or live — shows the answer. A wrong prediction fails the cell with an
+``AssertionError`` raised by the notebook's own ``assert`` (the package raises none). The
+worked solutions are the solution notebooks, ``notebooks/solutions/NN_*.ipynb``.
 
 Rules:
   1. An unanswered prediction (``...``) prints one line that asks for it and returns
-     None: the notebook still runs top to bottom.
+     None, without computing the answer: the notebook still runs top to bottom, quickly.
   2. An answered prediction must match the answer's shape and values: a mapping the same
      keys, a list or tuple the same length, each number within ``rel_tol``/``abs_tol``
      (``math.isclose``), a bool the same bool, a string the same words (case and outer
      spaces aside). A mismatch returns a message that says where it is off, but not the
-     answer: the learner may try again, or open the hidden cell to read it.
+     answer, and where the worked solution is.
   3. A right prediction prints one line saying so and returns None.
+  4. An unknown exercise, or objects other than the ones its answer takes, is refused
+     with an ``ExerciseError`` naming what is valid.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-__all__ = ["check_prediction", "mismatch"]
+from .exercise_answers import EXERCISES, SOLUTION_NOTEBOOKS, Exercise, ExerciseError
+
+__all__ = ["ExerciseError", "check_exercise", "check_prediction", "exercise_answer", "mismatch"]
 
 
 def mismatch(prediction: Any, answer: Any, *, rel_tol: float = 0.0, abs_tol: float = 0.0, where: str = "") -> Optional[str]:
@@ -63,19 +69,48 @@ def mismatch(prediction: Any, answer: Any, *, rel_tol: float = 0.0, abs_tol: flo
     return None if prediction == answer else f"a different value{at}"
 
 
+def _exercise(notebook: str, number: int, objects: dict[str, Any]) -> Exercise:
+    """Rule 4: the exercise, once ``objects`` are exactly the ones its answer takes."""
+    found = EXERCISES.get((notebook, number)) if isinstance(notebook, str) and isinstance(number, int) else None
+    if found is None:
+        valid = ", ".join(f"({n!r}, {k})" for n, k in EXERCISES)
+        raise ExerciseError(f"no exercise ({notebook!r}, {number!r}); the exercises are {valid}")
+    if set(objects) != set(found.takes):
+        wanted = ", ".join(found.takes) or "no objects"
+        raise ExerciseError(f"exercise {number} of notebook {notebook} takes {wanted} (by keyword), "
+                            f"not {', '.join(sorted(objects)) or 'none'}")  # fmt: skip
+    return found
+
+
+def exercise_answer(notebook: str, number: int, **objects: Any) -> Any:
+    """The answer to exercise ``number`` of notebook ``notebook`` ("03"), computed from the
+    notebook's ``objects`` (for tests and the solution notebooks; the notebooks never print it)."""
+    found = _exercise(notebook, number, objects)
+    return found.answer(**objects)
+
+
+def check_exercise(notebook: str, number: int, prediction: Any, **objects: Any) -> Optional[str]:
+    """Rules 1-4: None (after a one-line request when unanswered, a one-line confirmation
+    when right), or what is wrong with the prediction — never the answer."""
+    found = _exercise(notebook, number, objects)
+    if prediction is Ellipsis:
+        print(f"Exercise {number}: write your prediction in the cell above (prediction = ...), then run this cell again.")
+        return None
+    return check_prediction(prediction, found.answer(**objects), exercise=number, rel_tol=found.rel_tol,
+                            abs_tol=found.abs_tol, solutions=f"notebooks/solutions/{SOLUTION_NOTEBOOKS[notebook]}.ipynb")
+
+
 def check_prediction(
-    prediction: Any, answer: Any, *, exercise: int, rel_tol: float = 0.0, abs_tol: float = 0.0
+    prediction: Any, answer: Any, *, exercise: int, rel_tol: float = 0.0, abs_tol: float = 0.0, solutions: str = ""
 ) -> Optional[str]:
-    """Rules 1-3: None (after a one-line request when unanswered, a one-line confirmation
-    when right), or what is wrong with the prediction."""
+    """Rules 1-3 for an answer already computed: None (after a one-line request when
+    unanswered, a one-line confirmation when right), or what is wrong with the prediction."""
     if prediction is Ellipsis:
         print(f"Exercise {exercise}: write your prediction in the cell above (prediction = ...), then run this cell again.")
         return None
     off = mismatch(prediction, answer, rel_tol=rel_tol, abs_tol=abs_tol)
     if off is not None:
-        return (
-            f"Exercise {exercise}: prediction = {prediction!r} is not what the notebook computes ({off}). "
-            "Think again, or open this hidden cell to read the answer."
-        )
+        where = f"; the worked solution is in {solutions}" if solutions else ""
+        return f"Exercise {exercise}: prediction = {prediction!r} is not what the notebook computes ({off}). Think again{where}."
     print(f"Exercise {exercise}: right.")
     return None
