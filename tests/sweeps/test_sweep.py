@@ -234,6 +234,16 @@ def test_pareto_figure_has_a_panel_per_link():
     assert np.all(np.diff(frontier.get_ydata()) > 0)  # a frontier only rises
 
 
+def test_pareto_figure_has_one_legend_naming_each_line_once():
+    """One legend for the whole figure (none per panel, so none drawn over another), and in
+    it every strategy line and the frontier, each once."""
+    fig = inline_sweep().pareto_figure()
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.get_axes())
+    shown = [text.get_text() for text in fig.legends[0].get_texts()]
+    drawn = {line.get_label() for ax in fig.get_axes() for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert len(shown) == len(set(shown)) and set(shown) == drawn
+
+
 def test_answer_table_reads_the_best_rows():
     """The walkthrough's answer table has one row per (budget, link), names the best
     strategy and its parameters, and says '(nothing fits)' where no point fits."""
