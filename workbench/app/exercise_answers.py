@@ -28,6 +28,7 @@ from typing import Any, Callable
 from .measured_decode import measured_gathers
 from .walkthrough import streaming_breakeven
 from ..capture import capture
+from ..devices import CPU, Device
 from ..errors import WorkbenchError
 from ..machine import CostModel
 from ..models import MoEConfig
@@ -89,14 +90,14 @@ def _copies_removed_by_skips(placed: Any, dg: Any) -> int:
 
 
 def _host_arena_growth(dg: Any) -> dict[int, int]:
-    base = plan(dg, algorithm="best", alignment=16).arena_bytes["cpu"]
-    return {a: plan(dg, algorithm="best", alignment=a).arena_bytes["cpu"] - base for a in (64, 1024)}
+    base = plan(dg, algorithm="best", alignment=16).arena_bytes[CPU]
+    return {a: plan(dg, algorithm="best", alignment=a).arena_bytes[CPU] - base for a in (64, 1024)}
 
 
 def _softmax_only_lower_bound() -> int:
     model, inputs = example("attention")
     placed = place(capture(model, inputs), {"cuda:0": ["aten.softmax"]})
-    return int(plan(propagate(placed), algorithm="best").lower_bound["cuda:0"])
+    return int(plan(propagate(placed), algorithm="best").lower_bound[Device.parse("cuda:0")])
 
 
 # 03 · copy kernels -----------------------------------------------------------------------
