@@ -26,7 +26,6 @@ from importlib import import_module
 from typing import Any, Callable
 
 from .measured_decode import measured_gathers
-from .walkthrough import streaming_breakeven
 from ..capture import capture
 from ..devices import CPU, Device
 from ..errors import WorkbenchError
@@ -132,7 +131,8 @@ def _pipelined_loop(top_k: int = 8) -> dict[str, float]:
 
 def _hiding_batch() -> int:
     full = MoEConfig.full()
-    per_expert = streaming_breakeven(full).set_index("link").loc["pcie_gen5", "breakeven_tokens_per_expert"]
+    walkthrough = import_module("workbench.app.walkthrough")  # the sweeps and timer: notebook 04's exercise only
+    per_expert = walkthrough.streaming_breakeven(full).set_index("link").loc["pcie_gen5", "breakeven_tokens_per_expert"]
     return math.ceil(per_expert * full.num_experts / full.num_experts_per_tok)
 
 

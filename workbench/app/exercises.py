@@ -93,9 +93,8 @@ def check_exercise(notebook: str, number: int, prediction: Any, **objects: Any) 
     """Rules 1-4: None (after a one-line request when unanswered, a one-line confirmation
     when right), or what is wrong with the prediction — never the answer."""
     found = _exercise(notebook, number, objects)
-    if prediction is Ellipsis:
-        print(f"Exercise {number}: write your prediction in the cell above (prediction = ...), then run this cell again.")
-        return None
+    if prediction is Ellipsis:  # asked for by check_prediction, before the answer is computed
+        return check_prediction(prediction, None, exercise=number)
     return check_prediction(prediction, found.answer(**objects), exercise=number, rel_tol=found.rel_tol,
                             abs_tol=found.abs_tol, solutions=f"notebooks/solutions/{SOLUTION_NOTEBOOKS[notebook]}.ipynb")
 

@@ -34,11 +34,21 @@ from typing import Sequence
 from .model_tensors import EXPERT_TENSOR_PATTERN, PlanModel
 from .plan_errors import MachinePlanError
 
-__all__ = ["LlamaCppPlacement", "UBATCH", "cpu_moe_overrides", "layers_pattern", "override_devices",
-           "placement_memory", "tensor_devices"]  # fmt: skip
+__all__ = ["LlamaCppPlacement", "UBATCH", "cpu_moe_overrides", "gpu_compute_buffer", "host_compute_buffer",
+           "layers_pattern", "override_devices", "placement_memory", "tensor_devices"]  # fmt: skip
 
 #: llama.cpp's default micro-batch (``-ub``), which sizes the compute buffers (rule 4).
 UBATCH = 512
+
+
+def gpu_compute_buffer(model: PlanModel) -> float:
+    """Rule 4: the bytes of one GPU's compute buffer (logits and activations of a micro-batch)."""
+    return UBATCH * (model.vocab + 8 * model.hidden) * 4.0
+
+
+def host_compute_buffer(model: PlanModel) -> float:
+    """Rule 4: the bytes of the CPU's compute buffer (activations of a micro-batch)."""
+    return UBATCH * 8 * model.hidden * 4.0
 
 
 @dataclass(frozen=True)
@@ -182,6 +192,6 @@ def placement_memory(model: PlanModel, placement: LlamaCppPlacement, context: in
     for layer, gpu in enumerate(gpu_of):
         used[f"CUDA{gpu}"] += model.kv_bytes_per_token[layer] * context
     for g in range(gpus):
-        used[f"CUDA{g}"] += UBATCH * (model.vocab + 8 * model.hidden) * 4.0
-    used["CPU"] += UBATCH * 8 * model.hidden * 4.0
+        used[f"CUDA{g}"] += gpu_compute_buffer(model)
+    used["CPU"] += host_compute_buffer(model)
     return used

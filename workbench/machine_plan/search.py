@@ -47,7 +47,7 @@ from ..speed.layout import DecodeLayout, ExpertPlacement, LayoutError
 from ..speed.regime_model import RegimeModel, regime_model, runtime_profile
 from ..speed.timer import DecodeTimeError, time_decode
 from .budgets import DeviceBudget, machine_budgets
-from .llama_cpp import UBATCH, LlamaCppPlacement, placement_memory
+from .llama_cpp import LlamaCppPlacement, gpu_compute_buffer, host_compute_buffer, placement_memory
 from .model_tensors import PlanModel
 from .plan_errors import MachineError, PlacementDoesNotFit, MachinePlanError
 from .runtimes import RUNTIMES
@@ -337,7 +337,7 @@ def _split_for(model: PlanModel, n_cpu_moe: int, usable: dict[str, float], conte
     per_layer = [sum(t.nbytes for t in model.tensors if t.layer == i and not (t.expert and i < n_cpu_moe))
                  + model.kv_bytes_per_token[i] * context for i in range(model.layers)]  # fmt: skip
     output = sum(t.nbytes for t in model.tensors if t.layer is None and not t.name.startswith("token_embd."))
-    buffer = UBATCH * (model.vocab + 8 * model.hidden) * 4.0
+    buffer = gpu_compute_buffer(model)
     shrunk = {d: (v - buffer if d != "CPU" else v) for d, v in usable.items()}
     split = _filled_split(model, shrunk, per_layer, output)
     gpus = len([d for d in usable if d != "CPU"])
@@ -348,7 +348,7 @@ def _host_only(model: PlanModel, context: int) -> _Candidate:
     """Rule 5: llama.cpp with no layer offloaded (``-ngl 0``): every tensor, the KV cache
     and the compute buffer in host memory."""
     memory = {"CPU": model.bytes_where() + sum(model.kv_bytes_per_token) * context
-              + UBATCH * (model.vocab + 8 * model.hidden) * 4.0}  # fmt: skip
+              + gpu_compute_buffer(model)}  # fmt: skip
     return _Candidate("every tensor on the CPU (no GPU)", (("n_gpu_layers", 0),), memory,
                       ExpertPlacement("experts_on_host_compute", context_tokens=context), (), ("-ngl", "0", "-c", str(context)),
                       host_only=True)  # fmt: skip
@@ -357,7 +357,7 @@ def _host_only(model: PlanModel, context: int) -> _Candidate:
 def _gpu_other_bytes(model: PlanModel, context: int) -> float:
     """What a runtime that keeps every non-expert weight on the GPU holds there besides experts."""
     other = model.bytes_where(expert=False) - sum(t.nbytes for t in model.tensors if t.name.startswith("token_embd."))
-    return other + sum(model.kv_bytes_per_token) * context + UBATCH * (model.vocab + 8 * model.hidden) * 4.0
+    return other + sum(model.kv_bytes_per_token) * context + gpu_compute_buffer(model)
 
 
 def _steps(total: int) -> list[int]:
@@ -376,7 +376,7 @@ def _ktransformers(model: PlanModel, usable: dict[str, float], context: int) -> 
     for kept in _steps(model.num_experts):
         share = kept / model.num_experts
         memory = {"CUDA0": _gpu_other_bytes(model, context) + share * experts,
-                  "CPU": (1 - share) * experts + embedding + UBATCH * 8 * model.hidden * 4.0}  # fmt: skip
+                  "CPU": (1 - share) * experts + embedding + host_compute_buffer(model)}  # fmt: skip
         regime = ExpertPlacement("experts_on_host_compute", gpu_experts=kept, context_tokens=context)
         out.append(_Candidate(f"{kept} of each layer's {model.num_experts} experts on the GPU, the rest computed on the CPU",
                               (("gpu_experts", kept),), memory, regime, (model.layers,),
@@ -393,7 +393,7 @@ def _vllm(model: PlanModel, usable: dict[str, float], context: int) -> list[_Can
     for offload in _steps(gib):
         offloaded = min(experts, offload * 2**30)
         memory = {"CUDA0": _gpu_other_bytes(model, context) + experts - offloaded,
-                  "CPU": offloaded + UBATCH * 8 * model.hidden * 4.0}  # fmt: skip
+                  "CPU": offloaded + host_compute_buffer(model)}  # fmt: skip
         if offload == 0 or not model.num_experts:
             regime = ExpertPlacement("all_on_gpu", context_tokens=context)
         else:
