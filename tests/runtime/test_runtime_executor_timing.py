@@ -169,3 +169,29 @@ def test_a_plan_estimated_again_under_another_machine_gets_that_machines_timelin
     assert again.span_us != slow.span_us
     key = lambda tl: [(e.kind, e.node, e.device, e.stream, e.start_us, e.end_us, e.nbytes, e.flops) for e in tl]  # noqa: E731
     assert key(again) == key(first)
+
+
+GPU = [pytest.mark.gpu, pytest.mark.skipif(not wb.runtime.cuda_available(), reason=wb.runtime.cuda_unavailable_reason())]
+
+
+@pytest.mark.parametrize("backend", ["sim", pytest.param("cuda", marks=GPU)])
+def test_a_timeline_says_how_its_times_were_obtained(backend):
+    """Timeline rule 5: a sim run's and an estimate's timelines name the cost model that
+    timed them; a CUDA run's says it was measured, on which GPU. A figure drawn from either
+    can then say which it shows."""
+    x, y = torch.randn(N), torch.randn(N)
+    plan = wb.plan(wb.propagate(wb.place(wb.capture(TwoInputs(), (x, y)), {"cuda:0": ["aten.mul", "aten.add"]})))
+    if backend == "sim":
+        res = run(plan, x, y, backend="sim", cost_model=MODEL)
+        assert res.timeline.source == estimate(plan, MODEL).source == "modeled by round numbers"
+    else:
+        res = run(plan, *wb.runtime.stage_inputs(plan.device_graph, (x, y), "cuda"), backend="cuda")
+        assert res.timeline.source == f"measured with CUDA events on {torch.cuda.get_device_name(0)}"
+
+
+def test_a_hand_built_timeline_has_no_source_and_a_bad_one_is_refused():
+    """A timeline built by hand claims nothing (its maker must say); a source that is not a
+    string is refused, naming what it is."""
+    assert Timeline().source == ""
+    with pytest.raises(TypeError, match="source is a string"):
+        Timeline((), (), 3)  # type: ignore[arg-type]

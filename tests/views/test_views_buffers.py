@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import workbench as wb
+from workbench.models.examples import example
 from workbench.views import BufferView, ViewInputError, buffer_panels, byte_ticks, live_steps, resident_weights
 
 from views_helpers import click, planned, residual_plan, residual_two_devices
@@ -107,6 +108,26 @@ def test_buffer_figure_has_one_axes_per_arena_and_a_resident_bar(tmp_path):
     resident = by_gid["resident"]
     assert [t.get_text() for t in resident.get_yticklabels()] == sorted({str(d) for held in plan.device_graph.residency.values() for d in held})
     assert view.save(tmp_path / "b.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_arena_labels_stay_inside_their_panels():
+    """Drawn, each arena panel's labels (arena size, lower bound) lie inside the panel and
+    clear of its title, however short the panel: a label that fits above its line goes
+    there, else under it."""
+    model, inputs = example("residual")
+    everything = wb.plan(wb.propagate(wb.place(wb.capture(model, inputs), {"cuda:0": ["aten.*"]})), algorithm="greedy")
+    for plan in (residual_plan(), everything):  # the second's host arena is one short panel
+        fig = BufferView(plan).figure()
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in (a for a in fig.get_axes() if a.get_gid().startswith("arena:")):
+            box, title = ax.get_window_extent(renderer), ax.title.get_window_extent(renderer)
+            for text in ax.texts:
+                if not text.get_text().startswith(("arena", "lower bound")):
+                    continue
+                t = text.get_window_extent(renderer)
+                assert box.y0 - 0.5 <= t.y0 and t.y1 <= box.y1 + 0.5, (ax.get_gid(), text.get_text())
+                assert not t.overlaps(title), (ax.get_gid(), text.get_text())
 
 
 def test_panels_are_sized_by_arena_bytes_and_empty_arenas_are_one_line():

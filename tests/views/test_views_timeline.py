@@ -85,6 +85,22 @@ def test_compare_draws_a_second_run_on_the_same_time_axis():
         view.set_compare("long")
 
 
+def test_every_rendering_says_whether_a_run_was_modeled_and_by_what():
+    """Rule 8: a sim run's source (the cost model that timed it) heads its panel in the
+    static figure, its entry in the front end's scene and the view's text; a hand-built
+    timeline, which claims no source, is titled by its label alone."""
+    run = residual_run()[1]
+    short = Timeline([Event("compute", "a", "cuda:0", "compute", 0.0, 5.0)])
+    view = TimelineView(run, compare={"short": short}, label="residual")
+    source = f"modeled by {run.cost_model.name}"
+    assert view.data.source == source and view.comparisons["short"].source == ""
+    titles = [ax.get_title(loc="left") for ax in view.figure().get_axes()]
+    assert titles[0].startswith(f"residual · {source}:\n") and titles[1].startswith("short: span")
+    assert [r["source"] for r in view.canvas.scene["runs"]] == [source, ""]
+    text = view._repr_mimebundle_()["text/plain"]  # what a notebook shows as text
+    assert f"residual · {source}: span" in text and "| short: span" in text
+
+
 def test_lane_labels_in_the_figure_match_the_lanes():
     tl = _timeline()
     ax = TimelineView(tl).figure().get_axes()[0]

@@ -220,7 +220,7 @@ def decode(
     return DecodeResult(
         tokens=tuple(fed),
         steps=tuple(results),
-        timeline=Timeline(events, flows),
+        timeline=Timeline(events, flows, results[0].timeline.source if results else ""),
         step_bounds_us=tuple(bounds),
         hits=_hits(plan, results),
         link_bytes=tuple(int(sum(r.timeline.bytes_moved()[k] for k in ("h2d", "d2h"))) for r in results),

@@ -240,7 +240,8 @@ class CudaClock:
             t0, t1 = self._times(lane, start, end)
             events.append(Event("compute", name, lane[0], lane[1], t0, max(t0, t1)))
         self._streams.release(self._taken)  # rule 7: every mark of this call has completed
-        return Timeline(events, flows)
+        gpus = ", ".join(dict.fromkeys(torch.cuda.get_device_name(i) for i in self._streams.indices))
+        return Timeline(events, flows, f"measured with CUDA events on {gpus or 'the host'}")
 
     def _times(self, lane: Lane, start: Any, end: Any) -> tuple[float, float]:
         """µs since the call began of two marks of ``lane`` (rule 4)."""

@@ -423,7 +423,7 @@ class SimClock:
         return self._place(step, duration, [self._events[step.name]], moved, 0, "slot_copy")
 
     def timeline(self) -> Timeline:
-        return self._scheduler.timeline()
+        return self._scheduler.timeline(f"modeled by {self.model.name}")  # timeline rule 5
 
 
 # -- estimate: the same schedule from shapes alone ---------------------------------------------

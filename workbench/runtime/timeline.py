@@ -14,6 +14,9 @@ events in modeled time the way CUDA streams order work:
    it; "prefetch" joins a prefetch to the copy of the layer it serves, which takes its
    rows. A timeline's flows join events of that timeline, ``dst`` never starting before
    ``src`` ends; an item scheduled with ``flows_from`` records them.
+5. A timeline says how its times were obtained (``source``): "modeled by <cost model>"
+   for a schedule placed in modeled time, "measured with CUDA events on <GPU>" for a run
+   timed on a device; "" only for a timeline built by hand, whose maker must say.
 """
 
 from __future__ import annotations
@@ -131,7 +134,11 @@ def _intersection_length(xs: Sequence[tuple[float, float]], ys: Sequence[tuple[f
 class Timeline:
     """The events of one run, sorted by start time (then end, then id)."""
 
-    def __init__(self, events: Iterable[Event] = (), flows: Iterable[Flow] = ()) -> None:
+    def __init__(self, events: Iterable[Event] = (), flows: Iterable[Flow] = (), source: str = "") -> None:
+        if not isinstance(source, str):
+            raise ArgumentTypeError(f"a Timeline's source is a string (how its times were obtained), got {type(source).__name__}")
+        #: rule 5: "modeled by …", "measured with …", or "" (built by hand)
+        self.source = source
         events = tuple(events)
         for e in events:
             if not isinstance(e, Event):
@@ -290,5 +297,6 @@ class StreamScheduler:
     def events(self) -> tuple[Event, ...]:
         return tuple(self._events)
 
-    def timeline(self) -> Timeline:
-        return Timeline(self._events, self._flows)
+    def timeline(self, source: str = "modeled") -> Timeline:
+        """The events placed so far; ``source`` names the model that timed them (rule 5)."""
+        return Timeline(self._events, self._flows, source)

@@ -15,7 +15,9 @@ Rules:
    hidden: what a zoomed, filtered view draws.
 7. ``flows`` are the timeline's flows as ``(src bar, dst bar, kind)``: a copy's bar, the
    bar of an event that reads what it moved, and "copy" or "prefetch" (a prefetch to the
-   copy of the layer it serves). The views draw them as arrows.
+   copy of the layer it serves). The views draw them as arrows.8. ``source`` is how the run's times were obtained, as its timeline records it ("modeled
+   by <cost model>", "measured with CUDA events on <GPU>"); every rendering shows it
+   beside the run's label, so no figure leaves a reader to guess which.
 """
 
 from __future__ import annotations
@@ -85,10 +87,11 @@ class TimelineData:
     end_us: float  # last end
     step_starts_us: tuple[float, ...] = ()  # rule 5: start of step i at index i
     flows: tuple[tuple[int, int, str], ...] = ()  # rule 7: (src bar, dst bar, kind)
+    source: str = ""  # rule 8: "modeled by …", "measured with …"; "" for a timeline built by hand
 
 
 def timeline_data(run_or_timeline: Any, steps: Optional[Sequence[float]] = None) -> TimelineData:
-    """Rules 1-5 for a ``Timeline`` or a run result with ``.timeline``."""
+    """Rules 1-5, 7 and 8 for a ``Timeline`` or a run result with ``.timeline``."""
     timeline: Timeline = as_timeline(run_or_timeline, "TimelineView")
     lanes = tuple((str(d), str(s)) for d, s in timeline.streams())  # strings: the data leaves here
     lane_of = {lane: i for i, lane in enumerate(lanes)}
@@ -124,7 +127,7 @@ def timeline_data(run_or_timeline: Any, steps: Optional[Sequence[float]] = None)
     end = max((b.end_us for b in bars), default=0.0)
     index = {e: i for i, e in enumerate(timeline.events)}
     flows = tuple((index[f.src], index[f.dst], f.kind) for f in getattr(timeline, "flows", ()))
-    return TimelineData(lanes, bars, summary, start, end, step_starts(timeline, steps), flows)
+    return TimelineData(lanes, bars, summary, start, end, step_starts(timeline, steps), flows, timeline.source)
 
 
 def step_starts(timeline: Timeline, steps: Optional[Sequence[float]] = None) -> tuple[float, ...]:

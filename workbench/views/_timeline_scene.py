@@ -2,7 +2,8 @@
 draw (plain, JSON-able data, compact: a timeline can hold thousands of events).
 
 Rules:
-1. One entry per run shown (the main run first): its label, summary line, lanes, and
+1. One entry per run shown (the main run first): its label, how its times were obtained
+   (``source``, ``timeline_data`` rule 8), summary line, lanes, and
    one bar per event as ``[lane, start_us, end_us, kind index, node, bytes, flops,
    colour index, activity]`` (activity "op", or "slot_copy" for the copy of an op's
    result into its planned slot); ``kinds`` and ``palette`` resolve the indices.
@@ -48,7 +49,7 @@ def timeline_scene(runs: Sequence[tuple[str, TimelineData]]) -> dict:
         ]
         flows = [[a, b, FLOW_KINDS.index(kind)] for a, b, kind in data.flows]
         out_runs.append(
-            {"label": label, "summary": data.summary.line, "lanes": [list(lane) for lane in data.lanes], "bars": bars, "flows": flows}
+            {"label": label, "source": data.source, "summary": data.summary.line, "lanes": [list(lane) for lane in data.lanes], "bars": bars, "flows": flows}
         )
     present = [k for k in EVENT_KINDS if any(b.kind == k for _l, d in runs for b in d.bars)]
     compute_devices = sorted(

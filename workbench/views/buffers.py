@@ -206,8 +206,12 @@ def _draw_panel(ax: Any, p: dict, selected: Optional[str], lo: float, hi: float)
     ax.axhline(p["lower_bound"], color="#D62728", linewidth=1.4, linestyle=(0, (4, 3)), zorder=7)
     equal = p["arena_bytes"] == p["lower_bound"]
     arena_text = ("arena = lower bound " if equal else "arena ") + format_bytes(p["arena_bytes"])
-    ax.annotate(arena_text, (1.0, p["arena_bytes"]), xycoords=("axes fraction", "data"), xytext=(-4, 3),
-                textcoords="offset points", ha="right", va="bottom", fontsize=7)
+    # above the line when the headroom holds the text (7 pt and a gap), else under it: a
+    # short panel's label must not run into its top edge and title
+    headroom_pt = (p["ymax"] - p["arena_bytes"]) / p["ymax"] * p["h"] / 100 * 72  # the axes are h/100 inches tall
+    above = headroom_pt >= 11
+    ax.annotate(arena_text, (1.0, p["arena_bytes"]), xycoords=("axes fraction", "data"), xytext=(-4, 3 if above else -3),
+                textcoords="offset points", ha="right", va="bottom" if above else "top", fontsize=7)
     if not equal:
         ax.annotate(f"lower bound {format_bytes(p['lower_bound'])}", (1.0, p["lower_bound"]), xycoords=("axes fraction", "data"),
                     xytext=(-4, -3), textcoords="offset points", ha="right", va="top", fontsize=7, color="#D62728")

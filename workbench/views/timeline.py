@@ -9,7 +9,9 @@ Rules:
    than ``NARROW_BAR_PT`` is outlined in its own colour instead, so the border cannot
    hide it); a bar carries its label (bytes for a copy, the node for compute) only where
    the label fits.
-3. Each run is titled with its summary: copy time, compute time, overlap.
+3. Each run is titled with its label, how its times were obtained (modeled by which cost
+   model, or measured on which GPU: ``timeline_data`` rule 8) and its summary: copy time,
+   compute time, overlap.
 4. ``compare=`` adds a second run drawn below on the same time axis; a mapping of
    named runs fills the comparison dropdown, and choosing "(none)" hides it.
 5. Selecting a bar (by its index in the main run's bars) selects the graph value it ran
@@ -185,7 +187,7 @@ class TimelineView(FigureView):
         return ""  # each run's summary heads its lanes in the drawing
 
     def _text(self) -> str:
-        return " | ".join(f"{label}: {data.summary.line}" for label, data in self.shown)
+        return " | ".join(f"{_heading(label, data)}: {data.summary.line}" for label, data in self.shown)
 
 
 def _comparisons(compare: Any) -> dict[str, TimelineData]:
@@ -215,7 +217,7 @@ def draw_timelines(
     """Render one axes per (label, data), all on one time axis; ``selected`` and
     ``linked`` index the first run's bars."""
     scene = timeline_scene(runs)
-    heights = [max(len(d.lanes), 1) * 0.45 + 0.7 for _, d in runs]
+    heights = [max(len(d.lanes), 1) * 0.45 + (0.85 if d.source else 0.7) for _, d in runs]  # a source is a second title line
     fig = new_figure(12.0, 0.8 + sum(heights))
     axes = fig.subplots(len(runs), 1, sharex=True, squeeze=False, height_ratios=heights)[:, 0]
     lo, hi = (scene["t0"], scene["t1"]) if window is None else (float(window[0]), float(window[1]))
@@ -287,4 +289,9 @@ def _draw_run(
     ax.set_yticks(range(len(data.lanes)), [f"{d} · {s}" for d, s in data.lanes], fontsize=8)
     ax.set_ylim(len(data.lanes) - 0.5, -0.5) if data.lanes else ax.set_ylim(0.5, -0.5)
     ax.grid(axis="x", linewidth=0.3, alpha=0.6)
-    ax.set_title(f"{label}: {data.summary.line}", fontsize=8, loc="left")
+    ax.set_title(f"{_heading(label, data)}:\n{data.summary.line}" if data.source else f"{label}: {data.summary.line}", fontsize=8, loc="left")
+
+
+def _heading(label: str, data: TimelineData) -> str:
+    """A run's label with how its times were obtained (rule 3)."""
+    return f"{label} · {data.source}" if data.source else label

@@ -1140,7 +1140,7 @@ class TimelineView extends WindowView {
     y = axisY + 8;
     const top = y;
     (scene.runs || []).forEach((run, ri) => {
-      for (const line of wrapParts([run.label + ":"].concat(run.summary.split(" · ")), width - 8, 6.4)) {
+      for (const line of wrapParts([run.label + (run.source ? " · " + run.source + ":" : ":")].concat(run.summary.split(" · ")), width - 8, 6.4)) {
         stext(this.svg, 4, y + 12, line, { class: "wbv-panel-title" });
         y += 15;
       }
