@@ -346,7 +346,8 @@ def _split_for(model: PlanModel, n_cpu_moe: int, usable: dict[str, float], conte
 
 def _host_only(model: PlanModel, context: int) -> _Candidate:
     """Rule 5: llama.cpp with no layer offloaded (``-ngl 0``): every tensor, the KV cache
-    and the compute buffer in host memory."""
+    and the compute buffer in host memory (the one a GPU would hold, logits included: the CPU
+    computes the output here)."""
     memory = {"CPU": model.bytes_where() + sum(model.kv_bytes_per_token) * context
               + gpu_compute_buffer(model)}  # fmt: skip
     return _Candidate("every tensor on the CPU (no GPU)", (("n_gpu_layers", 0),), memory,

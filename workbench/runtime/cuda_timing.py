@@ -70,6 +70,8 @@ class CudaStreams:
         self._compute = {i: torch.cuda.Stream(device=i) for i in self.indices}
         self._copy = {i: torch.cuda.Stream(device=i) for i in self.indices}
         self._free_events: list[Any] = []
+        #: the GPUs' names, asked once: every call's timeline says where it was measured
+        self.gpu_names = ", ".join(dict.fromkeys(torch.cuda.get_device_name(i) for i in self.indices))
 
     def event(self) -> Any:
         """A timing event from the pool (rule 7)."""
@@ -240,8 +242,7 @@ class CudaClock:
             t0, t1 = self._times(lane, start, end)
             events.append(Event("compute", name, lane[0], lane[1], t0, max(t0, t1)))
         self._streams.release(self._taken)  # rule 7: every mark of this call has completed
-        gpus = ", ".join(dict.fromkeys(torch.cuda.get_device_name(i) for i in self._streams.indices))
-        return Timeline(events, flows, f"measured with CUDA events on {gpus or 'the host'}")
+        return Timeline(events, flows, f"measured with CUDA events on {self._streams.gpu_names or 'the host'}")
 
     def _times(self, lane: Lane, start: Any, end: Any) -> tuple[float, float]:
         """µs since the call began of two marks of ``lane`` (rule 4)."""

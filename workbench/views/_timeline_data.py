@@ -15,7 +15,8 @@ Rules:
    hidden: what a zoomed, filtered view draws.
 7. ``flows`` are the timeline's flows as ``(src bar, dst bar, kind)``: a copy's bar, the
    bar of an event that reads what it moved, and "copy" or "prefetch" (a prefetch to the
-   copy of the layer it serves). The views draw them as arrows.8. ``source`` is how the run's times were obtained, as its timeline records it ("modeled
+   copy of the layer it serves). The views draw them as arrows.
+8. ``source`` is how the run's times were obtained, as its timeline records it ("modeled
    by <cost model>", "measured with CUDA events on <GPU>"); every rendering shows it
    beside the run's label, so no figure leaves a reader to guess which.
 """
