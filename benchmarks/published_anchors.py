@@ -107,6 +107,10 @@ def main() -> None:
     }  # fmt: skip
     for what, ok in checks.items():
         print(f"  {'met ' if ok else 'MISSED'}  {what}")
+    for name in profiles.loc[profiles["modeled"] == 0, "profile"]:  # why each profile still lacks a modeled run
+        named = [o for o in held if o.runtime == name]
+        why = "; ".join(sorted({o.why for o in named})) if named else "no run in the published table names it"
+        print(f"          {name}: {len(named)} run{'s' if len(named) != 1 else ''}, none modeled -- {why[:170]}")
     by_id = {r.id: r for r in runs}
     unseen_by_id = {o.id: o for o in unseen}
     rows = pd.DataFrame([{"id": o.id, "regime": o.regime, "source": o.source, "runtime": o.runtime, "published tok/s": o.published,

@@ -211,12 +211,12 @@ def test_held_out_predictions_never_see_their_own_source(runs):
 
 def test_a_regimes_factor_is_the_conformal_quantile_of_its_held_out_errors():
     """A regime's factor at the nominal 80% is exp of the ⌈(n + 1)·0.8⌉-th smallest
-    |log(predicted / published)| of its n held-out runs; a regime whose own errors are too
-    few for that rank takes every regime's errors."""
+    |log(predicted / published)| of its n held-out runs (from two engines); a regime whose
+    own errors are too few for that rank takes every regime's errors."""
     from workbench.speed.regime_model import OutOfSample
 
     ratios = [1.0, 1.1, 0.8, 2.0, 1.25]
-    made = [OutOfSample(f"r{i}", "all_on_gpu", f"s{i}", 10.0, 10.0 * q) for i, q in enumerate(ratios)]
+    made = [OutOfSample(f"r{i}", "all_on_gpu", f"s{i}", 10.0, 10.0 * q, engine=f"e{i % 2}") for i, q in enumerate(ratios)]
     made.append(OutOfSample("x", "experts_copied", "sx", 10.0, 40.0))
     factors = regime_factors(made)
     own = sorted(np.abs(np.log(ratios)))

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from workbench.speed.evidence import (INTERVAL_LEVEL, MIN_OWN_SOURCES, conformal_factor, earned_coverage, earned_interval,
-                                      nested_coverage)
+                                      nested_coverage, regime_factors)
 from workbench.speed.regime_model import OutOfSample, fit_regime_model, leave_one_runtime_out, regime_model
 from workbench.speed.published_runs import AnchorError, published_runs
 from workbench.machine.runtime_profiles import RuntimeProfileError, runtime_profiles
@@ -61,6 +61,23 @@ def test_nested_coverage_never_judges_a_group_by_its_own_errors():
     made = [_o(f"r{i}", f"s{i}", q, runtime=f"e{i}") for i, q in enumerate([1.0, 1.1, 0.9, 1.05, 0.95, 1.02, 3.0])]
     covered = nested_coverage(made, lambda o: o.engine)
     assert covered["r6"] is False and all(covered[f"r{i}"] for i in range(6))
+
+
+def test_one_engines_errors_do_not_stand_for_a_regime():
+    """A regime whose held-out errors come from a single engine takes every regime's errors
+    (one engine's scatter says nothing of another's); from two engines on, its own. So an
+    engine held out of a two-engine regime is judged by the pooled errors, not by the one
+    engine left beside it, and a prediction for a new engine there is widened by the
+    engines of the pooled errors."""
+    tight = [_o(f"t{i}", f"s{i}", 1.05, runtime="solo", regime="partial_offload") for i in range(9)]
+    wide = [_o(f"w{i}", f"u{i}", 1.6 if i % 2 else 1 / 1.6, runtime=f"e{i % 2}") for i in range(9)]
+    assert regime_factors(tight + wide)["partial_offload"] == pytest.approx(1.6)  # 16th of 18 pooled errors
+    duo = [_o(f"v{i}", f"x{i}", 1.1, runtime="duo", regime="partial_offload") for i in range(9)]
+    assert regime_factors(tight + duo + wide)["partial_offload"] == pytest.approx(1.1)  # two engines: its own
+    unseen = earned_interval("new", "partial_offload", [], tight + wide)
+    assert unseen.factor == pytest.approx(1.6 ** (1 + 1 / 3)) and "every regime's" in unseen.basis
+    covered = nested_coverage(tight + duo + wide, lambda o: o.engine)
+    assert covered["v0"] and covered["t0"]  # solo's errors alone (×/÷ 1.05) would not cover duo's 1.1
 
 
 def test_earned_coverage_judges_each_run_as_the_evidence_rule_would_predict_it():

@@ -50,6 +50,8 @@ def test_a_runs_settings_are_read_from_its_words():
     assert run_text.sockets_text("built without USE_NUMA=1 ('未导入export USE_NUMA=1')") is None
     assert run_text.host_layers_text("--n-cpu-moe 14: routed experts of the first 14 layers")[0] == 14
     assert run_text.host_layers_text("-ncmoe N (N is in the post's command)")[0] is None
+    assert run_text.host_layers_text("-mcl 43: the routed experts of the first 43 layers") == (43, "-mcl 43")
+    assert run_text.host_layers_text("-dmcl 3 (the draft model's layers)")[0] is None
     assert run_text.gpu_experts_text("--kt-num-gpu-experts 100 (of 512)") == 100
     assert run_text.hit_rate_text("LRU pool; hit rate 88.7 %; tg256") == pytest.approx(0.887)
     assert run_text.copy_rate_text("stored pageable (CPU→GPU copy ~8 GB/s)") == 8e9

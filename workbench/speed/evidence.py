@@ -20,17 +20,21 @@ Rules:
 3. A runtime profile with at least ``MIN_OWN_SOURCES`` independent modeled sources whose
    own LOSO errors give a factor (rule 2) uses that factor, labelled
    ``validated on N sources``.
-4. Any other profile takes its regime's LORO errors (every regime's when its own give no
-   factor), the factor raised to ``1 + 1/k`` (the log half-width that much wider), k the
-   engines those errors come from: how engines scatter around the model is known from k
-   of them, and the fewer they are the less a new one is likely to fall inside their
+4. Any other profile takes its regime's LORO errors (rule 5), the factor raised to
+   ``1 + 1/k`` (the log half-width that much wider), k the engines those errors come
+   from: how engines scatter around the model is known from k of them, and the fewer they are the less a new one is likely to fall inside their
    spread (one engine: twice as wide in log; ten: a tenth wider). The label is
    ``unvalidated runtime`` when none of the profile's runs is modeled, else
    ``validated on N source(s)`` — too few to bound its own errors. The widening is
    checked, not assumed: ``earned_coverage`` says how often it covers.
-5. Coverage is nested: a held-out run is judged against the interval built without its
+5. A regime's held-out errors stand for that regime only when they come from at least
+   ``MIN_ENGINES`` engines and give a factor (rule 2); else every regime's errors are used
+   (the same held-out set, all regimes pooled). One engine's errors are that engine's
+   scatter around the model: they say nothing of how a different engine scatters, which
+   is what an interval for a new engine (or a nested judgement of one) has to claim.
+6. Coverage is nested: a held-out run is judged against the interval built without its
    own source (LOSO) or its own engine (LORO), so the interval is itself out of sample.
-6. Sources are counted as ``published_runs.same_source`` does: one publication however
+7. Sources are counted as ``published_runs.same_source`` does: one publication however
    its URL is spelled.
 """
 
@@ -44,12 +48,14 @@ from .published_errors import AnchorError
 from .published_runs import same_source
 
 __all__ = ["INTERVAL_LEVEL", "MIN_OWN_SOURCES", "EarnedInterval", "OutOfSample", "conformal_factor",
-           "earned_coverage", "earned_interval", "nested_coverage", "regime_factors", "runtime_sources"]  # fmt: skip
+           "earned_coverage", "earned_interval", "MIN_ENGINES", "nested_coverage", "regime_factors", "runtime_sources"]  # fmt: skip
 
 #: The nominal level every interval claims (rule 1).
 INTERVAL_LEVEL = 0.8
 #: Independent modeled sources a profile needs for an interval of its own errors (rule 3).
 MIN_OWN_SOURCES = 3
+#: Engines a regime's held-out errors must come from to stand for that regime (rule 5).
+MIN_ENGINES = 2
 
 
 @dataclass(frozen=True)
@@ -115,20 +121,32 @@ def _errors(predictions: Sequence[OutOfSample]) -> list[float]:
 
 
 def runtime_sources(profile: str, loso: Sequence[OutOfSample]) -> int:
-    """Independent sources with a modeled run of ``profile`` (rule 6)."""
+    """Independent sources with a modeled run of ``profile`` (rule 7)."""
     return len({same_source(o.source) for o in loso if o.runtime == profile and o.predicted is not None})
 
 
+def _engines(predictions: Sequence[OutOfSample]) -> int:
+    """Engines with a modeled run among ``predictions``."""
+    return len({o.engine or o.runtime for o in predictions if o.predicted is not None})
+
+
+def _regime_factor(regime: str, predictions: Sequence[OutOfSample],
+                   level: float = INTERVAL_LEVEL) -> tuple[float, Sequence[OutOfSample], bool]:
+    """Rule 5: the factor of ``regime``'s held-out errors when they come from enough
+    engines, else every regime's; the predictions it was read from; whether they are the
+    regime's own."""
+    own = [o for o in predictions if o.regime == regime]
+    factor = conformal_factor(_errors(own), level) if _engines(own) >= MIN_ENGINES else math.nan
+    if math.isfinite(factor):
+        return factor, own, True
+    return conformal_factor(_errors(predictions), level), predictions, False
+
+
 def _loro_factor(regime: str, loro: Sequence[OutOfSample]) -> tuple[float, int, str]:
-    """The regime's LORO factor (every regime's when its own give none), the engines its
-    errors come from, and what it is."""
-    own = [o for o in loro if o.regime == regime]
-    factor, used = conformal_factor(_errors(own)), own
-    if not math.isfinite(factor):
-        factor, used = conformal_factor(_errors(loro)), list(loro)
-    n = len(_errors(used))
-    engines = len({o.engine or o.runtime for o in used if o.predicted is not None})
-    where = f"{regime}'s" if used is own else "every regime's"
+    """The regime's LORO factor (rule 5), the engines its errors come from, and what it is."""
+    factor, used, own = _regime_factor(regime, loro)
+    n, engines = len(_errors(used)), _engines(used)
+    where = f"{regime}'s" if own else "every regime's"
     return factor, engines, f"{where} leave-one-runtime-out errors ({n} runs of {engines} engines)"
 
 
@@ -156,13 +174,12 @@ def _validated(sources: int) -> str:
 
 
 def regime_factors(predictions: Sequence[OutOfSample], level: float = INTERVAL_LEVEL) -> dict[str, float]:
-    """Per regime, the factor of its held-out errors at ``level`` (rule 2); a regime whose
-    own errors give none takes every regime's; absent when neither does."""
-    pooled = conformal_factor(_errors(predictions), level)
+    """Per regime, the factor of its held-out errors at ``level`` (rules 2, 5): its own when
+    they come from enough engines and give one, else every regime's; absent when neither
+    gives one."""
     factors = {}
     for regime in dict.fromkeys(o.regime for o in predictions):
-        own = conformal_factor(_errors([o for o in predictions if o.regime == regime]), level)
-        factor = own if math.isfinite(own) else pooled
+        factor, _, _ = _regime_factor(regime, predictions, level)
         if math.isfinite(factor):
             factors[regime] = factor
     return factors
@@ -170,7 +187,7 @@ def regime_factors(predictions: Sequence[OutOfSample], level: float = INTERVAL_L
 
 def nested_coverage(predictions: Sequence[OutOfSample], group: Callable[[OutOfSample], str],
                     level: float = INTERVAL_LEVEL) -> dict[str, bool]:
-    """Rule 5: run id → whether its regime's interval, built from the other groups'
+    """Rule 6: run id → whether its regime's interval, built from the other groups'
     held-out errors (``group``: a run's source for LOSO, its engine for LORO), covers it."""
     covered: dict[str, bool] = {}
     for held in dict.fromkeys(group(o) for o in predictions):
@@ -182,7 +199,7 @@ def nested_coverage(predictions: Sequence[OutOfSample], group: Callable[[OutOfSa
 
 
 def earned_coverage(loso: Sequence[OutOfSample], loro: Sequence[OutOfSample]) -> dict[str, tuple[bool, str]]:
-    """Rules 3–5 judged on the held-out runs: run id → (covered, the evidence label). A
+    """Rules 3–6 judged on the held-out runs: run id → (covered, the evidence label). A
     run whose profile keeps ``MIN_OWN_SOURCES`` sources without its own is judged as a
     new source of a known runtime (its LOSO prediction against the interval of its
     profile's other sources); any other as a new runtime (its LORO prediction against the

@@ -40,17 +40,21 @@ def stated_file_bytes(value: object) -> Optional[tuple[float, str]]:
     return float(found.group(1)) * (2**30 if found.group(2) == "GiB" else 1e9), found.group(0)[1:-1]
 
 
-_HOST_LAYERS = re.compile(r"(?:--n-cpu-moe|-ncmoe|ncmoe)[ =](\d{1,6})")
+# Both flags mean the routed experts of the first N MoE layers: llama.cpp's --n-cpu-moe, and
+# exllamav3's -mcl ("run the routed experts of the first N block-sparse MoE layers on the
+# CPU", turboderp-org/exllamav3 exllamav3/model_init.py).
+_HOST_LAYERS = re.compile(r"(?<![\w-])(--n-cpu-moe|-ncmoe|ncmoe|-mcl|--moe_cpu_offload)[ =](\d{1,6})")
 
 
 def host_layers_text(value: object) -> tuple[Optional[int], str]:
-    """The layers whose experts a llama.cpp run keeps on the host (``--n-cpu-moe N``), or
-    None and why it is not known."""
+    """The first layers whose experts a run keeps on the host (llama.cpp's
+    ``--n-cpu-moe N``, exllamav3's ``-mcl N``), or None and why it is not known."""
     text = _text(value)
     found = _HOST_LAYERS.search(text)
     if not found or "not stated" in text or "N is in" in text:
         return None, "which layers' experts are on the host is not stated"
-    return int(found.group(1)), f"--n-cpu-moe {found.group(1)}"
+    flag = "-mcl" if found.group(1) in ("-mcl", "--moe_cpu_offload") else "--n-cpu-moe"
+    return int(found.group(2)), f"{flag} {found.group(2)}"
 
 
 _GPU_EXPERTS = re.compile(r"(\d{1,6}) GPU experts|--kt-num-gpu-experts (\d{1,6})")

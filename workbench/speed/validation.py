@@ -19,7 +19,7 @@ same per source) and turns them into the tables a reader judges the model by:
 Rules:
 
 1. Nothing here fits: predictions come from the hold-outs.
-2. Coverage is nested (``evidence`` rule 5): a held-out run is judged against its
+2. Coverage is nested (``evidence`` rule 6): a held-out run is judged against its
    regime's interval at the nominal level built from the *other* groups' held-out errors
    (other sources for LOSO, other engines for LORO), so the interval is itself out of
    sample; a run is covered when ``1/f <= predicted / published <= f``.
