@@ -134,6 +134,22 @@ def test_leave_one_runtime_out_fits_without_any_run_of_the_engine():
     assert all(moved[r.id].predicted == pytest.approx(held[r.id].predicted) for r in ggml)
 
 
+def test_a_backend_of_one_engine_earns_its_own_interval():
+    """A llama.cpp Vulkan run is timed with ggml's physics (no Vulkan-specific term is cited)
+    but its interval is earned on Vulkan runs: too few of them for an interval of its own,
+    it takes the widened engine-held-out one, not the CUDA runs' narrower own interval."""
+    import dataclasses
+
+    model = regime_model()
+    vulkan = [r for r in published_runs() if r.runtime == "ggml_vulkan"]
+    assert vulkan and all("vulkan" in r.id for r in vulkan)
+    run = vulkan[0]
+    assert model.predict(run).tok_s == pytest.approx(model.predict(dataclasses.replace(run, runtime="ggml")).tok_s)
+    own, cuda = model.interval("ggml_vulkan", run.regime), model.interval("ggml", run.regime)
+    assert own is not None and cuda is not None
+    assert cuda.own and not own.own and own.sources < MIN_OWN_SOURCES <= cuda.sources and own.factor > cuda.factor
+
+
 def test_a_prediction_says_its_interval_and_the_evidence_behind_it():
     """The shipped model's predictions carry the interval their runtime earned: a runtime
     with no published run modeled (the workbench's own) is an unvalidated runtime, with
