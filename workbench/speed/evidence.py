@@ -22,8 +22,9 @@ Rules:
    ``validated on N sources``.
 4. Any other profile takes its regime's LORO errors (rule 5), the factor raised to
    ``1 + 1/k`` (the log half-width that much wider), k the engines those errors come
-   from: how engines scatter around the model is known from k of them, and the fewer they are the less a new one is likely to fall inside their
-   spread (one engine: twice as wide in log; ten: a tenth wider). The label is
+   from: how engines scatter around the model is known from k of them, and the fewer
+   they are the less a new one is likely to fall inside their spread (one engine: twice
+   as wide in log; ten: a tenth wider). The label is
    ``unvalidated runtime`` when none of the profile's runs is modeled, else
    ``validated on N source(s)`` — too few to bound its own errors. The widening is
    checked, not assumed: ``earned_coverage`` says how often it covers.
@@ -47,8 +48,8 @@ from typing import Callable, Mapping, Optional, Sequence
 from .published_errors import AnchorError
 from .published_runs import same_source
 
-__all__ = ["INTERVAL_LEVEL", "MIN_OWN_SOURCES", "EarnedInterval", "OutOfSample", "conformal_factor",
-           "earned_coverage", "earned_interval", "MIN_ENGINES", "nested_coverage", "regime_factors", "runtime_sources"]  # fmt: skip
+__all__ = ["INTERVAL_LEVEL", "MIN_ENGINES", "MIN_OWN_SOURCES", "EarnedInterval", "OutOfSample", "conformal_factor",
+           "earned_coverage", "earned_interval", "nested_coverage", "regime_factors", "runtime_sources"]  # fmt: skip
 
 #: The nominal level every interval claims (rule 1).
 INTERVAL_LEVEL = 0.8
