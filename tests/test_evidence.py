@@ -1,5 +1,6 @@
 """Intervals earned by evidence, and the leave-one-runtime-out hold-out they are read from."""
 
+import dataclasses
 import math
 
 import pytest
@@ -127,8 +128,6 @@ def test_leave_one_runtime_out_fits_without_any_run_of_the_engine():
     assert {r.runtime for r in ggml} >= {"ggml", "ggml_hip", "ggml_eager"}
     for run in ggml:
         assert held[run.id].predicted == pytest.approx(others.predict(run).tok_s, rel=1e-6)
-    import dataclasses
-
     scaled = [dataclasses.replace(r, tok_s=r.tok_s / 10) if engine.get(r.runtime) == "ggml" else r for r in runs]
     moved = {o.id: o for o in leave_one_runtime_out(scaled, profiles)}
     assert all(moved[r.id].predicted == pytest.approx(held[r.id].predicted) for r in ggml)
@@ -138,8 +137,6 @@ def test_a_backend_of_one_engine_earns_its_own_interval():
     """A llama.cpp Vulkan run is timed with ggml's physics (no Vulkan-specific term is cited)
     but its interval is earned on Vulkan runs: too few of them for an interval of its own,
     it takes the widened engine-held-out one, not the CUDA runs' narrower own interval."""
-    import dataclasses
-
     model = regime_model()
     vulkan = [r for r in published_runs() if r.runtime == "ggml_vulkan"]
     assert vulkan and all("vulkan" in r.id for r in vulkan)

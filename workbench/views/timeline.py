@@ -289,7 +289,8 @@ def _draw_run(
     ax.set_yticks(range(len(data.lanes)), [f"{d} · {s}" for d, s in data.lanes], fontsize=8)
     ax.set_ylim(len(data.lanes) - 0.5, -0.5) if data.lanes else ax.set_ylim(0.5, -0.5)
     ax.grid(axis="x", linewidth=0.3, alpha=0.6)
-    ax.set_title(f"{_heading(label, data)}:\n{data.summary.line}" if data.source else f"{label}: {data.summary.line}", fontsize=8, loc="left")
+    gap = "\n" if data.source else " "  # with a source in the heading, the summary takes a line of its own
+    ax.set_title(f"{_heading(label, data)}:{gap}{data.summary.line}", fontsize=8, loc="left")
 
 
 def _heading(label: str, data: TimelineData) -> str:
